@@ -1,0 +1,154 @@
+"""One served episode rebuilt from its delta stream, as verifiers 0.4.0 rebuilds it.
+
+`traces` holds live dicts, each shaped like a dumped `Trace` plus its `pending`
+preview, so a caller can read them after every delta. A bad delta raises
+`AssemblyError` before anything is changed: the run it belongs to fails, every other
+trace (and every other run) stays as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+LIST_FIELDS = (
+    "nodes",
+    "calls",
+    "errors",
+    "extra_usage",
+    "request_rewrites",
+    "response_rewrites",
+)
+"""Append-only on the server: each delta carries the items past what was sent."""
+
+_OTHER_LISTS = LIST_FIELDS[1:]
+
+KNOWN_KEYS = frozenset(
+    {"trace", "discard", "open", "links", "routing_repairs", "set", "pending", *LIST_FIELDS}
+)
+
+
+class AssemblyError(RuntimeError):
+    """A delta or reply that cannot be applied to the episode as assembled so far."""
+
+
+class EpisodeAssembly:
+    def __init__(self) -> None:
+        self.traces: dict[str, dict] = {}
+        self.unknown: dict[str, dict[str, Any]] = {}
+        """Per trace, delta keys this version does not know, latest value kept: a
+        newer server's additions are shown to the user rather than dropped."""
+
+    def apply(self, delta: Mapping[str, Any]) -> dict:
+        """Apply one delta; return the trace dict it touched (the dropped one for a
+        discard)."""
+        try:
+            trace_id = delta["trace"]
+        except (KeyError, TypeError):
+            raise AssemblyError(f"delta has no 'trace' id: {_preview(delta)}") from None
+        if delta.get("discard"):
+            self.unknown.pop(trace_id, None)
+            return self.traces.pop(trace_id, {})
+        trace = self.traces.get(trace_id)
+        if trace is None:
+            header = delta.get("open")
+            if not isinstance(header, Mapping):
+                raise AssemblyError(
+                    f"delta for trace {trace_id} which was never opened "
+                    "(no 'open' header): was an earlier delta lost?"
+                )
+            trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
+        nodes = trace["nodes"]
+        links = _indexed(delta.get("links"), "links", trace_id, len(nodes))
+        repairs = _indexed(delta.get("routing_repairs"), "routing_repairs", trace_id, len(nodes))
+        # Everything is checked; from here on nothing can fail half-way.
+        self.traces[trace_id] = trace
+        for index, new_links in links:
+            nodes[index]["semantic_parents"].extend(new_links)
+        for index, row in repairs:
+            nodes[index]["routed_experts"] = _repair_final_row(nodes[index]["routed_experts"], row)
+        new_nodes = delta.get("nodes")
+        if new_nodes is not None:
+            # a later `links` delta grows semantic_parents in place: copy the node so
+            # the delta stays as it was when the caller received it
+            nodes.extend(
+                {**node, "semantic_parents": list(node.get("semantic_parents") or ())}
+                for node in new_nodes
+            )
+            trace["pending"] = []
+        for field in _OTHER_LISTS:
+            items = delta.get(field)
+            if items is not None:
+                trace[field].extend(items)
+        scalars = delta.get("set")
+        if scalars:
+            trace.update(scalars)
+        if "pending" in delta:
+            trace["pending"] = delta["pending"]
+        if len(delta) > 1 and not KNOWN_KEYS.issuperset(delta):
+            extra = self.unknown.setdefault(trace_id, {})
+            extra.update((key, value) for key, value in delta.items() if key not in KNOWN_KEYS)
+        return trace
+
+    def finish(self, head: Mapping[str, Any], summaries: Iterable[Any]) -> dict:
+        """The episode record: `head` joined with the assembled traces in the server's
+        order. The counts are the server's word on what streamed: a mismatch means a
+        delta was lost."""
+        traces = []
+        for summary in summaries:
+            trace_id, nodes, calls = _summary_fields(summary)
+            trace = self.traces.get(trace_id)
+            if trace is None:
+                raise AssemblyError(f"served episode is missing trace {trace_id}")
+            if len(trace["nodes"]) != nodes or len(trace["calls"]) != calls:
+                raise AssemblyError(
+                    f"trace {trace_id} assembled {len(trace['nodes'])} nodes / "
+                    f"{len(trace['calls'])} calls, the server reports {nodes} / {calls}"
+                )
+            traces.append({key: value for key, value in trace.items() if key != "pending"})
+        return {**head, "traces": traces}
+
+
+def _summary_fields(summary: Any) -> tuple[str, int, int]:
+    if isinstance(summary, Mapping):
+        return summary["id"], summary["nodes"], summary["calls"]
+    return summary.id, summary.nodes, summary.calls
+
+
+def _indexed(value: Any, key: str, trace_id: str, count: int) -> list[tuple[int, Any]]:
+    """Node-keyed map entries with int indices (msgpack may hand keys back as str),
+    each checked to name a node the trace already holds."""
+    if not value:
+        return []
+    if not isinstance(value, Mapping):
+        raise AssemblyError(f"trace {trace_id}: '{key}' must map node index to items")
+    entries = []
+    for raw, item in value.items():
+        try:
+            index = int(raw)
+        except (TypeError, ValueError):
+            raise AssemblyError(f"trace {trace_id}: '{key}' has a non-integer node index {raw!r}") from None
+        if not 0 <= index < count:
+            raise AssemblyError(
+                f"trace {trace_id}: '{key}' names node {index}, but the trace has {count} nodes"
+            )
+        entries.append((index, item))
+    return entries
+
+
+def _repair_final_row(encoded: dict, row: dict) -> dict:
+    """Replace an encoded array's last row, as numpy concatenation would (a repair can
+    widen the dtype). A new dict: decoded rows alias the delta's bytes, which stay
+    untouched for other consumers."""
+    import numpy as np  # only routed-expert streams carry repairs; keep startup light
+
+    def decode(item: dict) -> Any:
+        return np.frombuffer(item["data"], dtype=np.dtype(item["dtype"])).reshape(item["shape"])
+
+    joined = np.ascontiguousarray(np.concatenate([decode(encoded)[:-1], decode(row)]))
+    return {"__nd__": True, "dtype": str(joined.dtype), "shape": list(joined.shape), "data": joined.tobytes()}
+
+
+def _preview(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

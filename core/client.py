@@ -1,0 +1,298 @@
+"""An async consumer of one env server: one DEALER socket, one receive loop for every
+request, each run's deltas applied to its `EpisodeAssembly` as they land.
+
+Runs are untimed (a rollout takes as long as it takes); a caller that gives up on a
+run cancels its task, and the server is told to abort it, as verifiers' client does.
+A frame that cannot be read is logged, counted and skipped; when it names a run, that
+run fails with the reason, since its episode can no longer be trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from core.assembly import AssemblyError, EpisodeAssembly
+from core.wire import (
+    ABORTED_ERROR,
+    KIND_DELTA,
+    KIND_REPLY,
+    CancelRequest,
+    CancelResponse,
+    ClientConfig,
+    HealthRequest,
+    Request,
+    RunRequest,
+    RunResponse,
+    SamplingConfig,
+    request_payload,
+    unpack,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class RunFailed(RuntimeError):
+    """The server replied that the run did not succeed."""
+
+    def __init__(self, error: str | None) -> None:
+        self.error = error or "env server request failed"
+        super().__init__(self.error)
+
+    @property
+    def aborted(self) -> bool:
+        return self.error.startswith(ABORTED_ERROR.split(":")[0])
+
+
+class ServerGone(ConnectionError):
+    """The run can never get its reply: the server died or the client closed."""
+
+
+class _Run:
+    __slots__ = ("assembly", "on_delta")
+
+    def __init__(self, assembly: EpisodeAssembly, on_delta: Callable[[dict], None] | None):
+        self.assembly = assembly
+        self.on_delta = on_delta
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+class EnvClient:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._context = zmq.asyncio.Context()
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.SNDHWM, 0)
+        self._socket.setsockopt(zmq.RCVHWM, 0)
+        self._socket.connect(address)
+        self._replies: dict[str, asyncio.Future[Any]] = {}
+        self._runs: dict[str, _Run] = {}
+        self._cancels: set[asyncio.Task] = set()
+        self._receiver: asyncio.Task | None = None
+        self._closed = False
+        self.dropped_frames = 0
+        self.last_drop: str | None = None
+
+    @property
+    def in_flight(self) -> list[str]:
+        return list(self._runs)
+
+    async def health(self, timeout: float = 2.0) -> bool:
+        try:
+            reply = await self._request(HealthRequest(), timeout=timeout)
+        except (TimeoutError, ServerGone, zmq.ZMQError):
+            return False
+        return bool(reply.get("success", True))
+
+    async def wait_for_server_startup(
+        self,
+        timeout: float = 120.0,
+        interval: float = 0.25,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> None:
+        """Poll `health` until it answers; `on_wait` hears the seconds left after each
+        miss, so a caller can show a countdown."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"env server at {self.address} did not answer health within {timeout:g}s"
+                )
+            if await self.health(timeout=max(0.05, min(2.0, left))):
+                return
+            left = deadline - time.monotonic()
+            if on_wait is not None:
+                on_wait(max(0.0, left))
+            await asyncio.sleep(max(0.0, min(interval, left)))
+
+    async def run(
+        self,
+        task_data: dict,
+        client: ClientConfig | dict,
+        model: str,
+        sampling: SamplingConfig | dict | None = None,
+        on_delta: Callable[[dict], None] | None = None,
+        *,
+        request_id: str | None = None,
+        assembly: EpisodeAssembly | None = None,
+    ) -> dict:
+        """Run one rollout and return its episode record (head joined with the
+        assembled traces). Pass `request_id` (see `new_request_id`) to know the wire id
+        before the run starts, so it can be cancelled; pass `assembly` to read the live
+        traces while it runs. `on_delta` sees each delta after it is applied."""
+        request = RunRequest(
+            task_data=task_data,
+            client=ClientConfig.model_validate(client),
+            model=model,
+            sampling=SamplingConfig.model_validate(sampling or {}),
+        )
+        assembly = assembly if assembly is not None else EpisodeAssembly()
+        request_id = request_id or new_request_id()
+        self._runs[request_id] = _Run(assembly, on_delta)
+        try:
+            reply = await self._request(request, request_id=request_id)
+        finally:
+            self._runs.pop(request_id, None)
+        response = RunResponse.model_validate(reply)
+        if not response.success:
+            raise RunFailed(response.error)
+        if response.head is None:
+            raise AssemblyError("the server's run reply has no episode head")
+        return assembly.finish(response.head, response.traces)
+
+    async def cancel(self, request_id: str, timeout: float | None = 10.0) -> bool:
+        """Ask the server to abort a run; true if it found the run live."""
+        reply = await self._request(CancelRequest(request_id=request_id), timeout=timeout)
+        response = CancelResponse.model_validate(reply)
+        if not response.success:
+            raise RunFailed(response.error)
+        return response.cancelled
+
+    def abandon_all(self, reason: str) -> int:
+        """Fail every request still waiting, for when the server is known to be gone;
+        returns how many runs were failed."""
+        runs = 0
+        for request_id, future in list(self._replies.items()):
+            if not future.done():
+                runs += request_id in self._runs
+                future.set_exception(ServerGone(reason))
+        self._replies.clear()
+        return runs
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # let fire-and-forget cancels reach the socket, or an abandoned run goes on
+        while self._cancels:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._cancels.pop()
+        if self._receiver is not None:
+            self._receiver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._receiver
+            self._receiver = None
+        self.abandon_all("the client was closed")
+        self._socket.close(linger=0)
+        self._context.term()
+
+    async def _request(
+        self, request: Request, *, timeout: float | None = None, request_id: str | None = None
+    ) -> dict:
+        if self._closed:
+            raise ServerGone("the client is closed")
+        if self._receiver is None:
+            self._receiver = asyncio.get_running_loop().create_task(self._receive_loop())
+        request_id = request_id or new_request_id()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._replies[request_id] = future
+        try:
+            await self._socket.send_multipart(
+                [request_id.encode(), request.method.encode(), request_payload(request)]
+            )
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.CancelledError:
+            if request.method == RunRequest.method and not self._closed:
+                self._cancel_in_background(request_id)
+            raise
+        finally:
+            self._replies.pop(request_id, None)
+
+    def _cancel_in_background(self, request_id: str) -> None:
+        async def send() -> None:
+            with contextlib.suppress(Exception):
+                await self._socket.send_multipart(
+                    [
+                        new_request_id().encode(),
+                        CancelRequest.method.encode(),
+                        request_payload(CancelRequest(request_id=request_id)),
+                    ]
+                )
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
+
+    async def _receive_loop(self) -> None:
+        while True:
+            frames = await self._socket.recv_multipart()
+            try:
+                self._dispatch(frames)
+            except Exception as error:  # one bad frame must not stop every other run
+                self._drop(f"unexpected error handling a frame: {error!r}")
+
+    def _dispatch(self, frames: list[bytes]) -> None:
+        if len(frames) != 3:
+            self._drop(
+                f"expected [request_id, kind, data], got {len(frames)} frames: "
+                "is this server speaking verifiers' serve protocol?"
+            )
+            return
+        raw_id, kind, data = frames
+        try:
+            request_id = raw_id.decode()
+        except UnicodeDecodeError:
+            self._drop(f"request id is not text: {raw_id[:40]!r}")
+            return
+        if kind == KIND_DELTA:
+            run = self._runs.get(request_id)
+            if run is not None:
+                self._deliver_delta(request_id, run, data)
+            return
+        if kind != KIND_REPLY:
+            self._drop(f"unknown frame kind {kind[:40]!r} for request {request_id}")
+            return
+        future = self._replies.get(request_id)
+        if future is None or future.done():
+            return
+        try:
+            reply = unpack(data)
+        except Exception as error:
+            self._fail(request_id, f"the reply could not be decoded ({error})")
+            return
+        if not isinstance(reply, dict):
+            self._fail(request_id, f"the reply is a {type(reply).__name__}, not a map")
+            return
+        future.set_result(reply)
+
+    def _deliver_delta(self, request_id: str, run: _Run, data: bytes) -> None:
+        try:
+            delta = unpack(data)
+            if not isinstance(delta, dict):
+                raise AssemblyError(f"a delta is a {type(delta).__name__}, not a map")
+            run.assembly.apply(delta)
+        except Exception as error:
+            self._fail(request_id, f"a delta could not be applied: {error}")
+            return
+        if run.on_delta is not None:
+            try:
+                run.on_delta(delta)
+            except Exception:
+                logger.exception("on_delta consumer failed for run %s", request_id)
+
+    def _fail(self, request_id: str, reason: str) -> None:
+        """A run whose stream broke: fail it here and stop it on the server."""
+        self._drop(f"run {request_id}: {reason}")
+        self._runs.pop(request_id, None)
+        future = self._replies.get(request_id)
+        if future is not None and not future.done():
+            future.set_exception(AssemblyError(f"run {request_id}: {reason}"))
+        self._cancel_in_background(request_id)
+
+    def _drop(self, reason: str) -> None:
+        self.dropped_frames += 1
+        self.last_drop = reason
+        logger.warning("env server %s: dropped a frame: %s", self.address, reason)

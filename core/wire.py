@@ -1,0 +1,114 @@
+"""The env-serve wire of verifiers 0.4.0 (`verifiers/v1/serve/`), spoken byte for byte.
+
+A client DEALER sends `[request_id, method, msgpack(payload)]`; the server ROUTER
+answers `[request_id, kind, msgpack(data)]` where `kind` is `delta` (zero or more per
+run) or `reply` (exactly one). The models here are ours, shaped like verifiers' so
+that a dumped request validates on its server and its replies validate here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field
+
+KIND_DELTA = b"delta"
+KIND_REPLY = b"reply"
+METHODS = ("health", "run", "cancel")
+
+ABORTED_ERROR = "Cancelled: rollout aborted"
+"""The reply error verifiers' server sends for a run a cancel aborted."""
+
+
+def pack(payload: Any) -> bytes:
+    return msgpack.packb(payload, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    # `links` and `routing_repairs` are keyed by node index: ints as map keys.
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class WireModel(BaseModel):
+    # Fields a newer server adds must survive a round trip through us.
+    model_config = ConfigDict(extra="allow")
+
+
+class TimeoutConfig(WireModel):
+    connect: float | None = 30.0
+    read: float | None = None
+    write: float | None = None
+    pool: float | None = None
+
+
+class ClientConfig(WireModel):
+    """The model endpoint a rollout calls. The key travels as the *name* of an
+    environment variable that the server reads; it never crosses the wire."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api_key_var: str = "OPENAI_API_KEY"
+    headers: dict[str, str] = Field(default_factory=dict)
+    headers_from_env: dict[str, str] = Field(default_factory=dict)
+    timeout: TimeoutConfig = Field(default_factory=TimeoutConfig)
+    type: Literal["eval", "train"] = "eval"
+
+
+class SamplingConfig(WireModel):
+    temperature: float | None = None
+    top_p: float | None = None
+    reasoning_effort: str | None = None
+    max_tokens: int | None = None
+
+
+class Request(BaseModel):
+    method: ClassVar[str]
+
+
+class HealthRequest(Request):
+    method: ClassVar[str] = "health"
+
+
+class RunRequest(Request):
+    method: ClassVar[str] = "run"
+    task_data: dict
+    client: ClientConfig
+    model: str
+    sampling: SamplingConfig
+
+
+class CancelRequest(Request):
+    method: ClassVar[str] = "cancel"
+    request_id: str
+
+
+class Response(WireModel):
+    success: bool = True
+    error: str | None = None
+
+
+class HealthResponse(Response):
+    pass
+
+
+class CancelResponse(Response):
+    cancelled: bool = False
+    """Whether a live run was found and aborted; an unknown id is not an error."""
+
+
+class TraceSummary(WireModel):
+    """A finished trace's size, which the client's assembly must match."""
+
+    id: str
+    nodes: int
+    calls: int
+
+
+class RunResponse(Response):
+    head: dict | None = None
+    """The episode without its traces (they streamed as deltas)."""
+    traces: list[TraceSummary] = Field(default_factory=list)
+
+
+def request_payload(request: Request) -> bytes:
+    return pack(request.model_dump(mode="json"))

@@ -1,0 +1,1 @@
+"""The Textual app. Talks to `core` only; never imports zmq or subprocess."""
