@@ -1,0 +1,406 @@
+"""The one source of truth the UI reads: every rollout of every variant, its live
+traces, and what it derives from them (turns, phase, activity, tokens, reward).
+
+Each delta is applied in time proportional to its own size. The store remembers which
+rollouts, traces and variants changed since the UI last asked (`take_changes`), so a
+tick redraws only those, however many deltas landed in between.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from core.assembly import EpisodeAssembly
+
+PHASES = ("boot", "setup", "agent", "finalize", "scoring")
+"""The timing spans of a trace, in the order a rollout passes through them."""
+
+DURATION_KEYS = ("boot", "setup", "agent", "model", "harness", "finalize", "scoring")
+
+
+class Status(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (Status.DONE, Status.FAILED, Status.CANCELLED)
+
+
+class TraceState:
+    """Display-ready facts about one live trace. `record` is the assembly's own dict
+    (never copied): nodes, calls, pending, timing and the rest are read from it."""
+
+    __slots__ = (
+        "id",
+        "record",
+        "turns",
+        "calls_by_node",
+        "failed_calls",
+        "pending_since",
+        "tools_since",
+        "revision",
+    )
+
+    def __init__(self, trace_id: str, record: dict) -> None:
+        self.id = trace_id
+        self.record = record
+        self.turns = 0
+        self.calls_by_node: dict[int, dict] = {}
+        self.failed_calls: list[tuple[int, dict]] = []
+        """Calls with no node (failed attempts), with the node count when they ended,
+        so a transcript can show them where they happened."""
+        self.pending_since: float | None = None
+        self.tools_since: float | None = None
+        self.revision = 0
+
+    @property
+    def nodes(self) -> list[dict]:
+        return self.record["nodes"]
+
+    @property
+    def pending(self) -> list[dict]:
+        return self.record.get("pending") or []
+
+    @property
+    def timing(self) -> dict:
+        return self.record.get("timing") or {}
+
+    @property
+    def errors(self) -> list[dict]:
+        return self.record.get("errors") or []
+
+    @property
+    def reward(self) -> float | None:
+        return trace_reward(self.record.get("rewards"))
+
+    @property
+    def tokens(self) -> int:
+        return int(self.record.get("num_total_tokens") or 0)
+
+    @property
+    def phase(self) -> str:
+        return trace_phase(self.timing, self.record.get("ok"), bool(self.errors))
+
+
+@dataclass
+class Rollout:
+    key: str
+    variant: str
+    task_index: int
+    task_data: dict
+    rollout_index: int
+    status: Status = Status.QUEUED
+    request_id: str | None = None
+    assembly: EpisodeAssembly = field(default_factory=EpisodeAssembly)
+    traces: dict[str, TraceState] = field(default_factory=dict)
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    last_delta_at: float | None = None
+    deltas: int = 0
+    reason: str | None = None
+    """Why it failed or was cancelled, in words a user can act on."""
+    record: dict | None = None
+    """The finished episode record, once the reply landed."""
+
+    @property
+    def task_label(self) -> str:
+        data = self.task_data
+        return str(data.get("name") or data.get("id") or f"task {self.task_index}")
+
+    @property
+    def primary(self) -> TraceState | None:
+        return next(iter(self.traces.values()), None)
+
+    @property
+    def turns(self) -> int:
+        return sum(trace.turns for trace in self.traces.values())
+
+    @property
+    def tokens(self) -> int:
+        return sum(trace.tokens for trace in self.traces.values())
+
+    @property
+    def errors(self) -> int:
+        return sum(len(trace.errors) + len(trace.failed_calls) for trace in self.traces.values())
+
+    @property
+    def reward(self) -> float | None:
+        """The mean over traces that were scored: a judge trace with no reward of
+        its own does not drag a solver's down."""
+        rewards = [r for r in (t.reward for t in self.traces.values()) if r is not None]
+        return sum(rewards) / len(rewards) if rewards else None
+
+    @property
+    def phase(self) -> str:
+        if self.status in (Status.QUEUED, Status.CANCELLED, Status.CANCELLING):
+            return self.status.value
+        primary = self.primary
+        if primary is None:
+            return "failed" if self.status is Status.FAILED else "starting"
+        return "error" if self.status is Status.FAILED else primary.phase
+
+    def elapsed(self, now: float) -> float:
+        if self.started_at is None:
+            return 0.0
+        return max(0.0, (self.ended_at or now) - self.started_at)
+
+    def activity(self, now: float) -> tuple[str, float]:
+        """What the rollout is doing and for how long: the model is generating while
+        a preview waits for its answer; tools run after an assistant turn with tool
+        calls; otherwise it is idle since its last delta."""
+        if self.status.finished or self.status is Status.QUEUED:
+            return self.status.value, 0.0
+        since = [t.pending_since for t in self.traces.values() if t.pending_since is not None]
+        if since:
+            return "generating", now - min(since)
+        since = [t.tools_since for t in self.traces.values() if t.tools_since is not None]
+        if since:
+            return "tools", now - min(since)
+        return "idle", now - (self.last_delta_at or self.started_at or now)
+
+    def stalled(self, now: float, threshold: float) -> bool:
+        if self.status not in (Status.RUNNING, Status.CANCELLING):
+            return False
+        return now - (self.last_delta_at or self.started_at or now) > threshold
+
+
+def trace_reward(rewards: Any) -> float | None:
+    if not isinstance(rewards, dict):
+        return None
+    values = [
+        float(r.get("score", 0.0)) * float(r.get("weight", 1.0))
+        for r in rewards.values()
+        if isinstance(r, dict)
+    ]
+    return sum(values) if values else None
+
+
+def trace_phase(timing: dict, ok: Any, has_errors: bool) -> str:
+    """The span that started and has not ended; once none is open, the trace is done
+    (it ended ok), in error (it recorded errors), or between two spans."""
+    latest = "boot"
+    for phase in PHASES:
+        span = timing.get(phase) or {}
+        if span.get("start"):
+            if not span.get("end"):
+                return phase
+            latest = phase
+    if ok:
+        return "done"
+    return "error" if has_errors else latest
+
+
+def phase_durations(timing: dict) -> dict[str, float]:
+    """Seconds spent in each finished span, with the agent span split into model and
+    harness time as the server reports them."""
+    durations: dict[str, float] = {}
+    for phase in PHASES:
+        span = timing.get(phase) or {}
+        start, end = span.get("start") or 0.0, span.get("end") or 0.0
+        if start and end:
+            durations[phase] = max(0.0, end - start)
+    agent = timing.get("agent") or {}
+    for part in ("model", "harness"):
+        duration = (agent.get(part) or {}).get("duration") or 0.0
+        if duration:
+            durations[part] = float(duration)
+    return durations
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    rank = q * (len(sorted_values) - 1)
+    low = int(rank)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (rank - low)
+
+
+@dataclass
+class VariantStats:
+    counts: dict[Status, int]
+    mean_reward: float | None
+    scored: int
+    phases: dict[str, tuple[float, float]]
+    """Per phase (and model/harness), p50 and p95 seconds over finished rollouts."""
+
+
+@dataclass
+class Changes:
+    rollouts: set[str] = field(default_factory=set)
+    traces: set[tuple[str, str]] = field(default_factory=set)
+    variants: set[str] = field(default_factory=set)
+    added: list[str] = field(default_factory=list)
+    """Rollout keys added since the last look, in order."""
+
+    def __bool__(self) -> bool:
+        return bool(self.rollouts or self.variants)
+
+
+class RolloutStore:
+    def __init__(self, stall_seconds: float = 60.0, clock: Callable[[], float] = time.time) -> None:
+        self.stall_seconds = stall_seconds
+        self.clock = clock
+        self.rollouts: dict[str, Rollout] = {}
+        self.variants: dict[str, list[str]] = {}
+        self._durations: dict[str, dict[str, list[float]]] = {}
+        self._changes = Changes()
+
+    def add_variant(self, name: str) -> None:
+        if name not in self.variants:
+            self.variants[name] = []
+            self._durations[name] = {key: [] for key in DURATION_KEYS}
+            self._changes.variants.add(name)
+
+    def add_rollout(
+        self, variant: str, task_index: int, task_data: dict, rollout_index: int = 0, key: str | None = None
+    ) -> Rollout:
+        self.add_variant(variant)
+        key = key or f"{variant}/{len(self.variants[variant])}"
+        rollout = Rollout(key, variant, task_index, task_data, rollout_index, created_at=self.clock())
+        self.rollouts[key] = rollout
+        self.variants[variant].append(key)
+        self._touch(rollout)
+        self._changes.added.append(key)
+        return rollout
+
+    def started(self, key: str, request_id: str, t: float | None = None) -> None:
+        rollout = self.rollouts[key]
+        rollout.request_id = request_id
+        rollout.status = Status.RUNNING
+        rollout.started_at = t if t is not None else self.clock()
+        self._touch(rollout)
+
+    def cancelling(self, key: str) -> None:
+        rollout = self.rollouts[key]
+        if not rollout.status.finished:
+            rollout.status = Status.CANCELLING
+            self._touch(rollout)
+
+    def apply(self, key: str, delta: dict, t: float | None = None) -> None:
+        """Apply a delta the client has not applied (replay, recordings)."""
+        self.rollouts[key].assembly.apply(delta)
+        self.observe(key, delta, t)
+
+    def observe(self, key: str, delta: dict, t: float | None = None) -> None:
+        """Derive display state from a delta already applied to the rollout's
+        assembly (the live path: the client applies it first)."""
+        rollout = self.rollouts[key]
+        now = t if t is not None else self.clock()
+        rollout.last_delta_at = now
+        rollout.deltas += 1
+        trace_id = delta["trace"]
+        self._changes.traces.add((key, trace_id))
+        self._touch(rollout)
+        if delta.get("discard"):
+            rollout.traces.pop(trace_id, None)
+            return
+        state = rollout.traces.get(trace_id)
+        if state is None:
+            state = rollout.traces[trace_id] = TraceState(trace_id, rollout.assembly.traces[trace_id])
+        state.revision += 1
+        nodes = delta.get("nodes")
+        if nodes:
+            for node in nodes:
+                if node.get("sampled"):
+                    state.turns += 1
+                    message = node.get("message") or {}
+                    state.tools_since = now if message.get("tool_calls") else None
+                elif (node.get("message") or {}).get("role") == "tool":
+                    state.tools_since = None
+        for call in delta.get("calls") or ():
+            node = call.get("node")
+            if node is None:
+                state.failed_calls.append((len(state.nodes), call))
+            else:
+                state.calls_by_node[int(node)] = call
+        if "pending" in delta or nodes:
+            if state.pending:
+                if state.pending_since is None:
+                    state.pending_since = now
+                state.tools_since = None
+            else:
+                state.pending_since = None
+
+    def finished(self, key: str, record: dict, t: float | None = None) -> None:
+        """The run replied with its episode: done, unless a trace reports errors."""
+        rollout = self.rollouts[key]
+        rollout.record = record
+        failed = any(trace.get("errors") for trace in record.get("traces", ())) or bool(record.get("errors"))
+        self._end(rollout, Status.FAILED if failed else Status.DONE, t)
+        if failed:
+            rollout.reason = _first_error(record)
+
+    def failed(self, key: str, reason: str, cancelled: bool = False, t: float | None = None) -> None:
+        rollout = self.rollouts[key]
+        rollout.reason = reason
+        self._end(rollout, Status.CANCELLED if cancelled else Status.FAILED, t)
+
+    def _end(self, rollout: Rollout, status: Status, t: float | None) -> None:
+        if rollout.status.finished:
+            return
+        rollout.status = status
+        rollout.ended_at = t if t is not None else self.clock()
+        for trace in rollout.traces.values():
+            trace.pending_since = trace.tools_since = None
+        if status is Status.DONE and rollout.primary is not None:
+            durations = self._durations[rollout.variant]
+            for phase, seconds in phase_durations(rollout.primary.timing).items():
+                durations[phase].append(seconds)
+        self._touch(rollout)
+
+    def touch_variant(self, name: str) -> None:
+        """A variant's own state changed (lifecycle, server pid, escalation)."""
+        self._changes.variants.add(name)
+
+    def take_changes(self) -> Changes:
+        changes, self._changes = self._changes, Changes()
+        return changes
+
+    def variant_rollouts(self, variant: str) -> Iterable[Rollout]:
+        return (self.rollouts[key] for key in self.variants.get(variant, ()))
+
+    def stats(self, variant: str) -> VariantStats:
+        counts = dict.fromkeys(Status, 0)
+        rewards = []
+        for rollout in self.variant_rollouts(variant):
+            counts[rollout.status] += 1
+            if rollout.status.finished and (reward := rollout.reward) is not None:
+                rewards.append(reward)
+        phases = {
+            phase: (percentile(values, 0.5), percentile(values, 0.95))
+            for phase, values in ((p, sorted(v)) for p, v in self._durations.get(variant, {}).items())
+            if values
+        }
+        return VariantStats(
+            counts=counts,
+            mean_reward=sum(rewards) / len(rewards) if rewards else None,
+            scored=len(rewards),
+            phases=phases,
+        )
+
+    def stalled(self, now: float | None = None) -> list[Rollout]:
+        now = now if now is not None else self.clock()
+        return [r for r in self.rollouts.values() if r.stalled(now, self.stall_seconds)]
+
+    def _touch(self, rollout: Rollout) -> None:
+        self._changes.rollouts.add(rollout.key)
+        self._changes.variants.add(rollout.variant)
+
+
+def _first_error(record: dict) -> str | None:
+    for errors in [record.get("errors") or []] + [t.get("errors") or [] for t in record.get("traces", ())]:
+        for error in errors:
+            if isinstance(error, dict):
+                return f"{error.get('type', 'Error')}: {error.get('message', '')}".strip()
+    return None
