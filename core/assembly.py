@@ -42,10 +42,11 @@ class EpisodeAssembly:
     def apply(self, delta: Mapping[str, Any]) -> dict:
         """Apply one delta; return the trace dict it touched (the dropped one for a
         discard)."""
-        try:
-            trace_id = delta["trace"]
-        except (KeyError, TypeError):
-            raise AssemblyError(f"delta has no 'trace' id: {_preview(delta)}") from None
+        if not isinstance(delta, Mapping):
+            raise AssemblyError(f"a delta must be a map, got {type(delta).__name__}")
+        trace_id = delta.get("trace")
+        if not isinstance(trace_id, str):
+            raise AssemblyError(f"delta has no 'trace' id: {_preview(delta)}")
         if delta.get("discard"):
             self.unknown.pop(trace_id, None)
             return self.traces.pop(trace_id, {})
@@ -60,32 +61,48 @@ class EpisodeAssembly:
             trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
         nodes = trace["nodes"]
         links = _indexed(delta.get("links"), "links", trace_id, len(nodes))
-        repairs = _indexed(delta.get("routing_repairs"), "routing_repairs", trace_id, len(nodes))
-        # Everything is checked; from here on nothing can fail half-way.
+        for index, new_links in links:
+            _check_list(new_links, f"links[{index}]", trace_id)
+        repairs = [
+            (index, _repair_final_row(nodes[index].get("routed_experts"), row, trace_id, index))
+            for index, row in _indexed(delta.get("routing_repairs"), "routing_repairs", trace_id, len(nodes))
+        ]
+        new_nodes = delta.get("nodes")
+        if new_nodes is not None:
+            _check_list(new_nodes, "nodes", trace_id)
+            try:
+                # a later `links` delta grows semantic_parents in place: copy the node
+                # so the delta stays as it was when the caller received it
+                new_nodes = [
+                    {**node, "semantic_parents": list(node.get("semantic_parents") or ())}
+                    for node in new_nodes
+                ]
+            except (TypeError, AttributeError):
+                raise AssemblyError(f"trace {trace_id}: 'nodes' holds a non-map item") from None
+        for field in _OTHER_LISTS:
+            if field in delta:
+                _check_list(delta[field], field, trace_id)
+        scalars = delta.get("set")
+        if scalars is not None and not isinstance(scalars, Mapping):
+            raise AssemblyError(f"trace {trace_id}: 'set' must be a map, got {type(scalars).__name__}")
+        # Everything is checked and computed; from here on nothing can fail half-way.
         self.traces[trace_id] = trace
         for index, new_links in links:
             nodes[index]["semantic_parents"].extend(new_links)
-        for index, row in repairs:
-            nodes[index]["routed_experts"] = _repair_final_row(nodes[index]["routed_experts"], row)
-        new_nodes = delta.get("nodes")
+        for index, encoded in repairs:
+            nodes[index]["routed_experts"] = encoded
         if new_nodes is not None:
-            # a later `links` delta grows semantic_parents in place: copy the node so
-            # the delta stays as it was when the caller received it
-            nodes.extend(
-                {**node, "semantic_parents": list(node.get("semantic_parents") or ())}
-                for node in new_nodes
-            )
+            nodes.extend(new_nodes)
             trace["pending"] = []
         for field in _OTHER_LISTS:
             items = delta.get(field)
             if items is not None:
                 trace[field].extend(items)
-        scalars = delta.get("set")
         if scalars:
             trace.update(scalars)
         if "pending" in delta:
             trace["pending"] = delta["pending"]
-        if len(delta) > 1 and not KNOWN_KEYS.issuperset(delta):
+        if not KNOWN_KEYS.issuperset(delta):
             extra = self.unknown.setdefault(trace_id, {})
             extra.update((key, value) for key, value in delta.items() if key not in KNOWN_KEYS)
         return trace
@@ -136,7 +153,12 @@ def _indexed(value: Any, key: str, trace_id: str, count: int) -> list[tuple[int,
     return entries
 
 
-def _repair_final_row(encoded: dict, row: dict) -> dict:
+def _check_list(value: Any, key: str, trace_id: str) -> None:
+    if not isinstance(value, list):
+        raise AssemblyError(f"trace {trace_id}: '{key}' must be a list, got {type(value).__name__}")
+
+
+def _repair_final_row(encoded: Any, row: Any, trace_id: str, index: int) -> dict:
     """Replace an encoded array's last row, as numpy concatenation would (a repair can
     widen the dtype). A new dict: decoded rows alias the delta's bytes, which stay
     untouched for other consumers."""
@@ -145,7 +167,12 @@ def _repair_final_row(encoded: dict, row: dict) -> dict:
     def decode(item: dict) -> Any:
         return np.frombuffer(item["data"], dtype=np.dtype(item["dtype"])).reshape(item["shape"])
 
-    joined = np.ascontiguousarray(np.concatenate([decode(encoded)[:-1], decode(row)]))
+    try:
+        joined = np.ascontiguousarray(np.concatenate([decode(encoded)[:-1], decode(row)]))
+    except Exception as error:  # noqa: BLE001 - any malformed array is the delta's fault
+        raise AssemblyError(
+            f"trace {trace_id}: routing repair of node {index} cannot be applied ({error!r})"
+        ) from None
     return {"__nd__": True, "dtype": str(joined.dtype), "shape": list(joined.shape), "data": joined.tobytes()}
 
 
