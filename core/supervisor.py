@@ -1,0 +1,263 @@
+"""Run one command so that it cannot outlive the app that started it.
+
+    python -m core.supervisor --parent-fd N --record PATH \\
+        --deadline-seconds S --grace-seconds G -- ARGV...
+
+The app cannot clean up after itself once it is SIGKILLed, so this small process
+does it: it starts ARGV in a session (and process group) of its own and stops that
+whole group when the app's liveness pipe reads end-of-file, when the hard deadline
+passes, or when it is sent SIGTERM/SIGINT itself. Stopping is SIGTERM, a grace
+period (shorter than the app's, so this escalation finishes before the app's), then
+SIGKILL. Anything left in the group after the command exits is stopped the same
+way. The exit status is the command's (128+signal if a signal ended it).
+
+A JSON record, replaced atomically, says what happened: state (starting, running,
+finished, start_failed), why the command was stopped (parent_gone, deadline,
+sigterm, sigint, child_exited), each signal sent and when, the exit code or
+signal, and the pids. The app reads it to learn the child's group and outcome.
+
+Standard library only: the app runs this file in isolated mode (`python -I`), so
+nothing in the child's working directory or environment can shadow it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+START_FAILED_EXIT = 127
+"""What a shell reports for a command it could not run."""
+
+_TICK = 0.05
+
+
+def argv_digest(argv: Sequence[str]) -> str:
+    """sha256 of the invocation, so records and captures can cite it without repeating it."""
+    return hashlib.sha256("\0".join(argv).encode("utf-8")).hexdigest()
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+    """Replace `path` with `data` so a reader sees the old record or the new one, never half."""
+    path = Path(path)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs.
+
+    Zombies do not count: in many containers PID 1 never reaps orphans, and a dead
+    grandchild must not hold an escalation open until SIGKILL.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        names = os.listdir("/proc")
+    except FileNotFoundError:  # no procfs: a zombie counts as alive
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+class _Supervision:
+    def __init__(
+        self, record_path: str, parent_fd: int, deadline: float, grace: float, command: list[str]
+    ) -> None:
+        self.command = command
+        self.record_path = record_path
+        self.parent_fd = parent_fd
+        self.deadline = deadline
+        self.grace = grace
+        self.requested: str | None = None
+        self.child: subprocess.Popen[bytes] | None = None
+        self.record: dict[str, Any] = {
+            "version": 1,
+            "state": "starting",
+            "reason": None,
+            "argv_digest": argv_digest(command),
+            "supervisor_pid": os.getpid(),
+            "child_pid": None,
+            "child_pgid": None,
+            "deadline_seconds": deadline,
+            "grace_seconds": grace,
+            "started_at": _now(),
+            "finished_at": None,
+            "signals": [],
+            "exit_code": None,
+            "signal": None,
+            "error": None,
+        }
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        if self.requested is None:
+            self.requested = "sigterm" if signum == signal.SIGTERM else "sigint"
+
+    def save(self) -> None:
+        """Rewrite the record; a failure is reported, never allowed to abandon the child."""
+        try:
+            write_json_atomic(self.record_path, self.record)
+        except OSError as error:
+            print(f"tracewatch supervisor: cannot write {self.record_path}: {error}", file=sys.stderr)
+
+    def start(self) -> int | None:
+        """Start the command; on failure record why and return the exit status to use."""
+        try:
+            self.child = subprocess.Popen(self.command, start_new_session=True)
+        except OSError as error:
+            message = f"cannot run {self.command[0]!r}: {error.strerror or error}"
+            print(f"tracewatch supervisor: {message}", file=sys.stderr)
+            self.record.update(
+                state="start_failed",
+                reason="start_failed",
+                error=message,
+                exit_code=START_FAILED_EXIT,
+                finished_at=_now(),
+            )
+            self.save()
+            return START_FAILED_EXIT
+        self.record.update(state="running", child_pid=self.child.pid, child_pgid=self.child.pid)
+        self.save()
+        return None
+
+    def watch(self) -> str:
+        """Block until something says the command must stop (or it exits); return why."""
+        assert self.child is not None
+        ends_at = time.monotonic() + self.deadline
+        while True:
+            if self.requested is not None:
+                return self.requested
+            if self.child.poll() is not None:
+                return "child_exited"
+            remaining = ends_at - time.monotonic()
+            if remaining <= 0:
+                return "deadline"
+            readable, _, _ = select.select([self.parent_fd], [], [], min(_TICK, remaining))
+            if readable and not os.read(self.parent_fd, 4096):
+                return "parent_gone"
+
+    def stop(self, reason: str) -> None:
+        """SIGTERM the group, give it the grace period, then SIGKILL whatever is left."""
+        assert self.child is not None
+        if reason == "child_exited" and not group_alive(self.child.pid):
+            return
+        self.signal_group(signal.SIGTERM)
+        ends_at = time.monotonic() + self.grace
+        while time.monotonic() < ends_at:
+            if self.child.poll() is not None and not group_alive(self.child.pid):
+                return
+            time.sleep(_TICK)
+        self.signal_group(signal.SIGKILL)
+        self.child.wait()
+
+    def signal_group(self, signum: signal.Signals) -> None:
+        assert self.child is not None
+        try:
+            os.killpg(self.child.pid, signum)
+        except ProcessLookupError:
+            return
+        self.record["signals"].append({"signal": signum.name, "at": _now()})
+        self.save()
+
+    def finish(self, reason: str) -> int:
+        assert self.child is not None
+        code = self.child.wait()
+        self.record.update(
+            state="finished",
+            reason=reason,
+            finished_at=_now(),
+            exit_code=code if code >= 0 else None,
+            signal=signal.Signals(-code).name if code < 0 else None,
+        )
+        self.save()
+        return code if code >= 0 else 128 - code
+
+
+def _parse(args: list[str]) -> tuple[int, str, float, float, list[str]]:
+    usage = (
+        "usage: python -m core.supervisor --parent-fd N --record PATH "
+        "--deadline-seconds S --grace-seconds G -- ARGV..."
+    )
+    if "--" not in args:
+        raise SystemExit(usage)
+    split = args.index("--")
+    options, command = args[:split], args[split + 1 :]
+    names = ("--parent-fd", "--record", "--deadline-seconds", "--grace-seconds")
+    values = dict(zip(options[::2], options[1::2]))
+    if not command or len(options) != 2 * len(names) or set(values) != set(names):
+        raise SystemExit(usage)
+    try:
+        parent_fd = int(values["--parent-fd"])
+        deadline = float(values["--deadline-seconds"])
+        grace = float(values["--grace-seconds"])
+        os.fstat(parent_fd)
+    except (ValueError, OSError) as error:
+        raise SystemExit(f"{usage}\n{error}") from None
+    return parent_fd, values["--record"], deadline, grace, command
+
+
+def main(args: list[str] | None = None) -> int:
+    parent_fd, record_path, deadline, grace, command = _parse(sys.argv[1:] if args is None else args)
+    supervision = _Supervision(record_path, parent_fd, deadline, grace, command)
+    signal.signal(signal.SIGTERM, supervision.on_signal)
+    signal.signal(signal.SIGINT, supervision.on_signal)
+    try:
+        write_json_atomic(record_path, supervision.record)
+    except OSError as error:  # nothing started yet: refuse rather than run unrecorded
+        raise SystemExit(f"tracewatch supervisor: cannot write {record_path}: {error}") from None
+    failed = supervision.start()
+    if failed is not None:
+        return failed
+    try:
+        reason = supervision.watch()
+        supervision.stop(reason)
+    except BaseException:
+        supervision.signal_group(signal.SIGKILL)  # never leave the group behind on a crash
+        raise
+    return supervision.finish(reason)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
