@@ -109,6 +109,7 @@ class Agent:
         await self.pace.wait(0.8, 2.5)
         self.trace.mark("setup", "end")
         self.trace.notify()
+        await self.pace.wait(0.2, 0.8)  # the harness starts before its first request
 
     async def step(self, step: Step) -> None:
         """One model call that commits, then its tools."""
@@ -206,7 +207,9 @@ class Agent:
             "acp": None,
         }
 
-    def end_agent(self) -> None:
+    async def end_agent(self) -> None:
+        """The harness exits after its last turn (or its failure); the agent span ends."""
+        await self.pace.wait(0.2, 0.6)
         self.trace.mark("agent", "end")
 
     async def finish(self, rewards: dict[str, tuple[float, float]], metrics: dict[str, float]) -> None:
@@ -228,10 +231,10 @@ class Agent:
         trace.mark("scoring", "end")
         trace.notify()
 
-    def fail(self, err: dict, stop_condition: str) -> None:
+    async def fail(self, err: dict, stop_condition: str) -> None:
         """The error that ends the agent: recorded, agent span closed, no scoring."""
+        await self.end_agent()
         self.trace.fail(err, stop_condition)
-        self.end_agent()
         self.trace.split_agent_time()
         self.trace.notify()
 

@@ -303,15 +303,22 @@ LATTICE_CHECK = """from math import isqrt
 print(sum(2 * isqrt(45**2 - x * x) + 1 for x in range(-45, 46)))"""
 
 
-def math_script(code: str, check: str, output: str, answer: str, idea: str) -> Callable[[random.Random], list[Step]]:
+def math_script(
+    warmup: ToolRun, code: str, check: str, output: str, answer: str, idea: str
+) -> Callable[[random.Random], list[Step]]:
     def script(rng: random.Random) -> list[Step]:
+        small = Step(
+            "Before the full count, a small case I can check by hand.",
+            (warmup,),
+            reasoning="If the method reproduces a hand count on a small bound, the big run is trustworthy.",
+        )
         first = Step(
             "I'll compute it directly first.",
             (ToolRun("python", {"code": code}, output),),
             reasoning=idea,
         )
         check_run = ToolRun("python", {"code": check}, answer + "\n")
-        steps = [first]
+        steps = [small, first]
         if rng.random() < 0.5:
             steps.append(Step("Cross-checking with an independent method.", (check_run,),
                               reasoning="A second, slower method guards against an off-by-one in the bounds."))
@@ -400,6 +407,17 @@ def search_script(rng: random.Random) -> list[Step]:
     ]
     if rng.random() < 0.5:
         steps.append(Step(
+            "Checking whether any earlier alpha or beta shipped `match` under a flag.",
+            (ToolRun("web_search", {"query": "python 3.10.0a6 pattern matching alpha"},
+                     "1. Python 3.10.0a6 is now available for testing | Python Insider\n"
+                     "   https://pythoninsider.blogspot.com/2021/03/python-3100a6-is-now-available-for.html\n"
+                     "   ... this release includes PEP 634 Structural Pattern Matching ...\n"
+                     "2. What's New In Python 3.10 | docs.python.org\n"
+                     "   https://docs.python.org/3/whatsnew/3.10.html"),),
+            reasoning="Pre-releases are not releases; the question asks for the first release that shipped it.",
+        ))
+    else:
+        steps.append(Step(
             "Checking the release schedule for the exact date.",
             (ToolRun("fetch_url", {"url": "https://peps.python.org/pep-0619/"},
                      "PEP 619 – Python 3.10 Release Schedule\n...\n3.10.0 final: Monday, 2021-10-04\n"
@@ -434,7 +452,12 @@ PROBLEMS = {
             "Give the final answer as \\boxed{N}.",
             "Show your reasoning briefly; verify counts by computation.",
             "205",
-            math_script(TWIN_CODE, TWIN_CHECK, "205\nfirst: [3, 5, 11, 17, 29, 41, 59, 71]\n"
+            math_script(
+                ToolRun("python", {"code": "from sympy import isprime\n"
+                                   "pairs = [(p, p + 2) for p in range(2, 100) if isprime(p) and isprime(p + 2)]\n"
+                                   "print(len(pairs), pairs)"},
+                        "8 [(3, 5), (5, 7), (11, 13), (17, 19), (29, 31), (41, 43), (59, 61), (71, 73)]\n"),
+                TWIN_CODE, TWIN_CHECK, "205\nfirst: [3, 5, 11, 17, 29, 41, 59, 71]\n"
                         "last: [9677, 9719, 9767, 9857, 9929]\n", "205",
                         "Sieve to N + 2 so that n + 2 is covered for n = N, then count pairs. "
                         "n itself must be <= 10000; n + 2 may reach 10002."),
@@ -445,7 +468,12 @@ PROBLEMS = {
             "Give the final answer as \\boxed{N}.",
             "Show your reasoning briefly; verify counts by computation.",
             "6361",
-            math_script(LATTICE_CODE, LATTICE_CHECK, "6361\naxis points: 181\n", "6361",
+            math_script(
+                ToolRun("python", {"code": "pts = [(x, y) for x in range(-2, 3) for y in range(-2, 3) if x*x + y*y <= 4]\n"
+                                   "print(len(pts))\nprint(pts)"},
+                        "13\n[(-2, 0), (-1, -1), (-1, 0), (-1, 1), (0, -2), (0, -1), (0, 0), (0, 1), (0, 2), "
+                        "(1, -1), (1, 0), (1, 1), (2, 0)]\n"),
+                LATTICE_CODE, LATTICE_CHECK, "6361\naxis points: 181\n", "6361",
                         "Gauss circle problem for r = 45: roughly pi * 2025 = 6361.7, so expect about 6360. "
                         "Count exactly by brute force over the bounding square."),
         ),

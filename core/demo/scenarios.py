@@ -73,7 +73,7 @@ async def normal(run: Run, **options) -> None:
     await agent.start()
     for step in run.task.problem.script(run.rng):
         await agent.step(step)
-    agent.end_agent()
+    await agent.end_agent()
     await agent.finish(CORRECT, agent.metrics)
 
 
@@ -86,7 +86,7 @@ async def failing(run: Run) -> None:
     agent = run.agent()
     await agent.start()
     await agent.step(run.task.problem.script(run.rng)[0])
-    agent.fail(await agent.provider_error(PROVIDER_ERRORS["context"]), "provider_error")
+    await agent.fail(await agent.provider_error(PROVIDER_ERRORS["context"]), "provider_error")
 
 
 async def transient(run: Run) -> None:
@@ -100,7 +100,7 @@ async def transient(run: Run) -> None:
             await agent.provider_error(PROVIDER_ERRORS[run.rng.choice(("overloaded", "rate"))])
             await run.pace.wait(*RETRY_BACKOFF)
         await agent.step(step)
-    agent.end_agent()
+    await agent.end_agent()
     await agent.finish(CORRECT, agent.metrics)
 
 
@@ -124,7 +124,7 @@ async def retried(run: Run) -> None:
     await run.pace.wait(*TOOL_SECONDS)
     message, traceback = SANDBOX_CRASH
     crash = error("SandboxError", message, None, traceback)
-    agent.fail(crash, "sandbox_error")
+    await agent.fail(crash, "sandbox_error")
     await run.pace.wait(*RETRY_BACKOFF)
     run.episode.errors.append(crash)
     run.episode.discard(agent.trace)
@@ -137,14 +137,14 @@ async def multi_agent(run: Run) -> None:
     await solver.start()
     for step in run.task.problem.script(run.rng):
         await solver.step(step)
-    solver.end_agent()
+    await solver.end_agent()
     solver.trace.notify()
     prompt, steps = judge_steps(run.task.problem, solver.last_reply)
     judge = run.agent("judge", kind="judge", prompt=prompt, trainable=False)
     await judge.start()
     for step in steps:
         await judge.step(step)
-    judge.end_agent()
+    await judge.end_agent()
     await solver.finish({"correct": (1.0, 1.0), "judge_approved": (1.0, 0.5)}, solver.metrics)
     await judge.finish({"agreement": (1.0, 0.0)}, judge.metrics)
 
@@ -159,7 +159,7 @@ async def scale(run: Run) -> None:
     for turn in range(run.task.turns):
         await agent.step(tool_steps[turn % len(tool_steps)])
     await agent.step(steps[-1])
-    agent.end_agent()
+    await agent.end_agent()
     await agent.finish(CORRECT, agent.metrics)
 
 

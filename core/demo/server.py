@@ -42,6 +42,13 @@ logger = logging.getLogger(__name__)
 ENV_ID = "tracewatch-demo"
 
 
+def _decode(payload: bytes) -> object:
+    try:
+        return unpack(payload)
+    except Exception as e:  # msgpack's own messages can be empty
+        raise ValueError(f"the payload is not valid msgpack ({type(e).__name__}: {e})") from None
+
+
 class DemoServer:
     def __init__(self, address: str, *, speed: float = 1.0, seed: int = 0) -> None:
         if not speed > 0:
@@ -87,7 +94,7 @@ class DemoServer:
         rid = request_id.decode(errors="replace")
         try:
             route = method.decode(errors="replace")
-            raw = unpack(payload)
+            raw = _decode(payload)
             if route == "health":
                 response: Response = HealthResponse()
             elif route == "run":
