@@ -183,7 +183,7 @@ class SupervisedChild:
         """Stop the child: SIGTERM, wait out the grace, then SIGKILL; return the exit status.
 
         Blocking: call it from a worker thread. `on_event(kind, detail)` runs on that
-        thread with "sigterm" {grace_seconds}, "sigkill" {by: supervisor|app} and
+        thread with "sigterm" {grace_seconds}, "sigkill" {by: "supervisor" | "app"} and
         "exited" {exit_code}, so the UI can show the escalation as it happens.
         """
         self._require_started()
@@ -197,6 +197,13 @@ class SupervisedChild:
             assert code is not None
             emit("exited", {"exit_code": code})
             return code
+
+    def kill(self) -> bool:
+        """SIGKILL the command's group and the supervisor now, without waiting (a second
+        cancel). A `terminate()` running on another thread reports it as "sigkill"
+        {by: "app"} and returns once the supervisor has exited. False if it had already."""
+        self._require_started()
+        return self._kill_groups(self.record())
 
     def record(self) -> dict[str, Any] | None:
         """The supervisor's JSON record as last written, or None if it has not written one."""
@@ -305,23 +312,29 @@ class SupervisedChild:
             time.sleep(_TICK)
 
     def _escalate(self, grace_seconds: float, emit: EventCallback) -> None:
-        """Wait out the grace, reporting the supervisor's own SIGKILL as it happens;
-        then SIGKILL the command's group and the supervisor if either still runs."""
+        """Wait out the grace, reporting a SIGKILL (the supervisor's or a `kill()`) as it
+        happens; then SIGKILL the command's group and the supervisor if either still runs."""
         ends_at = time.monotonic() + grace_seconds
-        kill_reported = False
+        reported = False
         while self._reap() is None:
-            if not kill_reported and _sent_sigkill(self.record()):
-                emit("sigkill", {"by": "supervisor", "grace_seconds": self.supervisor_grace_seconds})
-                kill_reported = True
+            reported = self._report_kill(reported, emit)
             if time.monotonic() >= ends_at:
-                if self._kill_groups(self.record()):
-                    self._app_killed = True
-                    if not kill_reported:
-                        emit("sigkill", {"by": "app", "grace_seconds": grace_seconds})
-                return
+                self._kill_groups(self.record())
+                break
             time.sleep(_TICK)
-        if not kill_reported and _sent_sigkill(self.record()):
-            emit("sigkill", {"by": "supervisor", "grace_seconds": self.supervisor_grace_seconds})
+        self._wait(None)
+        self._report_kill(reported, emit)
+
+    def _report_kill(self, reported: bool, emit: EventCallback) -> bool:
+        if reported:
+            return True
+        if self._app_killed:
+            emit("sigkill", {"by": "app"})
+        elif _sent_sigkill(self.record()):
+            emit("sigkill", {"by": "supervisor"})
+        else:
+            return False
+        return True
 
     def _reap(self) -> int | None:
         """Poll the supervisor under the lock; on exit, note the time and let go of the pipe."""
@@ -358,15 +371,18 @@ class SupervisedChild:
             return True
 
     def _kill_groups(self, record: dict[str, Any] | None) -> bool:
-        """SIGKILL the command's group (known from the record) and then the supervisor's.
+        """SIGKILL the command's group (known from the record) and then the supervisor's;
+        False if the supervisor had already exited.
 
         The supervisor is killed last: while it lives, the command's group id cannot
-        have been handed to anyone else.
+        have been handed to anyone else. The flags are set under the lock so a
+        concurrent `terminate()` sees them before it can see the exit.
         """
         assert self._process is not None
         with self._lock:
             if self._poll_locked() is not None:
                 return False
+            self._cancelled = self._app_killed = True
             pgid = (record or {}).get("child_pgid")
             if isinstance(pgid, int):
                 try:

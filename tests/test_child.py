@@ -108,7 +108,7 @@ def test_child_ignoring_sigterm_is_killed_by_the_supervisor(tmp_path):
     events = Events()
     assert child.terminate(MARGIN, events) == 128 + signal.SIGKILL
     assert events.kinds == ["sigterm", "sigkill", "exited"]
-    assert events.seen[1][1]["by"] == "supervisor"
+    assert events.seen[1][1] == {"by": "supervisor"}
     outcome = child.outcome()
     assert outcome.status == "killed" and outcome.killed and outcome.signal == "SIGKILL"
     assert [sent["signal"] for sent in outcome.record["signals"]] == ["SIGTERM", "SIGKILL"]
@@ -123,9 +123,29 @@ def test_app_grace_shorter_than_supervisor_kills_both_groups(tmp_path):
     events = Events()
     child.terminate(0.2, events)
     assert events.kinds == ["sigterm", "sigkill", "exited"]
-    assert events.seen[1][1] == {"by": "app", "grace_seconds": 0.2}
+    assert events.seen[1][1] == {"by": "app"}
     outcome = child.outcome()
     assert outcome.status == "killed" and outcome.signal == "SIGKILL" and outcome.exit_code == 137
+    wait_until(lambda: all(map(pid_gone, pids["child"] + pids["grandchild"])), MARGIN)
+
+
+def test_kill_during_terminate_is_reported_by_the_escalating_thread(tmp_path):
+    child = make_child(
+        tmp_path, program("--on-term", "ignore", "--grandchildren", "1"), supervisor_grace_seconds=60
+    )
+    child.start()
+    pids = reported_pids(Path(child.stdout_path), grandchildren=1)
+    events = Events()
+    worker = threading.Thread(target=child.terminate, args=(60, events), name="worker")
+    worker.start()
+    wait_until(lambda: events.kinds == ["sigterm"], what="SIGTERM to be sent")
+    assert child.kill()  # a second cancel
+    worker.join(MARGIN)
+    assert not worker.is_alive()
+    assert events.kinds == ["sigterm", "sigkill", "exited"]
+    assert events.seen[1][1] == {"by": "app"}
+    assert not child.kill()
+    assert child.outcome().status == "killed"
     wait_until(lambda: all(map(pid_gone, pids["child"] + pids["grandchild"])), MARGIN)
 
 
