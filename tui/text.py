@@ -1,0 +1,120 @@
+"""Trace text is data: it is drawn literally, never interpreted.
+
+Strings from a trace never go through Rich or Textual markup, and no terminal control
+character reaches the terminal: each is shown visibly instead. C0 controls (ESC, BEL,
+backspace, carriage return, ...) become their Unicode control pictures ("\\x1b" shows as
+"␛"), DEL shows as "␡"; C1 controls, bidi overrides, line separators and lone surrogates,
+which have no picture, show as a literal escape ("\\x9b", "\\u202e"). Tabs are expanded.
+
+The common case (plain text) costs one regex search; only text that holds something
+to escape pays for `str.translate`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.cells import cell_len, split_graphemes
+from rich.style import Style
+from rich.text import Text
+
+TAB_SIZE = 4
+
+_ESCAPED = (
+    [*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F)]
+    + [*range(0x2066, 0x206A), *range(0xD800, 0xE000)]
+)
+"""Code points that control a terminal or change how the text around them is shown
+(bidi overrides can make a command read as something else); surrogates cannot be
+encoded for the terminal at all."""
+
+
+def _picture(code: int) -> str:
+    if code < 0x20:
+        return chr(0x2400 + code)
+    if code == 0x7F:
+        return "\u2421"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+_TABLE = {code: _picture(code) for code in _ESCAPED}
+_UNSAFE = re.compile("[" + "".join(re.escape(chr(code)) for code in _ESCAPED) + "]")
+_UNSAFE_BUT_NEWLINE = re.compile(
+    "[" + "".join(re.escape(chr(code)) for code in _ESCAPED if code != 0x0A) + "]"
+)
+
+
+def safe(text: str) -> str:
+    """`text` as one line that shows every character literally: tabs expanded, every
+    control (newline included) replaced by a visible stand-in."""
+    if "\t" in text:
+        text = text.expandtabs(TAB_SIZE)
+    if _UNSAFE.search(text) is None:
+        return text
+    return text.translate(_TABLE)
+
+
+def safe_lines(text: str) -> list[str]:
+    """`text` split on newlines, each line made `safe`."""
+    if "\t" in text:
+        text = text.expandtabs(TAB_SIZE)
+    lines = text.split("\n")
+    if _UNSAFE_BUT_NEWLINE.search(text) is None:
+        return lines
+    return [line.translate(_TABLE) for line in lines]
+
+
+def literal(text: str, style: str | Style = "") -> Text:
+    """A one-line Rich Text showing `text` literally (for table cells, labels)."""
+    return Text(safe(text), style=style, no_wrap=True, end="")
+
+
+def assemble(*parts: tuple[str, str | Style]) -> Text:
+    """A Rich Text from (text, style) parts, each shown literally; never markup."""
+    return Text.assemble(*((safe(text), style) for text, style in parts), no_wrap=True, end="")
+
+
+def wrap(text: str, width: int) -> list[tuple[int, int, int]]:
+    """Where to break a safe line to fit `width` cells: (start, end, cells) ranges,
+    breaking after a space when one falls in the last two thirds of the line, else
+    mid-word. Single-cell text takes a fast path; wide and combined characters are
+    measured by grapheme."""
+    width = max(1, width)
+    if text.isascii():
+        size = len(text)
+        if size <= width:
+            return [(0, size, size)]
+        ranges = []
+        start = 0
+        while size - start > width:
+            cut = text.rfind(" ", start + width // 3, start + width + 1)
+            if cut < 0:
+                end = after = start + width
+            else:
+                end, after = min(cut + 1, start + width), cut + 1
+            ranges.append((start, end, end - start))
+            start = after
+        ranges.append((start, size, size - start))
+        return ranges
+    total = cell_len(text)
+    if total <= width:
+        return [(0, len(text), total)]
+    spans, _ = split_graphemes(text)
+    ranges = []
+    start = cells = 0
+    space = None
+    for begin, end, size in spans:
+        if cells + size > width:
+            if space is not None and space[1] >= width // 3:
+                cut, cut_cells = space
+                ranges.append((start, cut, cut_cells))
+                start, cells = cut, cells - cut_cells
+            if cells + size > width and cells:
+                ranges.append((start, begin, cells))
+                start, cells = begin, 0
+            space = None
+        cells += size
+        if text[begin] == " ":
+            space = (end, cells)
+    ranges.append((start, len(text), cells))
+    return ranges
