@@ -336,7 +336,9 @@ class RolloutStore:
         """The run replied with its episode: done, unless a trace reports errors."""
         rollout = self.rollouts[key]
         rollout.record = record
-        failed = any(trace.get("errors") for trace in record.get("traces", ())) or bool(record.get("errors"))
+        traces = record.get("traces") or ()
+        # a retried attempt's error stays in the head; the traces say how it ended
+        failed = any(t.get("errors") for t in traces) if traces else bool(record.get("errors"))
         self._end(rollout, Status.FAILED if failed else Status.DONE, t)
         if failed:
             rollout.reason = _first_error(record)

@@ -1,0 +1,144 @@
+"""Every variant of one session, the store they feed, and the recording they leave.
+
+The app and the headless runner both drive an `Engine`; neither touches a socket or
+a process. `shutdown` is the one way out: it cancels every run, stops every child
+and waits for them, so quitting leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.capture import private_dir
+from core.config import Config
+from core.export import episode_json
+from core.recording import tracewatch_home
+from core.store import RolloutStore
+from core.variant import Variant, VariantState
+
+
+class Session:
+    """What the app and the headless runner need from any source of rollouts: live
+    servers, a replayed recording, or a finished run opened offline."""
+
+    readonly_reason: str | None = None
+    """Why start and cancel do nothing here (a replay or an offline run), if so."""
+
+    def __init__(self, store: RolloutStore, session_dir: Path, recording_path: Path | None = None) -> None:
+        self.store = store
+        self.session_dir = session_dir
+        self.recording_path = recording_path
+        self.variants: dict[str, Any] = {}
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def wait(self) -> None:
+        raise NotImplementedError
+
+    async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
+        raise NotImplementedError
+
+    def cancel_rollout(self, key: str) -> bool:
+        return False
+
+    def export_episode(self, key: str, directory: Path | None = None) -> Path:
+        """Write one rollout's episode as JSON: the finished record when the run
+        replied, else the traces as assembled so far."""
+        rollout = self.store.rollouts[key]
+        record = rollout.record or {
+            "task": rollout.task_data,
+            "partial": True,
+            "traces": list(rollout.assembly.traces.values()),
+        }
+        directory = directory or self.session_dir / "exports"
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{key.replace('/', '-')}.json"
+        path.write_text(episode_json(record))
+        return path
+
+
+def new_session_dir() -> Path:
+    return tracewatch_home() / "sessions" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+class Engine(Session):
+    def __init__(
+        self,
+        config: Config,
+        *,
+        recorder: Any = None,
+        session_dir: Path | None = None,
+    ) -> None:
+        super().__init__(
+            RolloutStore(stall_seconds=min(v.stall_seconds for v in config.variants)),
+            session_dir or new_session_dir(),
+            getattr(recorder, "path", None),
+        )
+        self.config = config
+        self.recorder = recorder
+        self.variants = {
+            variant.name: Variant(variant, self.store, self.session_dir, recorder)
+            for variant in config.variants
+        }
+
+    async def start(self) -> None:
+        private_dir(self.session_dir)
+        for variant in self.variants.values():
+            variant.start()
+
+    def variant_of(self, key: str) -> Variant | None:
+        rollout = self.store.rollouts.get(key)
+        return self.variants.get(rollout.variant) if rollout is not None else None
+
+    def cancel_rollout(self, key: str) -> bool:
+        variant = self.variant_of(key)
+        return variant is not None and variant.cancel_rollout(key)
+
+    async def wait(self) -> None:
+        """Until every variant has settled."""
+        await asyncio.gather(*(variant.wait() for variant in self.variants.values()))
+
+    async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
+        active = [v for v in self.variants.values() if v.can_cancel]
+        for variant in active:
+            if variant.state is not VariantState.CANCELLING:
+                variant.cancel()
+        while any(v.state is VariantState.CANCELLING or v.state.active for v in active):
+            on_progress(self._shutdown_progress(active))
+            await asyncio.sleep(0.1)
+        await self.wait()
+        on_progress("every server stopped")
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def _shutdown_progress(self, variants: list[Variant]) -> str:
+        parts = []
+        for variant in variants:
+            text = f"{variant.name}: {variant.state.value}"
+            if variant.escalation:
+                text += f" ({variant.escalation[-1].detail})"
+            if (left := variant.grace_left()) is not None:
+                text += f", grace {left:.1f}s left"
+            parts.append(text)
+        return "; ".join(parts)
+
+
+def summary_lines(engine: Session) -> list[str]:
+    lines = []
+    for name, variant in engine.variants.items():
+        stats = engine.store.stats(name)
+        counts = ", ".join(f"{count} {status}" for status, count in stats.counts.items() if count)
+        reward = "n/a" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
+        line = f"{name}: {variant.state.value}; {counts or 'no rollouts'}; mean reward {reward}"
+        if variant.reason:
+            line += f"; {variant.reason}"
+        lines.append(line)
+    if engine.recording_path is not None:
+        lines.append(f"recording: {engine.recording_path}")
+    return lines

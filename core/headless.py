@@ -1,0 +1,81 @@
+"""The engine without a screen: one line per rollout event worth reading (started,
+finished, failed, cancelled, stalled), variant state changes, and a summary.
+
+Exit status 0 only when every rollout finished without error, so a CI job or a
+script can rely on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TextIO
+
+from core.engine import Engine, summary_lines
+from core.store import Rollout, Status
+
+POLL_SECONDS = 0.2
+
+
+def rollout_line(rollout: Rollout, now: float) -> str:
+    text = f"{rollout.key} [{rollout.task_label}] {rollout.status.value}"
+    if rollout.status.finished:
+        reward = "-" if rollout.reward is None else f"{rollout.reward:g}"
+        text += f" · reward {reward} · {rollout.turns} turns · {rollout.tokens} tokens · {rollout.elapsed(now):.1f}s"
+    if rollout.reason and rollout.status is not Status.DONE:
+        text += f" · {rollout.reason}"
+    return text
+
+
+async def run_headless(
+    engine: Engine, out: TextIO = sys.stdout, cancel_stalled: float | None = None
+) -> int:
+    """Run every variant to the end; with `cancel_stalled`, a rollout silent for that
+    many seconds is cancelled rather than waited on forever."""
+    store = engine.store
+    seen: dict[str, Status] = {}
+    states: dict[str, str] = {}
+    flagged: set[str] = set()
+    cancelled: set[str] = set()
+    if cancel_stalled is not None:
+        store.stall_seconds = min(store.stall_seconds, cancel_stalled)
+    await engine.start()
+    settle = asyncio.get_running_loop().create_task(engine.wait())
+
+    def report() -> None:
+        changes = store.take_changes()
+        now = store.clock()
+        for name in sorted(changes.variants):
+            variant = engine.variants.get(name)
+            if variant is not None and states.get(name) != variant.state.value:
+                states[name] = variant.state.value
+                reason = f" · {variant.reason}" if variant.reason else ""
+                print(f"{name}: {variant.state.value}{reason}", file=out, flush=True)
+        for key in changes.rollouts:
+            rollout = store.rollouts[key]
+            if rollout.status is Status.QUEUED or seen.get(key) == rollout.status:
+                continue
+            seen[key] = rollout.status
+            print(rollout_line(rollout, now), file=out, flush=True)
+        for rollout in store.stalled(now):
+            idle = now - (rollout.last_delta_at or rollout.started_at or now)
+            label = f"{rollout.key} [{rollout.task_label}]"
+            if rollout.key not in flagged:
+                flagged.add(rollout.key)
+                print(f"{label} stalled: no delta for {idle:.0f}s", file=out, flush=True)
+            if cancel_stalled is not None and idle >= cancel_stalled and rollout.key not in cancelled:
+                cancelled.add(rollout.key)
+                engine.cancel_rollout(rollout.key)
+                print(f"{label} cancelling: silent for {idle:.0f}s", file=out, flush=True)
+
+    try:
+        while not settle.done():
+            report()
+            await asyncio.wait({settle}, timeout=POLL_SECONDS)
+        report()
+    finally:
+        await engine.shutdown()
+    for line in summary_lines(engine):
+        print(line, file=out, flush=True)
+    ok = store.rollouts and all(r.status is Status.DONE for r in store.rollouts.values())
+    return 0 if ok else 1

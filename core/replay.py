@@ -1,0 +1,264 @@
+"""Sessions with nothing live behind them: a recording replayed at its recorded pace
+(or as fast as possible, with pause, step and seek), and a finished verifiers run
+opened offline. Both fill the same store the live engine fills, so the app shows
+them with the same screens; start and cancel are disabled, with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from core.assembly import LIST_FIELDS
+from core.engine import Session, new_session_dir
+from core.recording import read_recording
+from core.run_dir import open_run
+from core.store import RolloutStore
+from core.variant import Escalation, VariantState
+from core.wire import ABORTED_ERROR
+
+FAST_BATCH = 200
+"""Records applied between yields when replaying as fast as possible, so the app
+stays responsive."""
+
+
+class RecordedVariant:
+    """A variant as its recorded lifecycle events describe it; read-only."""
+
+    can_start = False
+    can_cancel = False
+    health_left = None
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.state = VariantState.IDLE
+        self.reason: str | None = None
+        self.pid: int | None = None
+        self.address: str | None = None
+        self.server_started_at: float | None = None
+        self.escalation: list[Escalation] = []
+        self.outcome_text: str | None = None
+
+    def grace_left(self, now: float | None = None) -> None:
+        return None
+
+    def log_tail(self, n: int = 200) -> list[str]:
+        return ["(server logs are not part of a recording)"]
+
+    def log_size(self) -> int:
+        return 0
+
+    def start(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+    def apply(self, event: dict) -> None:
+        kind = str(event.get("kind"))
+        t = float(event.get("t") or 0.0)
+        if kind in VariantState.__members__.values():
+            self.state = VariantState(kind)
+            self.reason = event.get("reason") or (self.reason if kind == "failed" else None)
+        elif kind in ("started", "attached"):
+            self.pid = event.get("pid")
+            self.address = event.get("address")
+            self.server_started_at = t
+        elif "detail" in event:
+            self.escalation.append(Escalation(t, kind, str(event["detail"])))
+        elif kind == "exited":
+            self.pid = None
+            self.outcome_text = f"exit code {event.get('code')} · {event.get('status', 'exited')}"
+
+
+def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], record: dict) -> None:
+    """One recorded record into the store, exactly as the live engine put it there."""
+    kind = record.get("k")
+    t = record.get("t")
+    if kind == "rollout":
+        store.add_rollout(
+            record["variant"], record.get("task_index", 0), record.get("task_data") or {},
+            record.get("rollout_index", 0), key=record["id"],
+        )
+        variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
+    elif kind == "request":
+        store.started(record["id"], record["request_id"], t)
+    elif kind == "delta":
+        store.apply(record["id"], record["d"], t)
+    elif kind == "reply":
+        reply = record.get("r") or {}
+        key = record["id"]
+        if reply.get("success") and reply.get("head") is not None:
+            rollout = store.rollouts[key]
+            store.finished(key, rollout.assembly.finish(reply["head"], reply.get("traces") or []), t)
+        else:
+            error = str(reply.get("error") or "no reply")
+            cancelled = error.startswith(ABORTED_ERROR.split(":")[0]) or "cancelled" in error
+            store.failed(key, error, cancelled=cancelled, t=t)
+    elif kind == "event":
+        variant = variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
+        variant.apply(record)
+        store.touch_variant(variant.name)
+
+
+class ReplayClock:
+    """Recorded time as the replay sees it: the store's `now` is the time of the
+    last record applied, so elapsed and idle read as they did live."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ReplaySession(Session):
+    def __init__(self, path: Path, speed: float = 1.0) -> None:
+        self.clock = ReplayClock()
+        super().__init__(RolloutStore(clock=self.clock), new_session_dir(), path)
+        self.recording = read_recording(path)
+        self.speed = speed
+        self.readonly_reason = f"a replay of {path.name}: start and cancel act on live servers only"
+        self.paused = False
+        self.finished = False
+        self.applied = 0
+        self._records: Iterator[dict] = iter(self.recording)
+        self._resume = asyncio.Event()
+        self._player: asyncio.Task | None = None
+        self._seek: str | None = None
+
+    @property
+    def truncated(self) -> str | None:
+        return self.recording.truncated
+
+    async def start(self) -> None:
+        self._resume.set()
+        self._player = asyncio.get_running_loop().create_task(self._play())
+
+    async def wait(self) -> None:
+        if self._player is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._player
+
+    async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
+        if self._player is not None:
+            self._player.cancel()
+        await self.wait()
+        on_progress("replay stopped")
+
+    def toggle_pause(self) -> bool:
+        self.paused = not self.paused
+        if self.paused:
+            self._resume.clear()
+        else:
+            self._resume.set()
+        return self.paused
+
+    def step(self) -> bool:
+        """Apply the next record while paused; false at the end."""
+        record = next(self._records, None)
+        if record is None:
+            self.finished = True
+            return False
+        self._apply(record)
+        return True
+
+    def seek(self, rollout_key: str) -> None:
+        """Play as fast as possible until that rollout has ended, then pause."""
+        self._seek = rollout_key
+        self.paused = False
+        self._resume.set()
+
+    def _apply(self, record: dict) -> None:
+        if record.get("t"):
+            self.clock.now = float(record["t"])
+        apply_record(self.store, self.variants, record)
+        self.applied += 1
+
+    async def _play(self) -> None:
+        previous: float | None = None
+        pace_start = time.monotonic()
+        burst = 0
+        for record in self._records:
+            await self._resume.wait()
+            t = record.get("t")
+            fast = self.speed <= 0 or self._seek is not None
+            if fast or previous is None or t is None:
+                burst += 1
+                if burst >= FAST_BATCH:
+                    burst = 0
+                    await asyncio.sleep(0)
+            else:
+                target = pace_start + (t - previous) / self.speed
+                delay = target - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                pace_start = max(target, time.monotonic() - 0.05)
+            if t is not None:
+                previous = t
+            self._apply(record)
+            if self._seek is not None and self._seek in self.store.rollouts:
+                if self.store.rollouts[self._seek].status.finished:
+                    self._seek = None
+                    self.toggle_pause()
+        self.finished = True
+        for variant in self.variants.values():
+            self.store.touch_variant(variant.name)
+
+
+class OpenedRun(Session):
+    """A finished verifiers run: every episode at once, browsable offline."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(RolloutStore(), new_session_dir(), None)
+        self.run = open_run(path)
+        name = (self.run.run_dir or path).name
+        self.readonly_reason = f"an offline view of {name}: nothing is running"
+        variant = self.variants[name] = RecordedVariant(name)
+        variant.state = VariantState.DONE
+        for index, episode in enumerate(self.run.episodes):
+            load_episode(self.store, name, index, episode)
+
+    async def start(self) -> None:
+        self.store.touch_variant(next(iter(self.variants)))
+
+    async def wait(self) -> None:
+        return None
+
+    async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
+        on_progress("closed")
+
+
+def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[str, Any]) -> None:
+    """A whole episode into the store as if it had streamed: each trace as one delta
+    (its header, every list item, every scalar), then the reply."""
+    task = episode.get("task") or {}
+    rollout = store.add_rollout(variant, index, task.get("data") or task, 0)
+    timing = [t.get("timing") or {} for t in episode.get("traces") or []]
+    start = min((t.get("start") or 0.0 for t in timing), default=0.0) or None
+    end = max((span.get("end") or 0.0 for t in timing for span in t.values() if isinstance(span, dict)), default=0.0)
+    store.started(rollout.key, str(episode.get("id") or rollout.key), start)
+    for trace in episode.get("traces") or []:
+        store.apply(rollout.key, trace_as_delta(trace), end or start)
+    store.finished(rollout.key, episode, end or start)
+
+
+HEADER_KEYS = ("version", "id", "verifiers", "task")
+
+
+def trace_as_delta(trace: dict) -> dict:
+    delta: dict[str, Any] = {
+        "trace": trace["id"],
+        "open": {key: trace[key] for key in HEADER_KEYS if key in trace},
+    }
+    for key in LIST_FIELDS:
+        if trace.get(key):
+            delta[key] = trace[key]
+    scalars = {k: v for k, v in trace.items() if k not in HEADER_KEYS and k not in LIST_FIELDS}
+    if scalars:
+        delta["set"] = scalars
+    return delta

@@ -1,0 +1,484 @@
+"""One variant's life: its env server (supervised child or attached address), its
+tasks dispatched with bounded concurrency, and every run's deltas into the store.
+
+The lifecycle is an explicit state machine; `start` and `cancel` are safe in any
+state. A server that dies mid-run fails its in-flight rollouts at once (the client
+is told to give up on them), so nothing waits on a reply that cannot come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from core.assembly import AssemblyError
+from core.capture import private_dir, tail_lines
+from core.child import ChildError, ChildOutcome, SupervisedChild
+from core.client import EnvClient, RunFailed, ServerGone, new_request_id
+from core.config import VariantConfig
+from core.store import RolloutStore, Status
+
+ATTACH_HEALTH_INTERVAL = 5.0
+ATTACH_HEALTH_MISSES = 3
+"""An attached server gets this many missed health checks in a row before its
+in-flight rollouts are failed: no supervisor tells us it died."""
+
+
+CANCEL_REPLY_WAIT = 2.0
+"""How long a variant cancel waits for aborted runs' replies before it stops the
+server regardless."""
+
+
+class VariantState(StrEnum):
+    IDLE = "idle"
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    DONE = "done"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def active(self) -> bool:
+        return self in (VariantState.STARTING, VariantState.RUNNING, VariantState.DRAINING)
+
+
+@dataclass
+class Escalation:
+    t: float
+    kind: str
+    """"cancel-runs", "sigterm", "sigkill" or "exited"."""
+    detail: str
+
+
+class ServerExited(RuntimeError):
+    pass
+
+
+class Variant:
+    def __init__(
+        self,
+        config: VariantConfig,
+        store: RolloutStore,
+        session_dir: Path,
+        recorder: Any = None,
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.store = store
+        self.session_dir = session_dir
+        self.recorder = recorder
+        self.state = VariantState.IDLE
+        self.reason: str | None = None
+        self.address: str | None = None
+        self.server_started_at: float | None = None
+        self.health_left: float | None = None
+        self.escalation: list[Escalation] = []
+        self.outcome_text: str | None = None
+        self.stdout_path: Path | None = None
+        self.stderr_path: Path | None = None
+        self._child: SupervisedChild | None = None
+        self._client: EnvClient | None = None
+        self._main: asyncio.Task | None = None
+        self._runs: dict[str, asyncio.Task] = {}
+        self._grace_until: float | None = None
+        self._stopping: asyncio.Task | None = None
+        self._kill_now = False
+        self._gone: str | None = None
+        self._starts = 0
+        store.add_variant(self.name)
+
+    # -- what the UI reads ---------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        child = self._child
+        return child.pid if child is not None and child.poll() is None else None
+
+    @property
+    def can_start(self) -> bool:
+        return not self.state.active and self.state is not VariantState.CANCELLING
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.state.active or self.state is VariantState.CANCELLING
+
+    def grace_left(self, now: float | None = None) -> float | None:
+        if self._grace_until is None:
+            return None
+        return max(0.0, self._grace_until - (now if now is not None else time.time()))
+
+    def log_tail(self, n: int = 200) -> list[str]:
+        lines: list[str] = []
+        for path in (self.stdout_path, self.stderr_path):
+            if path is not None and path.exists():
+                lines.extend(tail_lines(path, n))
+        return lines[-n:]
+
+    def log_size(self) -> int:
+        return sum(
+            path.stat().st_size
+            for path in (self.stdout_path, self.stderr_path)
+            if path is not None and path.exists()
+        )
+
+    # -- commands --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start a fresh server and a fresh round of the variant's rollouts."""
+        if not self.can_start:
+            return
+        self.reason = self.outcome_text = None
+        self.escalation = []
+        self._kill_now = False
+        self._gone = None
+        self._set(VariantState.STARTING)
+        self._starts += 1
+        keys = self._queue_rollouts()
+        self._main = asyncio.get_running_loop().create_task(self._run(keys), name=f"variant {self.name}")
+
+    def cancel(self) -> None:
+        """First call: cancel the runs over the wire, then stop the server (SIGTERM,
+        grace, SIGKILL). A second call while that is under way kills at once."""
+        if self.state is VariantState.CANCELLING:
+            self._kill_now = True
+            return
+        if not self.can_cancel:
+            return
+        self._set(VariantState.CANCELLING)
+        self._stopping = asyncio.get_running_loop().create_task(self._cancel())
+
+    def cancel_rollout(self, key: str) -> bool:
+        rollout = self.store.rollouts.get(key)
+        if rollout is None or rollout.status.finished:
+            return False
+        task = self._runs.get(key)
+        if rollout.status is Status.QUEUED or task is None:
+            self.store.failed(key, "cancelled before it started", cancelled=True)
+            self._record_reply(key, {"success": False, "error": "cancelled before it started"})
+            return True
+        self.store.cancelling(key)
+        asyncio.get_running_loop().create_task(self._cancel_run(key, rollout.request_id))
+        return True
+
+    async def wait(self) -> None:
+        """Until the variant has settled (done, cancelled or failed)."""
+        for task in (self._main, self._stopping):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.shield(task)
+
+    # -- the life of one start ----------------------------------------------------
+
+    async def _run(self, keys: list[str]) -> None:
+        watchdog: asyncio.Task | None = None
+        try:
+            address = await self._launch()
+            self._client = EnvClient(address)
+            await self._client.wait_for_server_startup(
+                self.config.health_timeout, on_wait=self._health_countdown
+            )
+            self.health_left = None
+            self._event("healthy", address=address)
+            self._set(VariantState.RUNNING)
+            watchdog = asyncio.get_running_loop().create_task(self._watch_server())
+            await self._dispatch(keys)
+            if self._gone is not None:
+                self.reason = self._gone
+            elif keys and all(self.store.rollouts[k].status is not Status.DONE for k in keys):
+                self.reason = "every rollout failed"
+            await self._stop_server(self.config.grace_seconds)
+            self._set(VariantState.FAILED if self.reason else VariantState.DONE)
+        except asyncio.CancelledError:
+            raise
+        except (ServerExited, TimeoutError, ChildError, OSError) as error:
+            self.health_left = None
+            self.reason = str(error)
+            self._fail_unfinished(keys, str(error))
+            await self._stop_server(self.config.grace_seconds)
+            self._set(VariantState.FAILED)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            await self._close_client()
+
+    def _queue_rollouts(self) -> list[str]:
+        keys = []
+        for task_index, task_data in enumerate(self.config.task_list()):
+            for rollout_index in range(self.config.rollouts_per_task):
+                rollout = self.store.add_rollout(self.name, task_index, task_data, rollout_index)
+                keys.append(rollout.key)
+                if self.recorder is not None:
+                    self.recorder.rollout(rollout.key, self.name, task_index, task_data, rollout_index)
+        return keys
+
+    async def _launch(self) -> str:
+        if self.config.attach:
+            self.address = self.config.attach
+            self._event("attached", address=self.address)
+            return self.address
+        port = _free_port()
+        self.address = f"tcp://127.0.0.1:{port}"
+        run_dir = private_dir(self.session_dir / f"{self.name}-{self._starts}")
+        self.stdout_path = run_dir / "stdout.log"
+        self.stderr_path = run_dir / "stderr.log"
+        env = {**os.environ, **self.config.environment()}
+        self._child = SupervisedChild(
+            argv=self.config.server_argv(port),
+            cwd=self.config.working_dir() or Path.cwd(),
+            env=env,
+            stdout_path=self.stdout_path,
+            stderr_path=self.stderr_path,
+            record_path=run_dir / "supervisor.json",
+            deadline_seconds=self.config.deadline_seconds,
+            supervisor_grace_seconds=max(0.5, self.config.grace_seconds * 0.6),
+            label=self.name,
+        )
+        pid = await asyncio.to_thread(self._child.start)
+        self.server_started_at = time.time()
+        self._event("started", pid=pid, address=self.address)
+        return self.address
+
+    def _health_countdown(self, left: float) -> None:
+        self.health_left = left
+        self.store.touch_variant(self.name)
+        if self._child is not None and (code := self._child.poll()) is not None:
+            raise ServerExited(self._exit_reason(code, "before it answered health"))
+
+    async def _dispatch(self, keys: list[str]) -> None:
+        gate = asyncio.Semaphore(self.config.max_concurrent)
+
+        async def one(key: str) -> None:
+            async with gate:
+                if self.store.rollouts[key].status is Status.QUEUED:
+                    await self._run_one(key)
+
+        tasks = [asyncio.get_running_loop().create_task(one(key)) for key in keys]
+        self._runs = dict(zip(keys, tasks))
+        pending = set(tasks)
+        try:
+            while pending:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                queued = any(self.store.rollouts[k].status is Status.QUEUED for k in keys)
+                if not queued and self.state is VariantState.RUNNING:
+                    self._set(VariantState.DRAINING)
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            self._runs = {}
+
+    async def _run_one(self, key: str) -> None:
+        client = self._client
+        assert client is not None
+        rollout = self.store.rollouts[key]
+        request_id = new_request_id()
+        self.store.started(key, request_id)
+        if self.recorder is not None:
+            self.recorder.request(key, request_id)
+
+        def on_delta(delta: dict) -> None:
+            self.store.observe(key, delta)
+            if self.recorder is not None:
+                self.recorder.delta(key, delta)
+
+        try:
+            record = await client.run(
+                rollout.task_data,
+                self.config.client_config(),
+                self.config.model,
+                self.config.sampling,
+                on_delta,
+                request_id=request_id,
+                assembly=rollout.assembly,
+            )
+        except (RunFailed, ServerGone, AssemblyError) as error:
+            reason = error.error if isinstance(error, RunFailed) else str(error)
+            # a run the user cancelled ends cancelled, however the ending reached us
+            cancelled = getattr(error, "aborted", False) or rollout.status is Status.CANCELLING
+            self.store.failed(key, reason, cancelled=cancelled)
+            self._record_reply(key, {"success": False, "error": reason})
+        except asyncio.CancelledError:
+            self.store.failed(key, "cancelled with the variant", cancelled=True)
+            self._record_reply(key, {"success": False, "error": "cancelled with the variant"})
+            raise
+        else:
+            self.store.finished(key, record)
+            self._record_reply(key, _reply_of(record))
+
+    async def _cancel_run(self, key: str, request_id: str | None) -> None:
+        client = self._client
+        if client is None or request_id is None:
+            return
+        try:
+            found = await client.cancel(request_id, timeout=10.0)
+        except (TimeoutError, RunFailed, ServerGone) as error:
+            self.store.failed(key, f"cancel was not answered: {error}", cancelled=True)
+            task = self._runs.get(key)
+            if task is not None:
+                task.cancel()
+            return
+        if not found:
+            # the server no longer holds it: its reply is on the way or lost
+            task = self._runs.get(key)
+            if task is not None and not task.done():
+                task.cancel()
+
+    async def _watch_server(self) -> None:
+        """Notice a server that went away while runs wait on it: a supervised child's
+        exit at once, an attached server after missed health checks."""
+        client = self._client
+        assert client is not None
+        misses = 0
+        while self._gone is None:
+            if self._child is not None:
+                await asyncio.sleep(0.2)
+                code = self._child.poll()
+                if code is not None:
+                    self._gone = self._exit_reason(code, "mid-run")
+            else:
+                await asyncio.sleep(ATTACH_HEALTH_INTERVAL)
+                misses = 0 if await client.health(timeout=ATTACH_HEALTH_INTERVAL) else misses + 1
+                if misses >= ATTACH_HEALTH_MISSES:
+                    self._gone = f"the server at {self.address} stopped answering health"
+        client.abandon_all(self._gone)
+
+    # -- cancelling and stopping --------------------------------------------------
+
+    async def _cancel(self) -> None:
+        main = self._main
+        in_flight = [
+            (key, self.store.rollouts[key].request_id)
+            for key, task in self._runs.items()
+            if not task.done() and self.store.rollouts[key].status is Status.RUNNING
+        ]
+        for key in self.store.variants[self.name]:
+            rollout = self.store.rollouts[key]
+            if rollout.status is Status.QUEUED:
+                self.store.failed(key, "cancelled with the variant", cancelled=True)
+            elif rollout.status is Status.RUNNING:
+                self.store.cancelling(key)
+        if in_flight and self._client is not None:
+            self._note("cancel-runs", f"cancelling {len(in_flight)} run(s) over the wire")
+            await asyncio.gather(
+                *(self._client.cancel(rid, timeout=3.0) for _, rid in in_flight if rid),
+                return_exceptions=True,
+            )
+            # let the aborted replies land, so each rollout ends on the server's word
+            runs = [task for task in self._runs.values() if not task.done()]
+            if runs:
+                await asyncio.wait(runs, timeout=CANCEL_REPLY_WAIT)
+        if main is not None and not main.done():
+            main.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await main
+        await self._stop_server(self.config.grace_seconds)
+        await self._close_client()
+        self._set(VariantState.CANCELLED)
+
+    async def _stop_server(self, grace: float) -> None:
+        child = self._child
+        if child is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def on_event(kind: str, detail: dict) -> None:
+            loop.call_soon_threadsafe(self._on_child_event, kind, detail)
+
+        stopper = asyncio.to_thread(child.terminate, grace, on_event)
+        stopping = loop.create_task(stopper)
+        while not stopping.done():
+            if self._kill_now:
+                await asyncio.to_thread(child.kill)
+                self._kill_now = False
+            await asyncio.wait({stopping}, timeout=0.1)
+        with contextlib.suppress(ChildError):
+            stopping.result()
+        self._grace_until = None
+        outcome = child.outcome()
+        self.outcome_text = _describe(outcome)
+        self._event("exited", code=outcome.exit_code, status=str(outcome.status))
+
+    def _on_child_event(self, kind: str, detail: dict) -> None:
+        if kind == "sigterm":
+            grace = float(detail.get("grace_seconds", 0.0))
+            self._grace_until = time.time() + grace
+            self._note("sigterm", f"SIGTERM sent to the server's group, grace {grace:g}s")
+        elif kind == "sigkill":
+            self._grace_until = None
+            by = "a second cancel" if detail.get("by") == "app" else "the grace ran out"
+            self._note("sigkill", f"SIGKILL sent to the server's group: {by}")
+        elif kind == "exited":
+            self._grace_until = None
+            self._note("exited", f"server exited with code {detail.get('exit_code')}")
+
+    async def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    # -- bookkeeping ------------------------------------------------------------
+
+    def _fail_unfinished(self, keys: list[str], reason: str) -> None:
+        for key in keys:
+            if not self.store.rollouts[key].status.finished:
+                self.store.failed(key, reason)
+                self._record_reply(key, {"success": False, "error": reason})
+
+    def _exit_reason(self, code: int, when: str) -> str:
+        tail = tail_lines(self.stderr_path, 5) if self.stderr_path is not None else []
+        last = " | ".join(line.strip() for line in tail if line.strip() and not line.startswith("# tracewatch"))
+        return f"the server exited with code {code} {when}" + (f": {last}" if last else "")
+
+    def _set(self, state: VariantState) -> None:
+        self.state = state
+        self.store.touch_variant(self.name)
+        self._event(state.value, reason=self.reason)
+
+    def _note(self, kind: str, detail: str) -> None:
+        self.escalation.append(Escalation(time.time(), kind, detail))
+        self.store.touch_variant(self.name)
+        self._event(kind, detail=detail)
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
+
+    def _record_reply(self, key: str, reply: dict) -> None:
+        if self.recorder is not None:
+            self.recorder.reply(key, reply)
+
+
+def _reply_of(record: dict) -> dict:
+    """The reply a recording keeps: the head and the per-trace counts that check it."""
+    return {
+        "success": True,
+        "error": None,
+        "head": {key: value for key, value in record.items() if key != "traces"},
+        "traces": [
+            {"id": t["id"], "nodes": len(t["nodes"]), "calls": len(t["calls"])}
+            for t in record.get("traces", ())
+        ],
+    }
+
+
+def _describe(outcome: ChildOutcome) -> str:
+    text = f"exit code {outcome.exit_code} · {outcome.status}"
+    if outcome.signal:
+        text += f" ({outcome.signal})"
+    return text
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+

@@ -1,0 +1,191 @@
+"""Variants end to end: real demo servers under the real supervisor, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.config import load_config
+from core.engine import Engine
+from core.store import Status
+from core.variant import VariantState
+
+SPEED = 40
+
+
+def write_config(tmp_path: Path, variants: list[str]) -> Path:
+    path = tmp_path / "tracewatch.toml"
+    path.write_text("\n".join(variants))
+    return path
+
+
+def demo_variant(name: str, scenarios: list[str], **extra: object) -> str:
+    tasks = ", ".join(
+        f'{{ id = "{name}-{i}-{s}", name = "{s} task", prompt = "p", scenario = "{s}", kind = "coding" }}'
+        for i, s in enumerate(scenarios)
+    )
+    settings = {"max_concurrent": 4, "health_timeout": 30.0, "grace_seconds": 5.0, **extra}
+    lines = [
+        "[[variants]]",
+        f'name = "{name}"',
+        f'command = ["{sys.executable}", "-m", "core.demo", "--address", "{{address}}", "--speed", "{SPEED}"]',
+        f"tasks = [{tasks}]",
+        'model = "demo-model"',
+    ]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
+    return "\n".join(lines) + "\n"
+
+
+async def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def server_pids(engine: Engine, name: str) -> list[int]:
+    """The supervisor and the server it started, from the supervisor's record."""
+    record_path = engine.variants[name]._child.record_path
+    record = json.loads(record_path.read_text())
+    return [record["supervisor_pid"], record["child_pid"]]
+
+
+@pytest.fixture
+def engine_for(tmp_path):
+    engines: list[Engine] = []
+
+    def make(*variants: str) -> Engine:
+        engine = Engine(load_config(write_config(tmp_path, list(variants))), session_dir=tmp_path / "session")
+        engines.append(engine)
+        return engine
+
+    yield make
+    # nothing may outlive a test, whatever it asserted
+    for engine in engines:
+        for variant in engine.variants.values():
+            child = variant._child
+            if child is not None and child.poll() is None:
+                child.terminate(1.0)
+
+
+async def test_two_variants_run_to_done(engine_for):
+    engine = engine_for(
+        demo_variant("baseline", ["normal", "transient", "multi-agent"]),
+        demo_variant("candidate", ["normal", "retried"]),
+    )
+    await engine.start()
+    await asyncio.wait_for(engine.wait(), 90)
+    for name, count in (("baseline", 3), ("candidate", 2)):
+        variant = engine.variants[name]
+        assert variant.state is VariantState.DONE, (variant.state, variant.reason)
+        rollouts = list(engine.store.variant_rollouts(name))
+        assert len(rollouts) == count
+        assert all(r.status is Status.DONE and r.reward is not None for r in rollouts)
+        assert all(r.turns > 0 and r.record is not None for r in rollouts)
+        assert variant.pid is None and not any(alive(pid) for pid in server_pids(engine, name))
+    multi = next(r for r in engine.store.variant_rollouts("baseline") if r.task_data["scenario"] == "multi-agent")
+    assert len(multi.traces) == 2
+    stats = engine.store.stats("baseline")
+    assert stats.counts[Status.DONE] == 3 and "agent" in stats.phases
+
+
+async def test_cancel_variant_mid_run_leaves_no_process(engine_for):
+    engine = engine_for(demo_variant("stuck", ["stuck", "stuck", "normal"], max_concurrent=2))
+    await engine.start()
+    variant = engine.variants["stuck"]
+    store = engine.store
+    await wait_for(
+        lambda: sum(r.status is Status.RUNNING and r.turns > 0 for r in store.rollouts.values()) == 2,
+        what="both stuck rollouts to be running a turn",
+    )
+    pids = server_pids(engine, "stuck")
+    variant.cancel()
+    assert variant.state is VariantState.CANCELLING
+    await asyncio.wait_for(engine.wait(), 30)
+    assert variant.state is VariantState.CANCELLED
+    assert [e.kind for e in variant.escalation][:2] == ["cancel-runs", "sigterm"]
+    assert all(r.status is Status.CANCELLED for r in store.rollouts.values())
+    assert not any(alive(pid) for pid in pids)
+    assert variant.outcome_text and "cancelled" in variant.outcome_text
+
+
+async def test_server_killed_mid_run_fails_its_rollouts(engine_for):
+    engine = engine_for(demo_variant("doomed", ["stuck", "stuck"]))
+    await engine.start()
+    variant = engine.variants["doomed"]
+    store = engine.store
+    await wait_for(lambda: sum(r.turns > 0 for r in store.rollouts.values()) == 2, what="rollouts mid-turn")
+    supervisor_pid, server_pid = server_pids(engine, "doomed")
+    os.kill(server_pid, signal.SIGKILL)
+    await asyncio.wait_for(engine.wait(), 15)
+    assert variant.state is VariantState.FAILED
+    assert "exited with code 137" in variant.reason
+    assert all(r.status is Status.FAILED and "exited with code 137" in r.reason for r in store.rollouts.values())
+    assert not alive(supervisor_pid)
+
+
+async def test_attach_to_nothing_fails_after_health_timeout(engine_for):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = engine_for(
+        "[[variants]]\n"
+        'name = "remote"\n'
+        f'attach = "tcp://127.0.0.1:{port}"\n'
+        'tasks = [{ id = "t" }]\n'
+        'model = "m"\n'
+        "health_timeout = 1.0\n"
+    )
+    started = time.monotonic()
+    await engine.start()
+    await asyncio.wait_for(engine.wait(), 15)
+    variant = engine.variants["remote"]
+    assert variant.state is VariantState.FAILED
+    assert f"tcp://127.0.0.1:{port} did not answer health within 1s" in variant.reason
+    assert time.monotonic() - started >= 1.0
+    assert engine.store.rollouts["remote/0"].status is Status.FAILED
+
+
+async def test_cancel_one_rollout_over_the_wire(engine_for):
+    engine = engine_for(demo_variant("one", ["stuck", "normal"]))
+    await engine.start()
+    store = engine.store
+    await wait_for(lambda: store.rollouts["one/0"].turns > 0, what="the stuck rollout's first turn")
+    assert engine.cancel_rollout("one/0")
+    assert store.rollouts["one/0"].status is Status.CANCELLING
+    await asyncio.wait_for(engine.wait(), 30)
+    assert store.rollouts["one/0"].status is Status.CANCELLED
+    assert "aborted" in store.rollouts["one/0"].reason
+    assert store.rollouts["one/1"].status is Status.DONE
+    assert engine.variants["one"].state is VariantState.DONE
+
+
+async def test_start_after_done_starts_a_fresh_child(engine_for):
+    engine = engine_for(demo_variant("again", ["normal"]))
+    await engine.start()
+    await asyncio.wait_for(engine.wait(), 30)
+    variant = engine.variants["again"]
+    first = variant._child
+    assert variant.state is VariantState.DONE and variant.can_start
+    variant.start()
+    assert variant.state is VariantState.STARTING
+    await asyncio.wait_for(engine.wait(), 30)
+    assert variant.state is VariantState.DONE and variant._child is not first
+    assert [r.status for r in engine.store.variant_rollouts("again")] == [Status.DONE, Status.DONE]

@@ -1,0 +1,122 @@
+"""The `tracewatch` command: the demo with no arguments, a config file, an attach to a
+running server, a replay of a recording, or a finished run opened offline; each with
+`--headless` for a screen-less run that prints progress and a summary."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from core.config import Config, ConfigError, demo_config, load_config
+from core.engine import Engine, Session
+from core.headless import run_headless
+from core.recording import Recorder, RecordingError, default_recording_path
+from core.replay import OpenedRun, ReplaySession
+from core.run_dir import RunDirError
+
+COMMANDS = ("attach", "replay", "open")
+
+
+def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
+    parser.add_argument("--headless", action="store_true", help="no screen: print one line per rollout event and a summary; exit 0 only if every rollout finished without error")
+    if live:
+        record = parser.add_mutually_exclusive_group()
+        record.add_argument("--record", type=Path, metavar="PATH", help="record every delta to PATH (default: a new file under $TRACEWATCH_HOME/recordings)")
+        record.add_argument("--no-record", action="store_true", help="do not record this session")
+        parser.add_argument("--cancel-stalled", type=float, metavar="SECONDS", help="headless: cancel a rollout that sent nothing for this long")
+
+
+def main_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracewatch",
+        description="Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
+        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch replay FILE | tracewatch open PATH (each takes --help).",
+    )
+    parser.add_argument("config", nargs="?", type=Path, help="a TOML config of variants (see README)")
+    parser.add_argument("--speed", type=float, default=1.0, help="demo only: scale the demo servers' pace (2 = twice as fast)")
+    _common(parser)
+    return parser
+
+
+def attach_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tracewatch attach", description="Dispatch tasks to an env server that already runs (an EnvServer or EnvServerPool).")
+    parser.add_argument("address", help="tcp://host:port of the server")
+    parser.add_argument("--tasks", type=Path, required=True, help="JSONL file, one task_data object per line")
+    parser.add_argument("--rollouts", type=int, default=1, help="rollouts per task")
+    parser.add_argument("--concurrency", type=int, default=4, help="max rollouts in flight")
+    parser.add_argument("--model", default="gpt-4.1-mini", help="model name sent with each run")
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="the model endpoint the server calls")
+    parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="NAME of the environment variable (on the server) holding the API key")
+    _common(parser)
+    return parser
+
+
+def replay_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tracewatch replay", description="Replay a recorded session in the same app.")
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--speed", type=float, default=1.0, help="recorded pace times X; 0 replays as fast as possible")
+    _common(parser, live=False)
+    return parser
+
+
+def open_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tracewatch open", description="Browse a finished verifiers run directory or a traces JSONL file offline.")
+    parser.add_argument("path", type=Path)
+    _common(parser, live=False)
+    return parser
+
+
+def _recorder(args: argparse.Namespace, meta: dict) -> Recorder | None:
+    if args.no_record:
+        return None
+    return Recorder(args.record or default_recording_path(), meta=meta)
+
+
+def _live_config(command: str | None, args: argparse.Namespace) -> Config:
+    if command == "attach":
+        return Config.from_attach(
+            address=args.address,
+            tasks_path=args.tasks,
+            rollouts=args.rollouts,
+            concurrency=args.concurrency,
+            model=args.model,
+            base_url=args.base_url,
+            api_key_var=args.api_key_var,
+        )
+    if args.config is not None:
+        return load_config(args.config)
+    return demo_config(sys.executable, speed=args.speed)
+
+
+def _offline_session(command: str, args: argparse.Namespace) -> Session:
+    if command == "replay":
+        return ReplaySession(args.file, speed=args.speed)
+    return OpenedRun(args.path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = {None: main_parser, "attach": attach_parser, "replay": replay_parser, "open": open_parser}[command]()
+    args = parser.parse_args(argv[1:] if command else argv)
+    try:
+        if command in ("replay", "open"):
+            engine = _offline_session(command, args)
+        else:
+            config = _live_config(command, args)
+            engine = Engine(config, recorder=_recorder(args, {"argv": argv}))
+    except (ConfigError, RecordingError, RunDirError, OSError) as error:
+        print(f"tracewatch: {error}", file=sys.stderr)
+        return 2
+    if args.headless:
+        return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
+    from tui.app import TracewatchApp
+
+    TracewatchApp(engine).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
