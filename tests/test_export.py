@@ -1,0 +1,174 @@
+"""Export of real recordings: the fixture's verifiers 0.4.0 stream recorded through
+`Recorder`, rebuilt into episodes, and written as JSONL."""
+
+from __future__ import annotations
+
+import base64
+import json
+import stat
+from pathlib import Path
+
+import msgpack
+import pytest
+from verifiers.v1.episode import WireEpisode
+
+from core.assembly import AssemblyError, EpisodeAssembly
+from core.export import BYTES_MARKER, episode_json, export_recording, rebuild_episodes
+from core.recording import Recorder, read_recording
+from core.run_dir import open_run
+
+FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
+
+
+def fixture_stream() -> tuple[list[dict], list[dict], list[dict]]:
+    deltas = [json.loads(line) for line in (FIXTURE / "deltas.jsonl").read_text().splitlines()]
+    runs = [r for r in json.loads((FIXTURE / "requests.json").read_text()) if r["method"] == "run"]
+    replies = [r for r in json.loads((FIXTURE / "replies.json").read_text()) if r["request"]]
+    return runs, deltas, replies
+
+
+def record_fixture(path: Path) -> None:
+    """The fixture's runs as the app records them: announce, request, every delta in
+    arrival order (runs interleaved), then the replies."""
+    runs, deltas, replies = fixture_stream()
+    with Recorder(path, meta={"source": "verifiers-0.4.0 fixture"}) as rec:
+        for index, run in enumerate(runs):
+            rollout_id = f"fixture/{run['request']}"
+            rec.rollout(rollout_id, "fixture", index, run["payload"]["task_data"], 0)
+            rec.request(rollout_id, run["request_id"])
+        for row in deltas:
+            rec.delta(f"fixture/{row['request']}", row["delta"], t=row["t"])
+        for row in replies:
+            rec.reply(f"fixture/{row['request']}", row["reply"])
+
+
+def assembled_directly() -> dict[str, dict]:
+    """Each run's episode as the assembly builds it straight from the fixture."""
+    _runs, deltas, replies = fixture_stream()
+    assemblies: dict[str, EpisodeAssembly] = {}
+    for row in deltas:
+        assemblies.setdefault(row["request"], EpisodeAssembly()).apply(row["delta"])
+    return {
+        f"fixture/{row['request']}": assemblies[row["request"]].finish(row["reply"]["head"], row["reply"]["traces"])
+        for row in replies
+        if "head" in row["reply"]
+    }
+
+
+def verifiers_episodes() -> dict[str, dict]:
+    return {f"fixture/{e['request']}": e["episode"] for e in json.loads((FIXTURE / "episodes.json").read_text())}
+
+
+def test_rebuilt_episodes_equal_the_assemblys_finish(tmp_path):
+    path = tmp_path / "fixture.twrec"
+    record_fixture(path)
+    rebuilt = rebuild_episodes(read_recording(path))
+    expected = assembled_directly()
+    assert rebuilt == expected
+    assert len(rebuilt) == 6  # `cancel` replied without an episode
+    assert rebuilt == verifiers_episodes()  # what verifiers' own client assembled
+
+
+def test_episode_json_is_what_verifiers_assembled(tmp_path):
+    episodes = verifiers_episodes()
+    for rollout_id, episode in assembled_directly().items():
+        loaded = json.loads(episode_json(episode))
+        assert WireEpisode.model_validate(loaded).model_dump(mode="json") == episodes[rollout_id]
+
+
+def test_episode_json_marks_bytes_as_base64_and_nan_as_null():
+    data = bytes(range(256))
+    episode = {
+        "id": "e",
+        "traces": [
+            {"nodes": [{"routed_experts": {"__nd__": True, "dtype": "uint8", "shape": [256], "data": data}}]}
+        ],
+        "score": float("nan"),
+        "links": {3: ["x"]},
+    }
+    loaded = json.loads(episode_json(episode))
+    encoded = loaded["traces"][0]["nodes"][0]["routed_experts"]["data"]
+    assert list(encoded) == [BYTES_MARKER]
+    assert base64.b64decode(encoded[BYTES_MARKER]) == data
+    assert loaded["score"] is None
+    assert loaded["links"] == {"3": ["x"]}
+
+
+def test_export_writes_every_record_as_one_json_line(tmp_path):
+    path = tmp_path / "fixture.twrec"
+    record_fixture(path)
+    with Recorder(tmp_path / "bytes.twrec") as rec:
+        rec.delta("v/0", {"trace": "t", "nodes": [{"routed_experts": {"__nd__": True, "data": b"\x00\xff"}}]})
+    out = tmp_path / "out" / "records.jsonl"
+    out.parent.mkdir()
+
+    lines, note = export_recording(path, out)
+    assert note is None
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    text = out.read_text(encoding="utf-8").splitlines()
+    assert len(text) == lines
+    rows = [json.loads(line) for line in text]  # each line is valid JSON on its own
+    records = list(read_recording(path))
+    assert lines == len(records) + 1
+    assert rows[0]["format"] == "tracewatch-recording"
+    assert rows[1:] == json.loads(json.dumps(records))  # nothing else changed
+    assert list(out.parent.iterdir()) == [out]  # no partial file left behind
+
+    export_recording(tmp_path / "bytes.twrec", out)  # replaces the earlier export
+    row = json.loads(out.read_text().splitlines()[1])
+    assert row["d"]["nodes"][0]["routed_experts"]["data"] == {BYTES_MARKER: base64.b64encode(b"\x00\xff").decode()}
+
+
+def test_export_of_episodes_opens_as_a_verifiers_traces_file(tmp_path):
+    path = tmp_path / "fixture.twrec"
+    record_fixture(path)
+    out = tmp_path / "traces.jsonl"
+    lines, note = export_recording(path, out, episodes=True)
+    assert (lines, note) == (6, None)
+    episodes = verifiers_episodes()
+    run = open_run(out)
+    assert run.skipped == []
+    announced = [f"fixture/{run['request']}" for run in fixture_stream()[0]]
+    assert [e["id"] for e in run.episodes] == [episodes[k]["id"] for k in announced if k in episodes]
+    for episode in run.episodes:
+        assert WireEpisode.model_validate(episode).model_dump(mode="json") in episodes.values()
+
+
+def test_export_of_a_cut_recording_says_where_it_stopped(tmp_path):
+    path = tmp_path / "fixture.twrec"
+    record_fixture(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 100])  # inside the last reply
+    lines, note = export_recording(path, tmp_path / "records.jsonl")
+    assert "cut at byte" in note
+    assert lines == len(list(read_recording(path))) + 1
+    lines, note = export_recording(path, tmp_path / "episodes.jsonl", episodes=True)
+    assert lines == 5 and "cut at byte" in note  # the last run's reply was lost
+
+
+def test_a_stream_that_lost_a_delta_names_its_rollout(tmp_path):
+    path = tmp_path / "fixture.twrec"
+    record_fixture(path)
+    recording = read_recording(path)
+    records = list(recording)
+    lost = next(i for i, r in enumerate(records) if r["k"] == "delta" and "nodes" in r["d"])
+    damaged = records[:lost] + records[lost + 1 :]
+    with pytest.raises(AssemblyError, match=f"rollout {records[lost]['id']}: "):
+        rebuild_episodes(damaged)
+
+    broken = tmp_path / "lost.twrec"
+    broken.write_bytes(b"".join(msgpack.packb(r) for r in [recording.header, *damaged]))
+    out = tmp_path / "episodes.jsonl"
+    with pytest.raises(AssemblyError):
+        export_recording(broken, out, episodes=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixture.twrec", "lost.twrec"]
+
+
+def test_a_rerun_rollout_starts_a_fresh_episode(tmp_path):
+    path = tmp_path / "fixture.twrec"
+    record_fixture(path)
+    records = list(read_recording(path))
+    run0 = [r for r in records if r.get("id") == "fixture/run0" and r["k"] in ("request", "delta")]
+    failed = [*run0[:3], {"k": "reply", "id": "fixture/run0", "r": {"success": False, "error": "server gone"}}]
+    rebuilt = rebuild_episodes(failed + [r for r in records if r.get("id") == "fixture/run0"])
+    assert rebuilt == {"fixture/run0": assembled_directly()["fixture/run0"]}
