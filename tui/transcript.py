@@ -1,0 +1,732 @@
+"""The live trace view: one `TraceState` drawn turn by turn on Textual's Line API.
+
+The transcript is a list of blocks (one per node, failed model call, trace error, and
+the pending preview), each rendered once from trace data into width-independent
+lines, then wrapped to the widget width. A flat list of wrapped lines is what
+`render_line` reads, through a strip cache, so drawing costs one screenful however
+long the trace is. A tick's `refresh_trace` compares the trace with what is drawn and
+renders only what is new: appended nodes, the one header whose model call arrived
+late, the replaced pending block.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from typing import Any
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.geometry import Region, Size
+from textual.reactive import var
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from core.store import TraceState
+from tui.text import safe, safe_lines, wrap
+
+Seg = tuple[str, str]
+"""Literal (already safe) text and a style key: the `transcript--<key>` component."""
+
+Logical = tuple[Seg | None, list[Seg], Seg]
+"""A width-independent line: gutter, body segments, and what pads it to the width."""
+
+Line = tuple[tuple[Seg, ...], int, Seg, str | None]
+"""A wrapped line: segments, their cell width, padding, and the block's tint."""
+
+FOLLOW_SLACK = 2
+"""Within this many lines of the bottom the view counts as at the bottom."""
+
+ROLES = ("system", "user", "assistant", "tool")
+SPACE: Seg = (" ", "text")
+BLANK: Logical = (None, [], SPACE)
+
+
+class _Block:
+    """One message or event; `head` is kept apart so a late model call re-renders
+    only the header of its node."""
+
+    __slots__ = ("kind", "source", "head", "body", "lines", "head_rows", "tint")
+
+    def __init__(self, kind: str, source: Any, head: list[Logical], body: list[Logical], tint: str | None = None):
+        self.kind = kind
+        self.source = source
+        self.head = head
+        self.body = body
+        self.tint = tint
+        self.lines: list[Line] = []
+        self.head_rows = 0
+
+
+class Transcript(ScrollView, can_focus=True):
+    """One trace, live. The app calls `show` to switch trace and `refresh_trace` on
+    its tick when the store says the trace changed."""
+
+    DEFAULT_CSS = """
+    Transcript {
+        background: $surface;
+        color: $foreground;
+        overflow-x: hidden;
+        overflow-y: scroll;
+        scrollbar-gutter: stable;
+        & > .transcript--text { color: $foreground; }
+        & > .transcript--meta { color: $text-muted; }
+        & > .transcript--rule { color: $text-muted; }
+        & > .transcript--system { color: $text-secondary; text-style: bold; }
+        & > .transcript--user { color: $text-accent; text-style: bold; }
+        & > .transcript--assistant { color: $text-primary; text-style: bold; }
+        & > .transcript--tool { color: $text-success; text-style: bold; }
+        & > .transcript--other { color: $text-warning; text-style: bold; }
+        & > .transcript--call { color: $text-primary; }
+        & > .transcript--reasoning { color: $text-muted; text-style: italic; }
+        & > .transcript--branch { color: $text-warning; }
+        & > .transcript--error { color: $text-error; text-style: bold; }
+        & > .transcript--error-text { color: $text-error; }
+        & > .transcript--pending { background: $warning 12%; }
+        & > .transcript--pending-title { color: $text-warning; text-style: bold; }
+        & > .transcript--cursor { background: $primary 22%; }
+        & > .transcript--badge { color: $text; background: $primary; text-style: bold; }
+    }
+    """
+
+    COMPONENT_CLASSES = {
+        f"transcript--{key}"
+        for key in (
+            *ROLES,
+            "text", "meta", "rule", "other", "call", "reasoning", "branch", "error",
+            "error-text", "pending", "pending-title", "cursor", "badge",
+        )
+    }
+
+    BINDINGS = [
+        Binding("up,left_square_bracket", "cursor(-1)", "Previous message", show=False),
+        Binding("down,right_square_bracket", "cursor(1)", "Next message", show=False),
+        Binding("escape", "clear_cursor", "Clear selection", show=False),
+        Binding("end", "jump_end", "Follow", show=False),
+    ]
+
+    following: var[bool] = var(True)
+    """The view sticks to the bottom as lines arrive."""
+    new_since_left: var[int] = var(0)
+    """Messages appended since the view stopped following (the badge's count)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.clock = clock
+        """The store's clock, for the pending block's elapsed time."""
+        self.blocks_rendered = 0
+        self.headers_rendered = 0
+        """How many blocks and headers were rendered from trace data (to check that
+        a refresh costs what changed)."""
+        self.rollout_key: str | None = None
+        self._state: TraceState | None = None
+        self._cache: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
+        self._styles: dict[tuple[str, str | None, bool], Style] = {}
+        self._width = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._blocks: list[_Block] = []
+        self._starts: list[int] = []
+        self._lines: list[Line] = []
+        self._node_blocks: dict[int, int] = {}
+        self._committed = 0
+        self._errors = 0
+        self._nodes_done = self._calls_done = self._failed_done = 0
+        self._turn = 0
+        self._revision = -1
+        self._pending_ref: object = None
+        self._pending: _Block | None = None
+        self._cursor: int | None = None
+        self._cache.clear()
+
+    # -- the app's API ---------------------------------------------------------------
+
+    def show(self, rollout_key: str | None, trace_state: TraceState | None) -> None:
+        """Switch to another trace (drawn from scratch) or, if it is the one shown,
+        bring it up to date."""
+        if rollout_key == self.rollout_key and trace_state is self._state:
+            self.refresh_trace()
+            return
+        self.rollout_key, self._state = rollout_key, trace_state
+        self._reset()
+        self.following, self.new_since_left = True, 0
+        self.virtual_size = Size(self._width, 0)
+        self.refresh_trace()
+        self.refresh()
+
+    def refresh_trace(self) -> None:
+        """Draw what changed in the trace since the last call; nothing if nothing did."""
+        state = self._state
+        if state is None or state.revision == self._revision:
+            return
+        self._revision = state.revision
+        before = len(self._lines)
+        added = self._sync(state)
+        self.virtual_size = Size(self._width, len(self._lines))
+        if self.following:
+            if len(self._lines) != before:
+                self.scroll_end(animate=False, immediate=True, x_axis=False)
+        elif added:
+            self.new_since_left += added
+        self.refresh()
+
+    def action_toggle_follow(self) -> None:
+        if self.following:
+            self.following = False
+        else:
+            self.action_jump_end()
+
+    def action_jump_end(self) -> None:
+        """Go to the bottom and follow from there."""
+        self.following, self.new_since_left = True, 0
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def selected_block(self) -> str | None:
+        """The raw text of the message under the cursor, or of the last message: what
+        the app's copy key copies (as the trace holds it, never to be drawn)."""
+        if self._cursor is not None:
+            return _copy_text(self._blocks[self._cursor])
+        for block in reversed(self._blocks):
+            if block.kind != "error":
+                return _copy_text(block)
+        return None
+
+    # -- from trace to blocks --------------------------------------------------------
+
+    def _sync(self, state: TraceState) -> int:
+        """Append what is new, re-head nodes whose call arrived late, replace the
+        pending block; return how many messages were added."""
+        added = 0
+        calls = state.record.get("calls") or []
+        for call in calls[self._calls_done :]:
+            node = call.get("node")
+            if isinstance(node, int) and node in self._node_blocks:
+                self._rehead(self._node_blocks[node])
+        self._calls_done = len(calls)
+        nodes, failed = state.nodes, state.failed_calls
+        for index in range(self._nodes_done, len(nodes)):
+            while self._failed_done < len(failed) and failed[self._failed_done][0] <= index:
+                added += self._add_failed(failed[self._failed_done][1])
+            self._node_blocks[index] = self._committed
+            added += self._add_committed(self._node_block(index, nodes[index]))
+        self._nodes_done = len(nodes)
+        while self._failed_done < len(failed):
+            added += self._add_failed(failed[self._failed_done][1])
+        errors = state.errors
+        for error in errors[self._errors :]:
+            self._insert(self._committed + self._errors, self._render("error", error, [], _error_lines(error)))
+            self._errors += 1
+            added += 1
+        pending = state.record.get("pending")
+        if pending is not self._pending_ref:
+            self._pending_ref = pending
+            self._show_pending(pending or [], state.pending_since)
+        return added
+
+    def _add_committed(self, block: _Block) -> int:
+        self._insert(self._committed, block)
+        self._committed += 1
+        return 1
+
+    def _add_failed(self, call: dict) -> int:
+        self._failed_done += 1
+        return self._add_committed(self._render("failed", call, [], _failed_lines(call)))
+
+    def _node_block(self, index: int, node: dict) -> _Block:
+        message = node.get("message") or {}
+        turn = None
+        if index == 0 or (self._state and self._state.nodes[index - 1].get("sampled")):
+            self._turn += 1
+            turn = self._turn
+        block = self._render("node", (index, node, turn), [], _node_body(message))
+        block.head = self._node_head(block)
+        return block
+
+    def _node_head(self, block: _Block) -> list[Logical]:
+        index, node, turn = block.source
+        self.headers_rendered += 1
+        call = self._state.calls_by_node.get(index) if self._state else None
+        return _node_head(index, node, call, turn)
+
+    def _rehead(self, position: int) -> None:
+        block = self._blocks[position]
+        self._replace_head(position, self._node_head(block))
+
+    def _replace_head(self, position: int, head: list[Logical]) -> None:
+        """New header lines for a block, its body kept as wrapped; redrawn in place
+        when the row count holds (the common case), else the tail shifts."""
+        block = self._blocks[position]
+        block.head = head
+        rows = self._wrap(head, block.tint)
+        if len(rows) == block.head_rows:
+            start = self._starts[position]
+            block.lines[: len(rows)] = self._lines[start : start + len(rows)] = rows
+            self._forget(start, start + len(rows))
+            self.refresh_lines(start, len(rows))
+            return
+        block.lines = rows + block.lines[block.head_rows :]
+        block.head_rows = len(rows)
+        self._place(position, block)
+
+    def _render(self, kind: str, source: Any, head: list[Logical], body: list[Logical], tint: str | None = None) -> _Block:
+        self.blocks_rendered += 1
+        return _Block(kind, source, head, body, tint)
+
+    def _show_pending(self, messages: list[dict], since: float | None) -> None:
+        position = len(self._blocks) - 1
+        if self._pending is not None and not messages:
+            self._place(position, None)
+            self._pending = None
+            return
+        if not messages:
+            return
+        block = self._render("pending", (messages, since), [_pending_title(since, self.clock())], _pending_body(messages), "pending")
+        if self._pending is None:
+            self._insert(len(self._blocks), block)
+        else:
+            self._wrap_block(block)
+            self._place(position, block)
+        self._pending = block
+
+    # -- blocks to lines -------------------------------------------------------------
+
+    def _wrap(self, logical: list[Logical], tint: str | None) -> list[Line]:
+        width = self._width
+        if width <= 0:
+            return []
+        lines: list[Line] = []
+        for gutter, segs, pad in logical:
+            lead = (gutter,) if gutter else ()
+            lead_cells = len(gutter[0]) if gutter else 0
+            text = segs[0][0] if len(segs) == 1 else "".join(t for t, _ in segs)
+            ranges = wrap(text, width - lead_cells)
+            if len(ranges) == 1:
+                lines.append(((*lead, *segs), lead_cells + ranges[0][2], pad, tint))
+                continue
+            for start, end, cells in ranges:
+                lines.append(((*lead, *_slice(segs, start, end)), lead_cells + cells, pad, tint))
+        return lines
+
+    def _wrap_block(self, block: _Block) -> None:
+        head = self._wrap(block.head, block.tint)
+        block.lines = head + self._wrap(block.body, block.tint)
+        block.head_rows = len(head)
+
+    def _insert(self, position: int, block: _Block) -> None:
+        """Wrap a new block and put it at `position`."""
+        self._wrap_block(block)
+        self._blocks.insert(position, block)
+        self._starts.insert(position, self._starts[position] if position < len(self._starts) else len(self._lines))
+        if self._cursor is not None and self._cursor >= position:
+            self._cursor += 1
+        self._place(position, block, old=0)
+
+    def _place(self, position: int, block: _Block | None, old: int | None = None) -> None:
+        """Put a block's wrapped lines at `position` in the flat index in place of
+        the `old` lines there (by default, that block's; None removes the block),
+        shifting only what follows."""
+        total = len(self._lines)
+        start = self._starts[position]
+        if old is None:
+            old = self._end(position) - start
+        lines = block.lines if block is not None else []
+        self._lines[start : start + old] = lines
+        if block is None:
+            del self._blocks[position], self._starts[position]
+            if self._cursor is not None and self._cursor >= len(self._blocks):
+                self._cursor = None
+        else:
+            self._blocks[position] = block
+        shift = len(lines) - old
+        if shift:
+            for later in range(position + (block is not None), len(self._starts)):
+                self._starts[later] += shift
+        self._forget(start, max(total, len(self._lines)) if shift else start + old)
+
+    def _forget(self, start: int, end: int) -> None:
+        """Drop cached strips of lines start..end (the whole cache when that is more)."""
+        if end - start > len(self._cache):
+            self._cache.clear()
+            return
+        for y in range(start, end):
+            self._cache.discard((y, self._width))
+
+    def _end(self, position: int) -> int:
+        return self._starts[position + 1] if position + 1 < len(self._starts) else len(self._lines)
+
+    def _rewrap(self) -> None:
+        """Wrap every block to the new width (a resize: the one whole-transcript pass)."""
+        self._lines = []
+        for position, block in enumerate(self._blocks):
+            self._wrap_block(block)
+            self._starts[position] = len(self._lines)
+            self._lines.extend(block.lines)
+        self._cache.clear()
+        self.virtual_size = Size(self._width, len(self._lines))
+
+    def _block_at(self, y: int) -> int | None:
+        if not 0 <= y < len(self._lines):
+            return None
+        return bisect_right(self._starts, y) - 1
+
+    # -- drawing ---------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = self.scroll_offset.y + y
+        strip = self._cache.get((index, width))
+        if strip is None:
+            if index >= len(self._lines):
+                strip = Strip.blank(width, self.rich_style)
+            else:
+                cursor = self._cursor is not None and self._starts[self._cursor] <= index < self._end(self._cursor)
+                strip = self._cache[(index, width)] = self._strip(self._lines[index], width, cursor)
+        if not self.following and self.new_since_left and y == self.scrollable_content_region.height - 1:
+            badge = self._badge()
+            strip = Strip.join([strip.crop(0, max(0, width - len(badge))), Strip([Segment(badge, self._style("badge", None, False))])])
+        return strip
+
+    def _strip(self, line: Line, width: int, cursor: bool) -> Strip:
+        segs, cells, (pad, pad_key), tint = line
+        style = self._style
+        segments = [Segment(text, style(key, tint, cursor)) for text, key in segs if text]
+        if cells < width:
+            segments.append(Segment(pad * (width - cells), style(pad_key, tint, cursor)))
+        strip = Strip(segments, max(cells, width))
+        return strip.crop(0, width) if cells > width else strip
+
+    def _style(self, key: str, tint: str | None, cursor: bool) -> Style:
+        """The theme's style for a key, over the block's tint and the cursor's."""
+        cached = self._styles.get((key, tint, cursor))
+        if cached is None:
+            cached = self.rich_style + self.get_component_rich_style(f"transcript--{key}")
+            for layer in (tint, "cursor" if cursor else None):
+                if layer:
+                    cached += Style(bgcolor=self.get_component_rich_style(f"transcript--{layer}").bgcolor)
+            self._styles[(key, tint, cursor)] = cached
+        return cached
+
+    def _badge(self) -> str:
+        return f" +{self.new_since_left} new ↓ "
+
+    def notify_style_update(self) -> None:
+        """A theme or CSS change: styles are resolved again, strips redrawn."""
+        super().notify_style_update()
+        self._styles.clear()
+        self._cache.clear()
+
+    def _refresh_badge(self) -> None:
+        if not self.is_mounted:
+            return
+        region = self.scrollable_content_region
+        self.refresh(Region(0, region.height - 1, region.width, 1))
+
+    def watch_following(self) -> None:
+        self._refresh_badge()
+
+    def watch_new_since_left(self) -> None:
+        self._refresh_badge()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        """Reaching the bottom resumes following; scrolling up stops it."""
+        super().watch_scroll_y(old_value, new_value)
+        if new_value >= self.max_scroll_y - FOLLOW_SLACK:
+            self.following, self.new_since_left = True, 0
+        elif new_value < old_value:
+            self.following = False
+
+    # -- events and keys -------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.set_interval(1.0, self._tick_pending)
+
+    def on_resize(self) -> None:
+        width = self.scrollable_content_region.width
+        if width == self._width:
+            return
+        anchor = self._block_at(round(self.scroll_y))
+        self._width = width
+        self._rewrap()
+        if self.following or anchor is None:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        else:
+            self.scroll_to(y=self._starts[anchor], animate=False, immediate=True)
+
+    def _tick_pending(self) -> None:
+        """Advance the pending block's clock: one line redrawn."""
+        block = self._pending
+        if block is not None and block.source[1] is not None and self._width > 0:
+            self._replace_head(len(self._blocks) - 1, [_pending_title(block.source[1], self.clock())])
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        region = self.scrollable_content_region
+        if (
+            not self.following
+            and self.new_since_left
+            and offset.y == region.height - 1
+            and offset.x >= region.width - len(self._badge())
+        ):
+            self.action_jump_end()
+            return
+        position = self._block_at(self.scroll_offset.y + offset.y)
+        if position is not None:
+            self._set_cursor(position)
+
+    def action_cursor(self, step: int) -> None:
+        """Move the block cursor; from none, start at the message in view."""
+        if not self._blocks:
+            return
+        if self._cursor is None:
+            top = self._block_at(self.scroll_offset.y)
+            bottom = self._block_at(min(len(self._lines), self.scroll_offset.y + self.scrollable_content_region.height) - 1)
+            position = (top if step > 0 else bottom) or 0
+        else:
+            position = max(0, min(len(self._blocks) - 1, self._cursor + step))
+        self._set_cursor(position)
+        start, end = self._starts[position], self._end(position)
+        height, y = self.scrollable_content_region.height, self.scroll_offset.y
+        if start < y:
+            self.scroll_to(y=start, animate=False, immediate=True)
+        elif end > y + height:
+            self.scroll_to(y=min(start, end - height), animate=False, immediate=True)
+
+    def action_clear_cursor(self) -> None:
+        self._set_cursor(None)
+
+    def _set_cursor(self, position: int | None) -> None:
+        for old in (self._cursor, position):
+            if old is not None:
+                self._forget(self._starts[old], self._end(old))
+        self._cursor = position
+        self.refresh()
+
+
+# -- trace data to width-independent lines (pure functions of the data) --------------
+
+
+def _role_key(role: str) -> str:
+    return role if role in ROLES else "other"
+
+
+def _gutter(key: str) -> Seg:
+    return ("▎ ", key)
+
+
+def _text_lines(text: str, key: str, gutter: Seg, prefix: str = "") -> list[Logical]:
+    """Lines of trace text, trailing newlines dropped (tool output ends in one)."""
+    return [(gutter, [(prefix + line, key)], SPACE) for line in safe_lines(text.rstrip("\n"))]
+
+
+def _content_text(content: Any) -> tuple[str, list[str]]:
+    """A message's text, and the kinds of its non-text parts (images, audio)."""
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    if isinstance(content, list):
+        texts, others = [], []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                others.append(str(part.get("type", "part")) if isinstance(part, dict) else type(part).__name__)
+        return "\n".join(texts), others
+    return json.dumps(content, ensure_ascii=False, default=str), []
+
+
+def _tool_call_parts(call: dict) -> tuple[str, Any]:
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    return str(function.get("name") or "?"), function.get("arguments")
+
+
+def _node_head(index: int, node: dict, call: dict | None, turn: int | None) -> list[Logical]:
+    message = node.get("message") or {}
+    role = str(message.get("role") or "?")
+    key = _role_key(role)
+    lines: list[Logical] = []
+    if turn is not None:
+        lines.append((None, [(f"── turn {turn} ", "rule")], ("─", "rule")))
+    segs: list[Seg] = [(safe(role), key), (f"  #{index}", "meta")]
+    if role == "tool":
+        for part in (message.get("name"), message.get("tool_call_id")):
+            if part:
+                segs.append((" · " + safe(str(part)), "meta"))
+    if call is not None:
+        segs.extend(_call_meta(call))
+    parent = node.get("parent")
+    if parent != (index - 1 if index else None):
+        segs.append(("  ↳ new root" if parent is None else f"  ↳ branches from #{safe(str(parent))}", "branch"))
+    lines.append((_gutter(key), segs, SPACE))
+    return lines
+
+
+def _call_meta(call: dict) -> list[Seg]:
+    segs: list[Seg] = []
+    span = call.get("time") or {}
+    if span.get("start") and span.get("end"):
+        segs.append((" · " + _seconds(span["end"] - span["start"]), "meta"))
+    usage = call.get("usage") or {}
+    if usage.get("prompt_tokens") is not None or usage.get("completion_tokens") is not None:
+        segs.append((f" · {usage.get('prompt_tokens') or 0:,} → {usage.get('completion_tokens') or 0:,} tok", "meta"))
+    finish = call.get("finish_reason")
+    if finish and finish not in ("stop", "tool_calls"):
+        segs.append((" · finish: " + safe(str(finish)), "branch"))
+    return segs
+
+
+def _node_body(message: dict) -> list[Logical]:
+    key = _role_key(str(message.get("role") or "?"))
+    gutter = _gutter(key)
+    lines: list[Logical] = []
+    reasoning = message.get("reasoning_content")
+    if reasoning:
+        lines.extend(_text_lines(str(reasoning), "reasoning", gutter))
+    text, others = _content_text(message.get("content"))
+    if text:
+        lines.extend(_text_lines(text, "text", gutter))
+    lines.extend((gutter, [(f"‹{safe(kind)}›", "meta")], SPACE) for kind in others)
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, dict):
+            lines.extend(_tool_call_lines(call, gutter))
+    if not lines:
+        lines.append((gutter, [("(empty)", "meta")], SPACE))
+    lines.append(BLANK)
+    return lines
+
+
+def _tool_call_lines(call: dict, gutter: Seg) -> list[Logical]:
+    """Name plus arguments: JSON parsed and shown key by key, strings unquoted and
+    multi-line ones below their key; arguments that do not parse are shown raw."""
+    name, raw = _tool_call_parts(call)
+    head: list[Seg] = [("⚙ ", "call"), (safe(name), "call")]
+    if isinstance(raw, str):
+        try:
+            args = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return [(gutter, [*head, ("  " + safe(raw), "text"), ("  (arguments are not JSON)", "meta")], SPACE)]
+    else:
+        args = raw
+    if not isinstance(args, dict):
+        return [(gutter, [*head, ("  " + safe(_compact(args)), "text")], SPACE)]
+    lines: list[Logical] = []
+    inline: list[Seg] = []
+    for key, value in args.items():
+        text = value if isinstance(value, str) else _compact(value)
+        if "\n" in text:
+            lines.append((gutter, [(f"    {safe(str(key))}:", "meta")], SPACE))
+            lines.extend(_text_lines(text, "text", gutter, "      "))
+        else:
+            inline += [(f"  {safe(str(key))}: ", "meta"), (safe(text), "text")]
+    return [(gutter, head + inline, SPACE), *lines]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+def _error_text(error: Any) -> tuple[str, str]:
+    if not isinstance(error, dict):
+        return "error", str(error)
+    title = str(error.get("type") or "error")
+    if error.get("status_code"):
+        title += f" {error['status_code']}"
+    return title, str(error.get("message") or "")
+
+
+def _failed_lines(call: dict) -> list[Logical]:
+    title, message = _error_text(call.get("error"))
+    gutter = _gutter("error")
+    span = call.get("time") or {}
+    took = f" after {_seconds(span['end'] - span['start'])}" if span.get("start") and span.get("end") else ""
+    head = (gutter, [(f"✗ model call failed{took} · ", "error"), (safe(title), "error")], SPACE)
+    return [head, *_text_lines(message, "error-text", gutter), BLANK]
+
+
+def _error_lines(error: Any) -> list[Logical]:
+    title, message = _error_text(error)
+    gutter = _gutter("error")
+    lines = [(gutter, [("✗ trace error · ", "error"), (safe(title), "error")], SPACE)]
+    lines += _text_lines(message, "error-text", gutter)
+    if isinstance(error, dict) and error.get("traceback"):
+        lines += _text_lines(str(error["traceback"]), "meta", gutter)
+    return [*lines, BLANK]
+
+
+def _pending_title(since: float | None, now: float) -> Logical:
+    clock = "" if since is None else " · " + _clock(now - since)
+    return (None, [(f"┏━ pending · sent to the model, awaiting reply{clock} ", "pending-title")], ("━", "pending-title"))
+
+
+def _pending_body(messages: list[dict]) -> list[Logical]:
+    gutter: Seg = ("┃ ", "pending-title")
+    lines: list[Logical] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role") or "?")
+        head: list[Seg] = [(safe(role), _role_key(role))]
+        for part in (message.get("name"), message.get("tool_call_id")):
+            if part:
+                head.append((" · " + safe(str(part)), "meta"))
+        lines.append((gutter, head, SPACE))
+        text, others = _content_text(message.get("content"))
+        lines += _text_lines(text, "text", gutter) if text else []
+        lines += [(gutter, [(f"‹{safe(kind)}›", "meta")], SPACE) for kind in others]
+    lines.append((None, [("┗", "pending-title")], ("━", "pending-title")))
+    return lines
+
+
+def _copy_text(block: _Block) -> str:
+    if block.kind == "node":
+        message = block.source[1].get("message") or {}
+        text = _content_text(message.get("content"))[0]
+        calls = [
+            f"{name} {raw if isinstance(raw, str) else _compact(raw)}"
+            for name, raw in (_tool_call_parts(c) for c in message.get("tool_calls") or () if isinstance(c, dict))
+        ]
+        return "\n".join(part for part in (text, *calls) if part)
+    if block.kind == "pending":
+        return "\n\n".join(_content_text(m.get("content"))[0] for m in block.source[0] if isinstance(m, dict))
+    error = block.source.get("error") if block.kind == "failed" else block.source
+    title, message = _error_text(error)
+    return f"{title}: {message}"
+
+
+def _slice(segs: list[Seg], start: int, end: int) -> list[Seg]:
+    """The part of a run of segments between two character offsets."""
+    out: list[Seg] = []
+    position = 0
+    for text, key in segs:
+        after = position + len(text)
+        if after > start and position < end:
+            out.append((text[max(0, start - position) : end - position], key))
+        position = after
+        if position >= end:
+            break
+    return out
+
+
+def _seconds(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return _clock(seconds)
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    minutes, seconds = divmod(seconds, 60)
+    if minutes >= 60:
+        return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
+    return f"{minutes}:{seconds:02d}"
