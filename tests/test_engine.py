@@ -53,11 +53,12 @@ async def wait_for(predicate, timeout: float = 30.0, what: str = "condition") ->
 
 
 def alive(pid: int) -> bool:
+    """Running, not a zombie: an orphan's zombie waits on whoever reaps for pid 1."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
 
 
 def server_pids(engine: Engine, name: str) -> list[int]:
@@ -189,3 +190,32 @@ async def test_start_after_done_starts_a_fresh_child(engine_for):
     await asyncio.wait_for(engine.wait(), 30)
     assert variant.state is VariantState.DONE and variant._child is not first
     assert [r.status for r in engine.store.variant_rollouts("again")] == [Status.DONE, Status.DONE]
+
+
+async def test_second_cancel_kills_a_server_that_ignores_sigterm(engine_for):
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    engine = engine_for(
+        "[[variants]]\n"
+        'name = "stubborn"\n'
+        f"command = {json.dumps([sys.executable, '-c', stubborn, '{address}'])}\n"
+        'tasks = [{ id = "t" }]\n'
+        'model = "m"\n'
+        "health_timeout = 60.0\n"
+        "grace_seconds = 30.0\n"
+    )
+    await engine.start()
+    variant = engine.variants["stubborn"]
+    await wait_for(lambda: variant.pid is not None and variant.health_left is not None, what="the server to be waited on")
+    pids = server_pids(engine, "stubborn")
+    started = time.monotonic()
+    variant.cancel()
+    await wait_for(lambda: any(e.kind == "sigterm" for e in variant.escalation), what="SIGTERM")
+    assert variant.grace_left() > 20
+    variant.cancel()
+    await asyncio.wait_for(engine.wait(), 10)
+    assert time.monotonic() - started < 20, "the second cancel must not wait out the grace"
+    assert variant.state is VariantState.CANCELLED
+    assert "sigkill" in [e.kind for e in variant.escalation]
+    assert "killed" in variant.outcome_text
+    assert not any(alive(pid) for pid in pids)
+    assert engine.store.rollouts["stubborn/0"].status is Status.CANCELLED
