@@ -1,0 +1,143 @@
+"""A stand-in for `core.engine.Engine` over a real RolloutStore fed with the recorded
+verifiers 0.4.0 deltas, recording what the app asks of it (start, cancel, shutdown)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.store import RolloutStore
+
+FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
+
+
+def load_fixture() -> tuple[list[dict], dict[str, dict], dict[str, dict]]:
+    """(deltas in arrival order, task_data per run label, reply per run label)."""
+    deltas = [json.loads(line) for line in (FIXTURE / "deltas.jsonl").read_text().splitlines()]
+    requests = json.loads((FIXTURE / "requests.json").read_text())
+    replies = json.loads((FIXTURE / "replies.json").read_text())
+    tasks = {r["request"]: r["payload"]["task_data"] for r in requests if r["method"] == "run"}
+    return deltas, tasks, {r["request"]: r["reply"] for r in replies if r["request"]}
+
+
+def feed(store: RolloutStore, variant: str, copies: int = 1, finish: bool = True, label: str = "") -> list[str]:
+    """Add `copies` of every fixture run to `variant` and apply their deltas; with
+    `finish`, apply the replies too (done, failed, cancelled)."""
+    deltas, tasks, replies = load_fixture()
+    base = store.clock() - deltas[-1]["t"] - 1.0
+    keys: dict[tuple[int, str], str] = {}
+    for copy in range(copies):
+        for index, (run, task) in enumerate(tasks.items()):
+            task = dict(task, name=f"{label}{task['name']}") if label else task
+            rollout = store.add_rollout(variant, index, task, copy, key=f"{variant}/{run}/{copy}")
+            store.started(rollout.key, f"req-{rollout.key}", t=base)
+            keys[copy, run] = rollout.key
+    for copy in range(copies):
+        for item in deltas:
+            store.apply(keys[copy, item["request"]], item["delta"], t=base + item["t"])
+    if finish:
+        for (copy, run), key in keys.items():
+            reply = replies.get(run) or {}
+            if reply.get("head"):
+                record = store.rollouts[key].assembly.finish(reply["head"], reply["traces"])
+                store.finished(key, record, t=store.rollouts[key].last_delta_at)
+            elif run == "cancel":
+                store.failed(key, reply.get("error") or "cancelled", cancelled=True, t=store.rollouts[key].last_delta_at)
+    return list(keys.values())
+
+
+@dataclass
+class Escalation:
+    t: float
+    kind: str
+    detail: str
+
+
+class StandInVariant:
+    def __init__(self, name: str, store: RolloutStore, state: str = "running") -> None:
+        self.name = name
+        self.store = store
+        self.state = state
+        self.reason: str | None = None
+        self.pid: int | None = 4242
+        self.address: str | None = "tcp://127.0.0.1:5555"
+        self.server_started_at: float | None = time.time() - 62
+        self.health_left: float | None = None
+        self.escalation: list[Escalation] = []
+        self.outcome_text: str | None = None
+        self.calls: list[str] = []
+        self.lines = [f"{name} server listening", "\x1b[31mred?\x1b[0m [bold]not markup[/bold]"]
+        store.add_variant(name)
+
+    def grace_left(self, now: float) -> float | None:
+        return 3.0 if self.state == "cancelling" else None
+
+    def log_tail(self, n: int) -> list[str]:
+        return self.lines[-n:]
+
+    def log_size(self) -> int:
+        return sum(len(line) + 1 for line in self.lines)
+
+    @property
+    def can_start(self) -> bool:
+        return self.state in ("idle", "done", "cancelled", "failed")
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.state in ("starting", "running", "draining", "cancelling")
+
+    def start(self) -> None:
+        self.calls.append("start")
+        self.state = "starting"
+        self.store.touch_variant(self.name)
+
+    def cancel(self) -> None:
+        self.calls.append("cancel")
+        if self.state == "cancelling":
+            self.escalation.append(Escalation(time.time(), "sigkill", "now"))
+        else:
+            self.state = "cancelling"
+            self.escalation = [Escalation(time.time(), "cancel-runs", ""), Escalation(time.time(), "sigterm", "grace 5s")]
+        self.store.touch_variant(self.name)
+
+
+@dataclass
+class StandInEngine:
+    store: RolloutStore
+    variants: dict[str, StandInVariant]
+    recording_path: Path | None = None
+    readonly_reason: str | None = None
+    export_dir: Path | None = None
+    cancelled: list[str] = field(default_factory=list)
+    shutdowns: int = 0
+    started: int = 0
+
+    async def start(self) -> None:
+        self.started += 1
+
+    def cancel_rollout(self, key: str) -> bool:
+        self.cancelled.append(key)
+        self.store.cancelling(key)
+        return True
+
+    async def shutdown(self, on_progress: Callable[[str], None]) -> None:
+        self.shutdowns += 1
+        for name in self.variants:
+            on_progress(f"{name}: cancelling")
+        on_progress("every server stopped")
+
+    def export_episode(self, key: str, directory: Path | None = None) -> Path:
+        path = (directory or self.export_dir or Path(".")) / f"{key.replace('/', '-')}.json"
+        path.write_text(json.dumps({"key": key}))
+        return path
+
+
+def make_engine(variants: tuple[str, ...] = ("baseline", "candidate"), copies: int = 1, finish: bool = True) -> StandInEngine:
+    store = RolloutStore(stall_seconds=60.0)
+    standins = {name: StandInVariant(name, store) for name in variants}
+    for name in variants:
+        feed(store, name, copies, finish)
+    return StandInEngine(store, standins)

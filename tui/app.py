@@ -1,0 +1,396 @@
+"""The Textual app. Talks to `core` only; never imports zmq or subprocess.
+
+Deltas land in the engine's store; nothing here reacts to them directly. One tick at
+30 Hz takes the store's changed-set and redraws only what changed (rows, cards, the
+open transcript, the timing view); a slower second tick advances clocks and logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.theme import Theme
+from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+
+from core.store import Rollout, Status
+from tui.format import Palette, safe
+from tui.logs_view import LogsView
+from tui.rollout_filter import RowFilter
+from tui.rollouts_table import RolloutsTable
+from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
+from tui.timing_view import TimingView
+from tui.trace_pane import TracePane
+from tui.variants_panel import VariantCard, VariantsPanel
+
+TICK = 1 / 30
+CARD_EVERY = 4
+"""Cards redraw every fourth tick at most: their counts scan the variant's rollouts."""
+
+ACTIONS: tuple[tuple[str, str, str], ...] = (
+    ("start_variant", "Start variant", "Start the selected rollout's variant (or the focused card's)"),
+    ("cancel_variant", "Cancel variant", "Cancel every run, then stop the server (asks to confirm)"),
+    ("cancel_rollout", "Cancel rollout", "Send a cancel for the selected rollout"),
+    ("filter", "Filter rollouts", "Filter: variant:NAME status:running phase:agent TEXT"),
+    ("open_trace", "Open trace", "Show the selected rollout's transcript"),
+    ("switch_pane", "Switch pane", "Move focus: table, details, variants"),
+    ("toggle_follow", "Toggle follow", "Keep the transcript at its newest turn, or stop"),
+    ("export", "Export episode", "Write the selected episode as JSON"),
+    ("copy", "Copy message", "Copy the selected message or tool result (OSC 52)"),
+    ("show_tab('tab-trace')", "Show trace tab", "Details: the transcript"),
+    ("show_tab('tab-timing')", "Show timing tab", "Details: phase waterfall and per-variant p50/p95"),
+    ("show_tab('tab-logs')", "Show logs tab", "Details: the variant servers' output"),
+    ("cycle_sort", "Sort by next column", "Sort the rollouts table by the next column"),
+    ("reverse_sort", "Reverse sort", "Reverse the rollouts table's order"),
+    ("help", "Help", "Every key"),
+    ("quit", "Quit", "Cancel runs, stop servers, exit"),
+)
+
+TABLE_ACTIONS = ("cycle_sort", "reverse_sort")
+
+
+class TracewatchApp(App[None]):
+    CSS_PATH = "app.tcss"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (160, "-wide")]
+    BINDINGS = [
+        Binding("s", "start_variant", "Start"),
+        Binding("x", "cancel_variant", "Cancel var"),
+        Binding("c", "cancel_rollout", "Cancel run"),
+        Binding("slash", "filter", "Filter"),
+        Binding("enter", "open_trace", "Trace", show=False),
+        Binding("tab", "switch_pane", "Pane", show=False, priority=True),
+        Binding("f", "toggle_follow", "Follow"),
+        Binding("e", "export", "Export"),
+        Binding("ctrl+y,w", "copy", "Copy", show=False),
+        Binding("1", "show_tab('tab-trace')", "Trace", show=False),
+        Binding("2", "show_tab('tab-timing')", "Timing", show=False),
+        Binding("3", "show_tab('tab-logs')", "Logs", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+        Binding("escape", "leave_filter", show=False),
+    ]
+    KEYS_HELP = (
+        ("s", "start variant (selected rollout's, or the focused card's)"),
+        ("x", "cancel variant: confirm with y; again while cancelling: SIGKILL now"),
+        ("c", "cancel the selected rollout"),
+        ("/", "filter: variant:NAME status:running,failed phase:agent TEXT"),
+        ("enter", "open the selected rollout's trace"),
+        ("tab", "switch pane: table, details, variants"),
+        ("1 2 3", "details tab: trace, timing, logs"),
+        ("o / O", "sort by the next column / reverse the order"),
+        ("f", "follow the transcript's newest turn (toggle)"),
+        ("e", "export the selected episode as JSON"),
+        ("ctrl+y, w", "copy the selected message or tool result"),
+        ("ctrl+p", "command palette: every action"),
+        ("?", "this help"),
+        ("q", "quit: cancel runs, stop servers, exit"),
+    )
+
+    def __init__(self, engine: Any, *, title: str | None = None) -> None:
+        super().__init__()
+        self.engine = engine
+        self.store = engine.store
+        self.title = title or "tracewatch"
+        self.selected: str | None = None
+        self._ticks = 0
+        self._next_second = 0.0
+        self._dirty_variants: set[str] = set()
+        self._quitting = False
+
+    # -- layout ------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(markup=False, id="status")
+        yield VariantsPanel(id="variants")
+        with Vertical(id="body"):
+            with Vertical(id="table-pane"):
+                yield Input(placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True)
+                yield RolloutsTable(self.store, self.store.clock, id="rollouts")
+            with TabbedContent(id="detail", initial="tab-trace"):
+                with TabPane("Trace", id="tab-trace"):
+                    yield TracePane(id="trace")
+                with TabPane("Timing", id="tab-timing"):
+                    with VerticalScroll(id="timing-scroll"):
+                        yield TimingView(self.store, id="timing")
+                with TabPane("Logs", id="tab-logs"):
+                    yield LogsView(self.engine.variants, id="logs")
+        yield Footer()
+
+    @property
+    def table(self) -> RolloutsTable:
+        return self.query_one(RolloutsTable)
+
+    @property
+    def trace_pane(self) -> TracePane:
+        return self.query_one(TracePane)
+
+    def on_mount(self) -> None:
+        self.palette = Palette(self)
+        readonly = self.engine.readonly_reason is not None
+        panel = self.query_one(VariantsPanel)
+        for variant in self.engine.variants.values():
+            panel.add_card(VariantCard(variant, self.store, readonly))
+        self.call_after_refresh(self._first_draw)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.run_worker(self.engine.start(), name="engine start", exit_on_error=False)
+        self.set_interval(TICK, self._tick)
+        self.table.focus()
+
+    def _first_draw(self) -> None:
+        """Whatever the store already holds (a replay, an opened run), drawn once."""
+        self.store.take_changes()
+        self.table.rebuild()
+        self._redraw_cards(self.engine.variants)
+        self._second()
+
+    def _theme_changed(self, theme: Theme) -> None:
+        self.palette = Palette(self)
+        self.table.set_palette(self.palette)
+        self.query_one(TimingView).palette = self.palette
+        self._redraw_cards(self.engine.variants)
+
+    # -- the tick ------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Read what changed since the last tick and redraw only that."""
+        changes = self.store.take_changes()
+        self._ticks += 1
+        now = self.store.clock()
+        with self.batch_update():
+            if changes.rollouts:
+                self.table.sync([*changes.added, *changes.rollouts])
+                if self.selected in changes.rollouts:
+                    self.trace_pane.refresh_trace(changes.traces)
+                    self._show_timing(now)
+            self._dirty_variants |= changes.variants
+            if now >= self._next_second:
+                self._second()
+            elif self._dirty_variants and self._ticks % CARD_EVERY == 0:
+                self._redraw_cards(self._dirty_variants)
+
+    def _second(self) -> None:
+        """Once a second: clocks (elapsed, activity, uptime, grace), the status line,
+        logs, and the waterfall's open spans."""
+        now = self.store.clock()
+        self._next_second = now + 1.0
+        self.table.tick()
+        self._redraw_cards(self.engine.variants)
+        self._show_timing(now)
+        self._draw_status(now)
+        detail = self.query_one(TabbedContent)
+        logs = self.query_one(LogsView)
+        logs.poll(visible=detail.active == "tab-logs")
+        detail.get_tab("tab-logs").label = logs.label()
+
+    def _redraw_cards(self, names: Iterable[str]) -> None:
+        cards = self.query_one(VariantsPanel).cards
+        now = self.store.clock()
+        for name in list(names):
+            if name in cards:
+                cards[name].redraw(now, self.palette)
+        self._dirty_variants.clear()
+
+    def _show_timing(self, now: float) -> None:
+        self.query_one(TimingView).show(self._rollout(), self.trace_pane.trace_id, now)
+
+    def _draw_status(self, now: float) -> None:
+        rollouts = self.store.rollouts.values()
+        running = sum(1 for r in rollouts if r.status is Status.RUNNING)
+        stalled = len(self.store.stalled(now))
+        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        text.append(safe(self.title), style="bold")
+        text.append(f"  {len(self.store.rollouts)} rollouts · {running} running")
+        if stalled:
+            text.append(f" · {stalled} stalled", style=self.palette.warning)
+        if self.table.row_filter:
+            text.append(f" · {self.table.row_count} shown")
+        if self.engine.readonly_reason:
+            text.append(f"  read-only: {safe(self.engine.readonly_reason)}", style=self.palette.warning)
+        if self.engine.recording_path is not None:
+            text.append(f"  rec {safe(str(self.engine.recording_path))}", style=self.palette.muted)
+        self.query_one("#status", Static).update(text)
+
+    # -- selection -------------------------------------------------------------------
+
+    def _rollout(self) -> Rollout | None:
+        return self.store.rollouts.get(self.selected) if self.selected else None
+
+    @on(DataTable.RowHighlighted, "#rollouts")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value
+        if key != self.selected:
+            self.selected = key
+            self.trace_pane.show(self._rollout())
+            self._show_timing(self.store.clock())
+
+    @on(DataTable.RowSelected, "#rollouts")
+    def _row_selected(self) -> None:
+        self.action_open_trace()
+
+    @on(TracePane.TraceChanged)
+    def _trace_changed(self) -> None:
+        self._show_timing(self.store.clock())
+
+    # -- filter ----------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        self.query_one("#filter", Input).add_class("-visible").focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.table.set_filter(RowFilter.parse(event.value))
+
+    @on(Input.Submitted, "#filter")
+    def action_leave_filter(self) -> None:
+        """Back to the table; an empty filter hides its input."""
+        field = self.query_one("#filter", Input)
+        if self.focused is field:
+            field.set_class(bool(field.value), "-visible")
+            self.table.focus()
+
+    # -- commands ----------------------------------------------------------------------
+
+    def _writable(self) -> bool:
+        reason = self.engine.readonly_reason
+        if reason:
+            self.notify(safe(reason), title="Read-only", severity="warning")
+        return not reason
+
+    def _target_variant(self) -> Any:
+        """The focused card's variant, else the selected rollout's."""
+        node = self.focused
+        while node is not None and not isinstance(node, VariantCard):
+            node = node.parent
+        if isinstance(node, VariantCard):
+            return node.variant
+        rollout = self._rollout()
+        return self.engine.variants.get(rollout.variant) if rollout else None
+
+    def action_start_variant(self, variant: Any = None) -> None:
+        if not self._writable():
+            return
+        variant = variant or self._target_variant()
+        if variant is None:
+            self.notify("Select a rollout or focus a variant card first.", severity="warning")
+        elif not variant.can_start:
+            self.notify(f"{safe(variant.name)} is {variant.state}: it cannot start now.", severity="warning")
+        else:
+            variant.start()
+            self.notify(f"Starting {safe(variant.name)}…")
+
+    def action_cancel_variant(self, variant: Any = None) -> None:
+        if not self._writable():
+            return
+        variant = variant or self._target_variant()
+        if variant is None:
+            self.notify("Select a rollout or focus a variant card first.", severity="warning")
+            return
+        if not variant.can_cancel:
+            self.notify(f"{safe(variant.name)} is {variant.state}: nothing to cancel.", severity="warning")
+            return
+        name = safe(variant.name)
+        if str(variant.state) == "cancelling":
+            question = Text(f"Kill {name} now with SIGKILL?\n\nIts grace period is still running.")
+        else:
+            question = Text(
+                f"Cancel variant {name}?\n\nIts runs are cancelled over the wire, then its server gets "
+                "SIGTERM, then SIGKILL after the grace period."
+            )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                variant.cancel()
+                self._redraw_cards([variant.name])
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    @on(VariantCard.Requested)
+    def _card_requested(self, event: VariantCard.Requested) -> None:
+        variant = self.engine.variants[event.name]
+        if event.action == "start":
+            self.action_start_variant(variant)
+        else:
+            self.action_cancel_variant(variant)
+
+    def action_cancel_rollout(self) -> None:
+        if not self._writable():
+            return
+        rollout = self._rollout()
+        if rollout is None:
+            self.notify("Select a rollout first.", severity="warning")
+        elif rollout.status.finished:
+            self.notify(f"{safe(rollout.key)} already {rollout.status}.", severity="warning")
+        elif self.engine.cancel_rollout(rollout.key):
+            self.notify(f"Cancelling {safe(rollout.key)}…")
+        else:
+            self.notify(f"Could not cancel {safe(rollout.key)}.", severity="error")
+
+    def action_open_trace(self) -> None:
+        self.query_one(TabbedContent).active = "tab-trace"
+        self.trace_pane.transcript.focus()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        self._second()
+
+    def action_switch_pane(self) -> None:
+        """Cycle focus over the three panes rather than over every button."""
+        detail = self.query_one(TabbedContent)
+        pane = detail.get_pane(detail.active)
+        panes = [self.table, next((w for w in pane.query("*") if w.focusable), detail), self.query_one(VariantsPanel)]
+        focused = self.focused
+        current = next(
+            (i for i, p in enumerate(panes) if focused is not None and (focused is p or p in focused.ancestors)), -1
+        )
+        target = panes[(current + 1) % len(panes)]
+        if isinstance(target, VariantsPanel):
+            target = next(iter(target.cards.values()), self.table)
+        target.focus()
+
+    def action_toggle_follow(self) -> None:
+        transcript = self.trace_pane.transcript
+        transcript.action_toggle_follow()
+        self.notify("Following the newest turn." if transcript.following else "Follow off.")
+
+    def action_copy(self) -> None:
+        block = self.trace_pane.transcript.selected_block()
+        if not block:
+            self.notify("Select a message or tool result in the trace first.", severity="warning")
+            return
+        self.copy_to_clipboard(block)
+        self.notify(f"Copied {len(block):,} characters.")
+
+    def action_export(self) -> None:
+        if self.selected is None:
+            self.notify("Select a rollout first.", severity="warning")
+        else:
+            self._export(self.selected)
+
+    @work(thread=True, group="export")
+    def _export(self, key: str) -> None:
+        try:
+            path = self.engine.export_episode(key)
+        except OSError as error:
+            self.call_from_thread(self.notify, f"Export failed: {error}", severity="error")
+        else:
+            self.call_from_thread(self.notify, safe(str(path)), title="Exported")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(list(self.KEYS_HELP)))
+
+    async def action_quit(self) -> None:
+        if not self._quitting:
+            self._quitting = True
+            self.push_screen(QuitScreen(self.engine.shutdown))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for action, title, help_text in ACTIONS:
+            target = self.table if action in TABLE_ACTIONS else self
+            yield SystemCommand(title, help_text, lambda action=action, target=target: self.run_action(action, target))

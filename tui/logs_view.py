@@ -1,0 +1,79 @@
+"""The tail of a variant's server stdout/stderr capture, read in a worker thread (the
+file reads never block the loop), with how much arrived while the tab was hidden."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Log, Select
+
+from tui.format import safe, size_text
+
+TAIL_LINES = 300
+
+
+class LogsView(Vertical):
+    def __init__(self, variants: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.variants = variants
+        self.unread = 0
+        """Bytes written to every capture since the tab was last visible."""
+        self._seen: dict[str, int] = {}
+        self._tail_size: int | None = None
+
+    def compose(self) -> ComposeResult:
+        names = list(self.variants)
+        yield Select(
+            [(safe(name), name) for name in names],
+            value=names[0] if names else Select.NULL,
+            allow_blank=not names,
+            compact=True,
+            id="log-variant",
+        )
+        yield Log(max_lines=TAIL_LINES * 2, id="log-lines")
+
+    @property
+    def shown(self) -> str | None:
+        value = self.query_one(Select).value
+        return value if isinstance(value, str) else None
+
+    @on(Select.Changed)
+    def _variant_changed(self) -> None:
+        self._tail_size = None
+        self.poll(visible=True)
+
+    def poll(self, visible: bool) -> None:
+        self._read(visible, self.shown)
+
+    @work(thread=True, exclusive=True, group="logs")
+    def _read(self, visible: bool, shown: str | None) -> None:
+        sizes, tail = {}, None
+        for name, variant in self.variants.items():
+            try:
+                sizes[name] = variant.log_size()
+            except OSError:
+                sizes[name] = 0
+        if visible and shown is not None and sizes.get(shown) != self._tail_size:
+            try:
+                tail = self.variants[shown].log_tail(TAIL_LINES)
+            except OSError as error:
+                tail = [f"cannot read the capture of {shown}: {error}"]
+        self.app.call_from_thread(self._apply, sizes, shown, tail, visible)
+
+    def _apply(self, sizes: dict[str, int], shown: str | None, tail: list[str] | None, visible: bool) -> None:
+        if visible:
+            self._seen = sizes
+            self.unread = 0
+        else:
+            self.unread = sum(max(0, size - self._seen.get(name, 0)) for name, size in sizes.items())
+        if tail is not None and shown == self.shown:
+            self._tail_size = sizes.get(shown)
+            log = self.query_one(Log)
+            log.clear()
+            log.write_lines(safe(line) for line in tail)
+
+    def label(self) -> str:
+        return f"Logs ({size_text(self.unread)} new)" if self.unread else "Logs"

@@ -1,0 +1,60 @@
+"""The rollouts table's live filter: `variant:baseline status:running,failed phase:agent foo`.
+
+Field values match as substrings and a field's comma-separated values are alternatives;
+bare words must all appear in the variant, task, key or a trace id. `status:stalled`
+picks rollouts with no delta for longer than the store's stall threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.store import Rollout
+
+FIELDS = ("variant", "status", "phase")
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    variants: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ()
+    phases: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> RowFilter:
+        fields: dict[str, list[str]] = {name: [] for name in FIELDS}
+        words: list[str] = []
+        for token in text.lower().split():
+            name, colon, value = token.partition(":")
+            if colon and name in fields:
+                fields[name].extend(v for v in value.split(",") if v)
+            else:
+                words.append(token)
+        return cls(
+            tuple(fields["variant"]), tuple(fields["status"]), tuple(fields["phase"]), tuple(words)
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.variants or self.statuses or self.phases or self.words)
+
+    def matches(self, rollout: Rollout, now: float, stall_seconds: float) -> bool:
+        if self.variants and not _any_in(self.variants, rollout.variant.lower()):
+            return False
+        if self.statuses:
+            status = rollout.status.value
+            stalled = rollout.stalled(now, stall_seconds)
+            if not any(v in status or (stalled and "stalled".startswith(v)) for v in self.statuses):
+                return False
+        if self.phases and not _any_in(self.phases, rollout.phase):
+            return False
+        if self.words:
+            haystack = " ".join(
+                (rollout.key, rollout.variant, rollout.task_label, *rollout.traces)
+            ).lower()
+            return all(word in haystack for word in self.words)
+        return True
+
+
+def _any_in(values: tuple[str, ...], text: str) -> bool:
+    return any(value in text for value in values)

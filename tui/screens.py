@@ -1,0 +1,91 @@
+"""Modal screens: the key help, a yes/no confirmation, and quitting with progress while
+the engine stops every run and child."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from tui.format import safe
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def __init__(self, keys: list[tuple[str, str]]) -> None:
+        super().__init__(classes="modal")
+        self.keys = keys
+
+    def compose(self) -> ComposeResult:
+        text = Text(end="")
+        text.append("tracewatch keys\n\n", style="bold")
+        width = max(len(key) for key, _ in self.keys)
+        for key, description in self.keys:
+            text.append(f"{key:>{width}}  ", style="bold")
+            text.append(f"{description}\n")
+        text.append("\nMouse: click a row, a column header to sort, a card's buttons, a tab.", style="dim")
+        with VerticalScroll(classes="dialog", id="help"):
+            yield Static(text, markup=False)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """`y` confirms; `n`, escape or a click on No declines."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: Text) -> None:
+        super().__init__(classes="modal")
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="confirm"):
+            yield Static(self.question, markup=False)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Yes (y)", variant="error", id="yes")
+                yield Button("No (n)", id="no")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class QuitScreen(ModalScreen[None]):
+    """Shows the engine's shutdown progress, then exits the app."""
+
+    def __init__(self, shutdown: Callable[[Callable[[str], None]], Awaitable[None]]) -> None:
+        super().__init__(classes="modal")
+        self.shutdown = shutdown
+        self.lines: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="quit"):
+            yield Static(Text("Shutting down: cancelling runs and stopping servers…", style="bold"))
+            yield Static(markup=False, id="quit-progress")
+
+    def on_mount(self) -> None:
+        self.run_worker(self._run(), exclusive=True, group="shutdown")
+
+    def progress(self, line: str) -> None:
+        self.lines.append(line)
+        self.query_one("#quit-progress", Static).update(Text("\n".join(safe(line) for line in self.lines[-12:])))
+
+    async def _run(self) -> None:
+        try:
+            await self.shutdown(self.progress)
+        except Exception as error:  # the app must still exit; say what did not stop cleanly
+            self.app.exit(return_code=1, message=f"tracewatch: shutdown did not finish cleanly: {error}")
+            return
+        self.app.exit()

@@ -1,0 +1,109 @@
+"""Where a rollout's time went: its phases as a waterfall drawn to scale (open spans
+grow to now), and each phase's p50/p95 per variant side by side."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.widget import Widget
+
+from core.store import PHASES, Rollout, RolloutStore
+from tui.format import Palette, safe
+
+LABEL_WIDTH = 10
+DURATION_WIDTH = 9
+
+
+def seconds_text(seconds: float) -> str:
+    return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.1f}s"
+
+
+def waterfall(timing: dict, horizon: float, width: int, palette: Palette) -> Text:
+    """One line per phase: a bar from its start to its end (or `horizon` while open) on a
+    shared scale; the agent line splits into model and harness time below it."""
+    spans: list[tuple[str, float, float, bool]] = []
+    for phase in PHASES:
+        span = timing.get(phase) or {}
+        start, end = span.get("start") or 0.0, span.get("end") or 0.0
+        if start:
+            spans.append((phase, start, end or max(horizon, start), not end))
+    text = Text(no_wrap=True, end="")
+    if not spans:
+        return text.append("no timing yet", style=palette.muted)
+    origin = timing.get("start") or spans[0][1]
+    total = max(max(end for _, _, end, _ in spans) - origin, 1e-6)
+    bar_width = max(8, width - LABEL_WIDTH - DURATION_WIDTH - 1)
+    scale = bar_width / total
+    agent = timing.get("agent") or {}
+    for phase, start, end, open_ in spans:
+        offset = int((start - origin) * scale)
+        length = max(1, round((end - start) * scale))
+        _line(text, phase, offset, length, end - start, open_, palette)
+        if phase == "agent":
+            for part in ("model", "harness"):
+                seconds = float((agent.get(part) or {}).get("duration") or 0.0)
+                if seconds:
+                    _line(text, f" {part}", offset, max(1, round(seconds * scale)), seconds, False, palette)
+    text.append(f"{'':{LABEL_WIDTH}}0s{'':>{max(0, bar_width - 2 - len(seconds_text(total)))}}")
+    text.append(seconds_text(total), style=palette.muted)
+    return text
+
+
+def _line(text: Text, label: str, offset: int, length: int, seconds: float, open_: bool, palette: Palette) -> None:
+    style = palette.phase(label.strip())
+    text.append(f"{label:<{LABEL_WIDTH}}", style=style)
+    text.append(" " * offset)
+    text.append("█" * length, style=style)
+    text.append(f" {seconds_text(seconds)}{' …' if open_ else ''}\n", style=palette.muted if not open_ else "bold")
+
+
+def variant_table(store: RolloutStore, palette: Palette) -> Table:
+    """Phase p50/p95 over finished rollouts, one column per variant."""
+    table = Table(box=None, padding=(0, 1), title_justify="left", header_style="bold")
+    table.add_column("phase")
+    stats = {name: store.stats(name) for name in store.variants}
+    for name in stats:
+        table.add_column(Text(safe(name)), justify="right")
+    for phase in ("boot", "setup", "agent", "model", "harness", "finalize", "scoring"):
+        row = [Text(phase, style=palette.phase(phase))]
+        for variant in stats.values():
+            p50_p95 = variant.phases.get(phase)
+            row.append(Text(f"{seconds_text(p50_p95[0])} / {seconds_text(p50_p95[1])}" if p50_p95 else "–"))
+        table.add_row(*row)
+    return table
+
+
+class TimingView(Widget):
+    """Redrawn when the selected rollout changes, and each second while it runs."""
+
+    DEFAULT_CSS = "TimingView { height: auto; }"
+
+    def __init__(self, store: RolloutStore, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+        self.palette: Palette
+        self.rollout: Rollout | None = None
+        self.trace_id: str | None = None
+        self.now = 0.0
+
+    def on_mount(self) -> None:
+        self.palette = Palette(self.app)
+
+    def show(self, rollout: Rollout | None, trace_id: str | None, now: float) -> None:
+        self.rollout, self.trace_id, self.now = rollout, trace_id, now
+        self.refresh(layout=True)
+
+    def render(self) -> RenderableType:
+        palette = self.palette
+        head = Text(no_wrap=True, overflow="ellipsis")
+        body: RenderableType = Text("select a rollout to see its phases", style=palette.muted)
+        rollout = self.rollout
+        if rollout is not None:
+            head.append(f"{safe(rollout.variant)} · {safe(rollout.task_label)}", style="bold")
+            trace = rollout.traces.get(self.trace_id or "") or rollout.primary
+            if trace is not None:
+                horizon = rollout.ended_at if rollout.status.finished and rollout.ended_at else self.now
+                body = waterfall(trace.timing, horizon, self.size.width, palette)
+        caption = Text("\nphase p50 / p95 per variant (finished rollouts)", style="bold")
+        return Group(head, body, caption, variant_table(self.store, palette))

@@ -1,0 +1,131 @@
+"""The selected rollout's transcript, with a trace switcher when the episode has more
+than one trace (multi-agent: solver and judge, sub-agents)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Select, Static
+
+from core.store import Rollout, TraceState
+from tui.format import safe
+
+try:
+    from tui.transcript import Transcript
+except ImportError:  # until tui/transcript.py lands: a stand-in with its interface
+
+    class Transcript(Static):  # type: ignore[no-redef]
+        following = True
+        new_since_left = 0
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(markup=False, **kwargs)
+            self.trace: TraceState | None = None
+
+        def show(self, rollout_key: str, trace_state: TraceState) -> None:
+            self.trace = trace_state
+            self.refresh_trace()
+
+        def refresh_trace(self) -> None:
+            trace = self.trace
+            if trace is not None:
+                self.update(f"{len(trace.nodes)} nodes, {trace.turns} turns (transcript pending)")
+
+        def action_toggle_follow(self) -> None:
+            self.following = not self.following
+
+        def selected_block(self) -> str | None:
+            return None
+
+
+def trace_label(index: int, trace: TraceState) -> str:
+    agent = trace.record.get("agent")
+    name = agent.get("name") if isinstance(agent, dict) else None
+    return safe(f"{index + 1}. {name or 'trace'} {trace.id[:8]}")
+
+
+class TracePane(Vertical):
+    class TraceChanged(Message):
+        """The user picked another trace: the timing view follows it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rollout: Rollout | None = None
+        self.trace_id: str | None = None
+        self._trace_ids: tuple[str, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        yield Static(markup=False, id="trace-title")
+        yield Select([], allow_blank=True, compact=True, id="trace-switcher", prompt="trace")
+        yield Transcript(id="transcript")
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one(Transcript)
+
+    def on_mount(self) -> None:
+        self.query_one("#trace-switcher").display = False
+
+    def show(self, rollout: Rollout | None) -> None:
+        """Switch to another rollout (its first trace)."""
+        self.rollout = rollout
+        self.trace_id = None
+        self._trace_ids = ()
+        self.refresh_trace(None)
+
+    def refresh_trace(self, changed: set[tuple[str, str]] | None) -> None:
+        """Follow what changed in the shown rollout: new traces reach the switcher; the
+        transcript redraws only when its own trace changed (`changed` None: always)."""
+        rollout = self.rollout
+        title = self.query_one("#trace-title", Static)
+        if rollout is None:
+            title.update(Text("select a rollout (enter opens its trace)", style="dim"))
+            return
+        ids = tuple(rollout.traces)
+        if ids != self._trace_ids:
+            self._trace_ids = ids
+            self._fill_switcher(rollout)
+        title.update(self._title(rollout))
+        if self.trace_id not in rollout.traces:
+            self._pick(next(iter(ids), None))
+        elif changed is None or (rollout.key, self.trace_id) in changed:
+            self.transcript.refresh_trace()
+
+    def _title(self, rollout: Rollout) -> Text:
+        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        text.append(safe(rollout.variant), style="bold")
+        text.append(f" · {safe(rollout.task_label)} · {rollout.phase}")
+        if rollout.reason:
+            text.append(f" · {safe(rollout.reason)}", style="bold")
+        return text
+
+    def _fill_switcher(self, rollout: Rollout) -> None:
+        switcher = self.query_one("#trace-switcher", Select)
+        options = [(trace_label(i, trace), trace.id) for i, trace in enumerate(rollout.traces.values())]
+        with switcher.prevent(Select.Changed):
+            switcher.set_options(options)
+            if self.trace_id in rollout.traces:
+                switcher.value = self.trace_id
+        switcher.display = len(options) > 1
+
+    def _pick(self, trace_id: str | None) -> None:
+        self.trace_id = trace_id
+        rollout = self.rollout
+        if rollout is None or trace_id is None:
+            return
+        switcher = self.query_one("#trace-switcher", Select)
+        with switcher.prevent(Select.Changed):
+            switcher.value = trace_id
+        self.transcript.show(rollout.key, rollout.traces[trace_id])
+
+    @on(Select.Changed, "#trace-switcher")
+    def _switched(self, event: Select.Changed) -> None:
+        if isinstance(event.value, str) and event.value != self.trace_id:
+            self._pick(event.value)
+            self.post_message(self.TraceChanged())
+

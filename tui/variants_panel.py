@@ -1,0 +1,125 @@
+"""One card per variant: lifecycle state, server pid and uptime, rollout counts, mean
+reward, Start/Cancel, and a cancel's escalation and outcome as they happen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, HorizontalScroll, Vertical
+from textual.message import Message
+from textual.widgets import Button, Static
+
+from core.store import RolloutStore, Status
+from tui.format import Palette, clock, safe
+
+_STEP = {"cancel-runs": "runs cancelled", "sigterm": "SIGTERM sent", "sigkill": "SIGKILL sent"}
+_STATES = ("idle", "starting", "running", "draining", "done", "cancelling", "cancelled", "failed")
+_STATE_LOOK = {"idle": "boot", "starting": "setup", "running": "scoring", "draining": "setup"}
+"""A state's colour, named by the phase that shares it (see `Palette`)."""
+
+
+class VariantCard(Horizontal, can_focus=True):
+    """A variant at a glance; focus it to make `s`/`x` act on it."""
+
+    class Requested(Message):
+        """Start or Cancel pressed on a card; the app decides (confirm, read-only)."""
+
+        def __init__(self, name: str, action: str) -> None:
+            super().__init__()
+            self.name = name
+            self.action = action
+
+    def __init__(self, variant: Any, store: RolloutStore, readonly: bool) -> None:
+        super().__init__(classes="variant-card")
+        self.variant = variant
+        self.store = store
+        self.readonly = readonly
+
+    @property
+    def variant_name(self) -> str:
+        return self.variant.name
+
+    def compose(self) -> ComposeResult:
+        yield Static(markup=False, classes="card-body")
+        with Vertical(classes="card-buttons"):
+            yield Button("Start", variant="success", compact=True, classes="start")
+            yield Button("Cancel", variant="error", compact=True, classes="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.post_message(self.Requested(self.variant.name, "start" if event.button.has_class("start") else "cancel"))
+
+    def redraw(self, now: float, palette: Palette) -> None:
+        variant = self.variant
+        state = str(variant.state)
+        for name in _STATES:
+            self.set_class(name == state, f"-{name}")
+        self.query_one(".card-body", Static).update(self._body(now, palette))
+        start, cancel = self.query_one(".start", Button), self.query_one(".cancel", Button)
+        start.disabled = self.readonly or not variant.can_start
+        cancel.disabled = self.readonly or not variant.can_cancel
+        cancel.label = "Kill" if state == "cancelling" else "Cancel"
+
+    def _body(self, now: float, palette: Palette) -> Text:
+        variant = self.variant
+        state = str(variant.state)
+        style = palette.phase(_STATE_LOOK.get(state, state))
+        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        text.append(safe(variant.name), style="bold")
+        text.append("  ")
+        text.append(state, style=style)
+        if state == "starting" and variant.health_left is not None:
+            text.append(f" · health {variant.health_left:.0f}s", style=palette.muted)
+        text.append("\n")
+        server = f"pid {variant.pid}" if variant.pid is not None else safe(variant.address or "no server")
+        text.append(server)
+        if variant.server_started_at is not None and state in ("running", "draining", "cancelling"):
+            text.append(f" · up {clock(now - variant.server_started_at)}", style=palette.muted)
+        stats = self.store.stats(variant.name)
+        detail = self._detail(now, palette)
+        if detail is not None and stats.mean_reward is not None:
+            text.append(f" · reward {stats.mean_reward:.2f}", style="bold")
+        counts = stats.counts
+        text.append(f"\nrun {counts[Status.RUNNING] + counts[Status.CANCELLING]}")
+        text.append(f"  done {counts[Status.DONE]}", style=palette.success)
+        text.append(f"  fail {counts[Status.FAILED]}", style=palette.error if counts[Status.FAILED] else "")
+        text.append(f"  cxl {counts[Status.CANCELLED]}")
+        if detail is not None:
+            text.append("\n")
+            text.append_text(detail)
+        elif stats.mean_reward is not None:
+            text.append(f"\nmean reward {stats.mean_reward:.2f}", style="bold")
+            text.append(f" · {stats.scored} scored", style=palette.muted)
+        return text
+
+    def _detail(self, now: float, palette: Palette) -> Text | None:
+        """The cancel escalation while it runs, then its outcome; or why it failed."""
+        variant = self.variant
+        if variant.outcome_text:
+            return Text(safe(variant.outcome_text), style=palette.warning)
+        if variant.escalation:
+            steps = [_STEP.get(e.kind, e.kind) + (f" ({safe(e.detail)})" if e.detail else "") for e in variant.escalation]
+            self.tooltip = " → ".join(steps)
+            shown = steps if self.size.width >= 70 else steps[-1:]
+            text = Text(" → ".join(shown), style=palette.warning)
+            grace = variant.grace_left(now)
+            if grace is not None:
+                text.append(f" · {grace:.0f}s left", style="bold")
+            return text
+        if variant.reason:
+            return Text(safe(variant.reason), style=palette.error)
+        return None
+
+
+class VariantsPanel(HorizontalScroll):
+    """The strip of cards; cards are keyed by variant name."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cards: dict[str, VariantCard] = {}
+
+    def add_card(self, card: VariantCard) -> None:
+        self.cards[card.variant_name] = card
+        self.mount(card)
