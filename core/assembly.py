@@ -22,6 +22,7 @@ LIST_FIELDS = (
 """Append-only on the server: each delta carries the items past what was sent."""
 
 _OTHER_LISTS = LIST_FIELDS[1:]
+_STRUCTURAL = frozenset({"links", "routing_repairs", *LIST_FIELDS})
 
 KNOWN_KEYS = frozenset(
     {"trace", "discard", "open", "links", "routing_repairs", "set", "pending", *LIST_FIELDS}
@@ -42,51 +43,54 @@ class EpisodeAssembly:
     def apply(self, delta: Mapping[str, Any]) -> dict:
         """Apply one delta; return the trace dict it touched (the dropped one for a
         discard)."""
-        if not isinstance(delta, Mapping):
+        # `type(...) is dict` first: decoded frames are dicts, and the ABC check that
+        # covers other mappings costs more than the rest of a typical delta.
+        if type(delta) is not dict and not isinstance(delta, Mapping):
             raise AssemblyError(f"a delta must be a map, got {type(delta).__name__}")
-        trace_id = delta.get("trace")
-        if not isinstance(trace_id, str):
+        get = delta.get
+        trace_id = get("trace")
+        if type(trace_id) is not str:
             raise AssemblyError(f"delta has no 'trace' id: {_preview(delta)}")
-        if delta.get("discard"):
+        if get("discard"):
             self.unknown.pop(trace_id, None)
             return self.traces.pop(trace_id, {})
         trace = self.traces.get(trace_id)
-        if trace is None:
-            header = delta.get("open")
+        opening = trace is None
+        if opening:
+            header = get("open")
             if not isinstance(header, Mapping):
                 raise AssemblyError(
                     f"delta for trace {trace_id} which was never opened "
                     "(no 'open' header): was an earlier delta lost?"
                 )
             trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
-        nodes = trace["nodes"]
-        links = _indexed(delta.get("links"), "links", trace_id, len(nodes))
-        for index, new_links in links:
-            _check_list(new_links, f"links[{index}]", trace_id)
-        repairs = [
-            (index, _repair_final_row(nodes[index].get("routed_experts"), row, trace_id, index))
-            for index, row in _indexed(delta.get("routing_repairs"), "routing_repairs", trace_id, len(nodes))
-        ]
-        new_nodes = delta.get("nodes")
-        if new_nodes is not None:
-            _check_list(new_nodes, "nodes", trace_id)
-            try:
-                # a later `links` delta grows semantic_parents in place: copy the node
-                # so the delta stays as it was when the caller received it
-                new_nodes = [
-                    {**node, "semantic_parents": list(node.get("semantic_parents") or ())}
-                    for node in new_nodes
-                ]
-            except (TypeError, AttributeError):
-                raise AssemblyError(f"trace {trace_id}: 'nodes' holds a non-map item") from None
-        for field in _OTHER_LISTS:
-            if field in delta:
-                _check_list(delta[field], field, trace_id)
-        scalars = delta.get("set")
-        if scalars is not None and not isinstance(scalars, Mapping):
+        new_nodes = None
+        links = repairs = appends = ()
+        # most deltas are a preview or scalars: one set test skips the list work
+        if not _STRUCTURAL.isdisjoint(delta):
+            nodes = trace["nodes"]
+            raw = get("links")
+            if raw:
+                links = _links(raw, trace_id, len(nodes))
+            raw = get("routing_repairs")
+            if raw:
+                repairs = _repairs(raw, trace_id, nodes)
+            new_nodes = get("nodes")
+            if new_nodes is not None:
+                new_nodes = _copied_nodes(new_nodes, trace_id)
+            appends = []
+            for field in _OTHER_LISTS:
+                items = get(field)
+                if items is not None:
+                    if type(items) is not list:
+                        raise AssemblyError(f"trace {trace_id}: '{field}' must be a list, got {type(items).__name__}")
+                    appends.append((trace[field], items))
+        scalars = get("set")
+        if scalars is not None and type(scalars) is not dict and not isinstance(scalars, Mapping):
             raise AssemblyError(f"trace {trace_id}: 'set' must be a map, got {type(scalars).__name__}")
         # Everything is checked and computed; from here on nothing can fail half-way.
-        self.traces[trace_id] = trace
+        if opening:
+            self.traces[trace_id] = trace
         for index, new_links in links:
             nodes[index]["semantic_parents"].extend(new_links)
         for index, encoded in repairs:
@@ -94,10 +98,8 @@ class EpisodeAssembly:
         if new_nodes is not None:
             nodes.extend(new_nodes)
             trace["pending"] = []
-        for field in _OTHER_LISTS:
-            items = delta.get(field)
-            if items is not None:
-                trace[field].extend(items)
+        for target, items in appends:
+            target.extend(items)
         if scalars:
             trace.update(scalars)
         if "pending" in delta:
@@ -135,8 +137,6 @@ def _summary_fields(summary: Any) -> tuple[str, int, int]:
 def _indexed(value: Any, key: str, trace_id: str, count: int) -> list[tuple[int, Any]]:
     """Node-keyed map entries with int indices (msgpack may hand keys back as str),
     each checked to name a node the trace already holds."""
-    if not value:
-        return []
     if not isinstance(value, Mapping):
         raise AssemblyError(f"trace {trace_id}: '{key}' must map node index to items")
     entries = []
@@ -153,9 +153,32 @@ def _indexed(value: Any, key: str, trace_id: str, count: int) -> list[tuple[int,
     return entries
 
 
-def _check_list(value: Any, key: str, trace_id: str) -> None:
-    if not isinstance(value, list):
-        raise AssemblyError(f"trace {trace_id}: '{key}' must be a list, got {type(value).__name__}")
+def _links(value: Any, trace_id: str, count: int) -> list[tuple[int, list]]:
+    entries = _indexed(value, "links", trace_id, count)
+    for index, links in entries:
+        if type(links) is not list:
+            raise AssemblyError(f"trace {trace_id}: 'links[{index}]' must be a list, got {type(links).__name__}")
+    return entries
+
+
+def _copied_nodes(new_nodes: Any, trace_id: str) -> list[dict]:
+    """The delta's nodes, each copied with its own semantic_parents list: a later
+    `links` delta grows that list in place, and the delta must stay as it was when
+    the caller received it."""
+    if type(new_nodes) is not list:
+        raise AssemblyError(f"trace {trace_id}: 'nodes' must be a list, got {type(new_nodes).__name__}")
+    try:
+        return [{**node, "semantic_parents": list(node.get("semantic_parents") or ())} for node in new_nodes]
+    except (TypeError, AttributeError):
+        raise AssemblyError(f"trace {trace_id}: 'nodes' holds a non-map item") from None
+
+
+def _repairs(value: Any, trace_id: str, nodes: list[dict]) -> list[tuple[int, dict]]:
+    """Each repaired node's new `routed_experts`, computed before anything changes."""
+    return [
+        (index, _repair_final_row(nodes[index].get("routed_experts"), row, trace_id, index))
+        for index, row in _indexed(value, "routing_repairs", trace_id, len(nodes))
+    ]
 
 
 def _repair_final_row(encoded: Any, row: Any, trace_id: str, index: int) -> dict:
