@@ -100,11 +100,12 @@ class SupervisedChild:
         if not argv:
             raise ValueError("argv must name a program")
         self.argv = tuple(argv)
-        self.cwd = Path(cwd)
+        # absolute: the supervisor resolves paths from the child's cwd, not the app's
+        self.cwd = Path(cwd).absolute()
         self.env = dict(env)
-        self.stdout_path = Path(stdout_path)
-        self.stderr_path = Path(stderr_path)
-        self.record_path = Path(record_path)
+        self.stdout_path = Path(stdout_path).absolute()
+        self.stderr_path = Path(stderr_path).absolute()
+        self.record_path = Path(record_path).absolute()
         self.deadline_seconds = deadline_seconds
         self.supervisor_grace_seconds = supervisor_grace_seconds
         self.label = label

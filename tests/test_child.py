@@ -171,6 +171,19 @@ def test_nonzero_exit_is_failed_and_env_reaches_the_child(tmp_path):
     assert "s3cret" not in repr(outcome.record)
 
 
+def test_relative_paths_mean_the_same_files_to_app_and_supervisor(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work").mkdir()
+    child = make_child(
+        tmp_path, program("--exit", "0"), cwd="work", stdout_path="cap/out.log",
+        stderr_path="cap/err.log", record_path="cap/record.json",
+    )  # fmt: skip
+    child.start()
+    child.wait(MARGIN)
+    assert child.outcome().record["reason"] == "child_exited"
+    assert not (tmp_path / "work" / "cap").exists()
+
+
 def test_terminate_after_exit_is_not_a_cancel(tmp_path):
     child = make_child(tmp_path, program("--exit", "1"))
     child.start()
