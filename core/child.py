@@ -54,6 +54,8 @@ class ChildError(RuntimeError):
 
 @dataclass(frozen=True)
 class CaptureInfo:
+    """One capture file as it stood once the child had exited, so a copy can be checked."""
+
     path: Path
     sha256: str
     size: int
