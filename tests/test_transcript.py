@@ -18,8 +18,12 @@ SIZE = (100, 30)
 
 
 class TranscriptApp(App):
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.clock = clock
+
     def compose(self) -> ComposeResult:
-        yield Transcript()
+        yield Transcript(clock=self.clock)
 
 
 def fixture_rows(request: str) -> list[dict]:
@@ -392,3 +396,37 @@ async def test_empty_and_switched_traces():
         text = "\n".join(all_lines(transcript))
         assert "second 0" in text and "first" not in text
         await asyncio.sleep(0)
+
+
+async def test_pending_clock_advances_without_rendering_blocks():
+    now = [112.0]
+    store = RolloutStore()
+    trace = Trace(store)
+    trace.add(node("user", "go", None))
+    store.apply(trace.key, {"trace": trace.id, "pending": [{"role": "user", "content": "go"}]}, t=100.0)
+    app = TranscriptApp(clock=lambda: now[0])
+    async with app.run_test(size=SIZE) as pilot:
+        transcript = app.query_one(Transcript)
+        transcript.show(trace.key, trace.state)
+        await pilot.pause()
+        assert "awaiting reply · 0:12 ━" in "\n".join(all_lines(transcript))
+        blocks, lines = transcript.blocks_rendered, len(transcript._lines)
+        now[0] = 165.0
+        transcript._tick_pending()
+        await pilot.pause()
+        assert "awaiting reply · 1:05 ━" in "\n".join(screen_lines(transcript))
+        assert (transcript.blocks_rendered, len(transcript._lines)) == (blocks, lines)
+
+
+async def test_styles_follow_the_theme():
+    store = RolloutStore()
+    trace = Trace(store)
+    trace.turn()
+    app = TranscriptApp()
+    async with app.run_test(size=SIZE) as pilot:
+        transcript = app.query_one(Transcript)
+        transcript.show(trace.key, trace.state)
+        await pilot.pause()
+        dark = [segment.style for segment in transcript.render_line(1)]
+        app.theme = "textual-light"
+        await until(pilot, lambda: [segment.style for segment in transcript.render_line(1)] != dark)
