@@ -1,0 +1,129 @@
+"""A recorded live session replays to the same store; a cut file replays to its cut;
+a finished verifiers run opens with every episode."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+from verifiers.v1.cli.output import save_config
+from verifiers.v1.configs.cli.eval import EvalConfig
+from verifiers.v1.episode import WireEpisode
+from verifiers.v1.utils.trace_store import write_episode
+
+from core.config import load_config
+from core.engine import Engine
+from core.headless import run_headless
+from core.recording import Recorder, RecordingError
+from core.replay import OpenedRun, ReplaySession
+from core.store import RolloutStore, Status
+from test_engine import demo_variant, write_config
+from test_run_dir import fixture_episodes
+
+
+def snapshot(store: RolloutStore) -> dict:
+    """What a user sees of each rollout, and the exact episode behind it."""
+    view = {}
+    for key, r in store.rollouts.items():
+        view[key] = {
+            "status": r.status,
+            "turns": r.turns,
+            "tokens": r.tokens,
+            "reward": r.reward,
+            "errors": r.errors,
+            "phase": r.phase,
+            "traces": {tid: (len(t.nodes), len(t.pending), t.timing) for tid, t in r.traces.items()},
+            "record": r.record,
+        }
+    return view
+
+
+@pytest.fixture
+def recorded(tmp_path) -> tuple[Path, dict]:
+    config = load_config(
+        write_config(
+            tmp_path,
+            [demo_variant("baseline", ["normal", "failing", "multi-agent"]), demo_variant("candidate", ["retried", "transient"])],
+        )
+    )
+    path = tmp_path / "session.twrec"
+    engine = Engine(config, recorder=Recorder(path, meta={"test": True}), session_dir=tmp_path / "session")
+
+    async def live() -> None:
+        await engine.start()
+        await asyncio.wait_for(engine.wait(), 90)
+        await engine.shutdown()
+
+    asyncio.run(live())
+    return path, snapshot(engine.store)
+
+
+def replayed(path: Path) -> ReplaySession:
+    session = ReplaySession(path, speed=0)
+
+    async def play() -> None:
+        await session.start()
+        await asyncio.wait_for(session.wait(), 30)
+
+    asyncio.run(play())
+    return session
+
+
+def test_replay_gives_the_live_store(recorded):
+    path, live = recorded
+    session = replayed(path)
+    assert session.truncated is None
+    assert snapshot(session.store) == live
+    assert {r.status for r in session.store.rollouts.values()} == {Status.DONE, Status.FAILED}
+    assert {v.state.value for v in session.variants.values()} == {"done"}
+    assert any(e.kind == "sigterm" for v in session.variants.values() for e in v.escalation)
+
+
+def test_a_cut_recording_replays_up_to_its_cut(recorded):
+    path, live = recorded
+    data = path.read_bytes()
+    cut = path.with_name("cut.twrec")
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    session = replayed(cut)
+    assert session.truncated and "cut at byte" in session.truncated
+    assert 0 < len(session.store.rollouts) <= len(live)
+    finished = [k for k, r in session.store.rollouts.items() if r.status.finished]
+    for key in finished:
+        assert snapshot(session.store)[key] == live[key]
+    assert len(finished) < len(live)
+
+
+def test_another_format_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "notes.twrec"
+    bogus.write_text("hello, not a recording\n")
+    with pytest.raises(RecordingError, match="notes.twrec"):
+        ReplaySession(bogus)
+
+
+def test_headless_replay_prints_the_summary(recorded, capsys):
+    path, live = recorded
+    session = ReplaySession(path, speed=0)
+    code = asyncio.run(run_headless(session, out=sys.stdout))
+    out = capsys.readouterr().out
+    assert code == 1  # the failing scenario failed, as it did live
+    assert "baseline: done" in out and "candidate: done" in out
+    assert out.count(" done · reward") == sum(v["status"] is Status.DONE for v in live.values())
+
+
+def test_a_finished_verifiers_run_opens_with_every_episode(tmp_path):
+    out = tmp_path / "outputs" / "run"
+    save_config(EvalConfig(model="fake-model"), out)
+    episodes = fixture_episodes()
+    for episode in episodes:
+        write_episode(out, WireEpisode.model_validate(episode))
+    session = OpenedRun(out)
+    rollouts = list(session.store.rollouts.values())
+    assert len(rollouts) == len(episodes)
+    for rollout, episode in zip(rollouts, episodes):
+        assert [t for t in rollout.traces] == [t["id"] for t in episode["traces"]]
+        assert rollout.turns == sum(sum(1 for n in t["nodes"] if n["sampled"]) for t in episode["traces"])
+        assert rollout.status is (Status.FAILED if any(t["errors"] for t in episode["traces"]) else Status.DONE)
+        assert rollout.primary.timing == episode["traces"][0]["timing"]
+    assert session.readonly_reason and "nothing is running" in session.readonly_reason
