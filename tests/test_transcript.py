@@ -416,6 +416,10 @@ async def test_pending_clock_advances_without_rendering_blocks():
         await pilot.pause()
         assert "awaiting reply · 1:05 ━" in "\n".join(screen_lines(transcript))
         assert (transcript.blocks_rendered, len(transcript._lines)) == (blocks, lines)
+        store.failed(trace.key, "cancelled by the user", cancelled=True)
+        transcript._tick_pending()
+        await pilot.pause()
+        assert "pending · sent to the model, no reply came ━" in "\n".join(screen_lines(transcript))
 
 
 async def test_styles_follow_the_theme():

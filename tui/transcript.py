@@ -214,7 +214,7 @@ class Transcript(ScrollView, can_focus=True):
             while self._failed_done < len(failed) and failed[self._failed_done][0] <= index:
                 added += self._add_failed(failed[self._failed_done][1])
             self._node_blocks[index] = self._committed
-            added += self._add_committed(self._node_block(index, nodes[index]))
+            added += self._add_committed(self._node_block(index, nodes))
         self._nodes_done = len(nodes)
         while self._failed_done < len(failed):
             added += self._add_failed(failed[self._failed_done][1])
@@ -238,13 +238,14 @@ class Transcript(ScrollView, can_focus=True):
         self._failed_done += 1
         return self._add_committed(self._render("failed", call, [], _failed_lines(call)))
 
-    def _node_block(self, index: int, node: dict) -> _Block:
-        message = node.get("message") or {}
+    def _node_block(self, index: int, nodes: list[dict]) -> _Block:
+        """A node's block; the first node after a sampled one opens a turn."""
+        node = nodes[index]
         turn = None
-        if index == 0 or (self._state and self._state.nodes[index - 1].get("sampled")):
+        if index == 0 or nodes[index - 1].get("sampled"):
             self._turn += 1
             turn = self._turn
-        block = self._render("node", (index, node, turn), [], _node_body(message))
+        block = self._render("node", (index, node, turn), [], _node_body(node.get("message") or {}))
         block.head = self._node_head(block)
         return block
 
@@ -460,10 +461,16 @@ class Transcript(ScrollView, can_focus=True):
             self.scroll_to(y=self._starts[anchor], animate=False, immediate=True)
 
     def _tick_pending(self) -> None:
-        """Advance the pending block's clock: one line redrawn."""
-        block = self._pending
-        if block is not None and block.source[1] is not None and self._width > 0:
-            self._replace_head(len(self._blocks) - 1, [_pending_title(block.source[1], self.clock())])
+        """Advance the pending block's clock, or stop it once the rollout ended with
+        no reply: one line redrawn."""
+        block, state = self._pending, self._state
+        if block is None or state is None or self._width <= 0:
+            return
+        since = state.pending_since
+        if since is None and block.source[1] is None:
+            return
+        block.source = (block.source[0], since)
+        self._replace_head(len(self._blocks) - 1, [_pending_title(since, self.clock())])
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
@@ -663,8 +670,9 @@ def _error_lines(error: Any) -> list[Logical]:
 
 
 def _pending_title(since: float | None, now: float) -> Logical:
-    clock = "" if since is None else " · " + _clock(now - since)
-    return (None, [(f"┏━ pending · sent to the model, awaiting reply{clock} ", "pending-title")], ("━", "pending-title"))
+    """With no `since` the rollout ended (cancelled, failed) before the model replied."""
+    state = "no reply came" if since is None else "awaiting reply · " + _clock(now - since)
+    return (None, [(f"┏━ pending · sent to the model, {state} ", "pending-title")], ("━", "pending-title"))
 
 
 def _pending_body(messages: list[dict]) -> list[Logical]:
