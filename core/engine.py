@@ -36,16 +36,25 @@ class Session:
         self.variants: dict[str, Any] = {}
 
     async def start(self) -> None:
-        raise NotImplementedError
+        for name in self.variants:
+            self.store.touch_variant(name)
 
     async def wait(self) -> None:
-        raise NotImplementedError
+        """Until nothing more will arrive; at once for a session that is complete."""
 
     async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
-        raise NotImplementedError
+        on_progress("closed")
 
     def cancel_rollout(self, key: str) -> bool:
         return False
+
+    def select(self, key: str) -> None:
+        """The user looks at this rollout now; a session that loads on demand loads it."""
+
+    @property
+    def recording_note(self) -> str | None:
+        """Where this session is recorded, or why recording stopped."""
+        return None if self.recording_path is None else str(self.recording_path)
 
     def export_episode(self, key: str, directory: Path | None = None) -> Path:
         """Write one rollout's episode as JSON: the finished record when the run
@@ -86,6 +95,11 @@ class Engine(Session):
             variant.name: Variant(variant, self.store, self.session_dir, recorder)
             for variant in config.variants
         }
+
+    @property
+    def recording_note(self) -> str | None:
+        error = getattr(self.recorder, "error", None)
+        return f"recording stopped: {error}" if error else super().recording_note
 
     async def start(self) -> None:
         private_dir(self.session_dir)

@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import msgpack
 
+from core.store import episode_reward
 from core.wire import ABORTED_ERROR
 
 FORMAT = "tracewatch-recording"
@@ -424,16 +425,8 @@ class RolloutSummary:
 
     @property
     def reward(self) -> float | None:
-        """Sum of score x weight over every trace's latest rewards, as verifiers'
-        `Trace.reward` sums them; None until a reward has a value."""
-        values = [
-            reward["score"] * reward.get("weight", 1.0)
-            for rewards in self._rewards.values()
-            if isinstance(rewards, dict)
-            for reward in rewards.values()
-            if isinstance(reward, dict) and isinstance(reward.get("score"), (int, float))
-        ]
-        return sum(values) if values else None
+        """As the store computes it for a loaded rollout (`episode_reward`)."""
+        return episode_reward(self._rewards.values())
 
     def _add(self, offset: int, length: int, record: dict) -> None:
         self._offsets.append(offset)

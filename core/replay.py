@@ -15,9 +15,9 @@ from typing import Any
 
 from core.assembly import LIST_FIELDS
 from core.engine import Session, new_session_dir
-from core.recording import read_recording
+from core.recording import RecordingIndex, read_recording
 from core.run_dir import open_run
-from core.store import RolloutStore
+from core.store import RolloutStore, Status
 from core.variant import Escalation, VariantState
 from core.wire import ABORTED_ERROR
 
@@ -223,15 +223,6 @@ class OpenedRun(Session):
         for index, episode in enumerate(self.run.episodes):
             load_episode(self.store, name, index, episode)
 
-    async def start(self) -> None:
-        self.store.touch_variant(next(iter(self.variants)))
-
-    async def wait(self) -> None:
-        return None
-
-    async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
-        on_progress("closed")
-
 
 def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[str, Any]) -> None:
     """A whole episode into the store as if it had streamed: each trace as one delta
@@ -262,3 +253,45 @@ def trace_as_delta(trace: dict) -> dict:
     if scalars:
         delta["set"] = scalars
     return delta
+
+
+class OpenedRecording(Session):
+    """A recording browsed offline. The index lists every rollout at once with its
+    outcome; a rollout's records are read and applied only when it is selected, so a
+    recording far larger than memory opens in about the time one pass takes."""
+
+    STATUS = {"ok": "done", "error": "failed", "failed": "failed", "cancelled": "cancelled", "running": "running"}
+
+    def __init__(self, path: Path) -> None:
+        self.clock = ReplayClock()
+        super().__init__(RolloutStore(clock=self.clock), new_session_dir(), path)
+        self.index = RecordingIndex.build(path)
+        self.readonly_reason = f"a recording opened offline ({path.name}): nothing is running"
+        self.loaded: set[str] = set()
+        for event in self.index.events:
+            apply_record(self.store, self.variants, event)
+        for key, summary in self.index.rollouts.items():
+            announce = summary.announce or {}
+            variant = str(announce.get("variant") or key.partition("/")[0])
+            self.variants.setdefault(variant, RecordedVariant(variant))
+            rollout = self.store.add_rollout(
+                variant, announce.get("task_index", 0), announce.get("task_data") or {},
+                announce.get("rollout_index", 0), key=key,
+            )
+            rollout.status = Status(self.STATUS[summary.status])
+            rollout.summary_reward = summary.reward
+            rollout.started_at, rollout.ended_at = summary.first_t, summary.last_t
+            self.clock.now = max(self.clock.now, summary.last_t or 0.0)
+
+    @property
+    def truncated(self) -> str | None:
+        return self.index.truncated
+
+    def select(self, key: str) -> None:
+        if key in self.loaded or key not in self.index.rollouts:
+            return
+        self.loaded.add(key)
+        self.store.reset_rollout(key)
+        for record in self.index.load(key):
+            if record.get("k") != "rollout":
+                apply_record(self.store, self.variants, record)

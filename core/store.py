@@ -111,6 +111,8 @@ class Rollout:
     """Why it failed or was cancelled, in words a user can act on."""
     record: dict | None = None
     """The finished episode record, once the reply landed."""
+    summary_reward: float | None = None
+    """The reward an index reported for a rollout whose records are not loaded."""
 
     @property
     def task_label(self) -> str:
@@ -135,10 +137,9 @@ class Rollout:
 
     @property
     def reward(self) -> float | None:
-        """The mean over traces that were scored: a judge trace with no reward of
-        its own does not drag a solver's down."""
-        rewards = [r for r in (t.reward for t in self.traces.values()) if r is not None]
-        return sum(rewards) / len(rewards) if rewards else None
+        if not self.traces:
+            return self.summary_reward
+        return episode_reward(t.record.get("rewards") for t in self.traces.values())
 
     @property
     def phase(self) -> str:
@@ -174,7 +175,16 @@ class Rollout:
         return now - (self.last_delta_at or self.started_at or now) > threshold
 
 
+def episode_reward(trace_rewards: Iterable[Any]) -> float | None:
+    """The mean over traces that were scored: a judge trace with no reward of its
+    own does not drag a solver's down."""
+    rewards = [r for r in map(trace_reward, trace_rewards) if r is not None]
+    return sum(rewards) / len(rewards) if rewards else None
+
+
 def trace_reward(rewards: Any) -> float | None:
+    """Score times weight summed over named rewards, as verifiers' `Trace.reward`;
+    None until one has a value (they arrive seeded with nulls)."""
     if not isinstance(rewards, dict):
         return None
     values = [
@@ -272,6 +282,15 @@ class RolloutStore:
         self.variants[variant].append(key)
         self._touch(rollout)
         self._changes.added.append(key)
+        return rollout
+
+    def reset_rollout(self, key: str) -> Rollout:
+        """A fresh rollout in the same place, for records about to be applied again
+        from the start (a rollout loaded on demand)."""
+        old = self.rollouts[key]
+        rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, created_at=old.created_at)
+        self.rollouts[key] = rollout
+        self._touch(rollout)
         return rollout
 
     def started(self, key: str, request_id: str, t: float | None = None) -> None:

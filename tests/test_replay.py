@@ -17,7 +17,7 @@ from core.config import load_config
 from core.engine import Engine
 from core.headless import run_headless
 from core.recording import Recorder, RecordingError
-from core.replay import OpenedRun, ReplaySession
+from core.replay import OpenedRecording, OpenedRun, ReplaySession
 from core.store import RolloutStore, Status
 from test_engine import demo_variant, write_config
 from test_run_dir import fixture_episodes
@@ -127,3 +127,19 @@ def test_a_finished_verifiers_run_opens_with_every_episode(tmp_path):
         assert rollout.status is (Status.FAILED if any(t["errors"] for t in episode["traces"]) else Status.DONE)
         assert rollout.primary.timing == episode["traces"][0]["timing"]
     assert session.readonly_reason and "nothing is running" in session.readonly_reason
+
+
+def test_an_opened_recording_loads_a_rollout_only_when_selected(recorded):
+    path, live = recorded
+    session = OpenedRecording(path)
+    store = session.store
+    assert list(store.rollouts) == list(live)
+    for key, rollout in store.rollouts.items():
+        assert not rollout.traces, "nothing is loaded before it is selected"
+        assert rollout.status is live[key]["status"]
+        assert rollout.reward == live[key]["reward"]
+    key = next(k for k, v in live.items() if v["status"] is Status.DONE)
+    session.select(key)
+    assert session.loaded == {key}
+    assert snapshot(store)[key] == live[key]
+    assert all(not r.traces for k, r in store.rollouts.items() if k != key)

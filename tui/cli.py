@@ -12,11 +12,12 @@ from pathlib import Path
 from core.config import Config, ConfigError, demo_config, load_config
 from core.engine import Engine, Session
 from core.headless import run_headless
-from core.recording import Recorder, RecordingError, default_recording_path
-from core.replay import OpenedRun, ReplaySession
+from core.export import export_recording
+from core.recording import SUFFIX, Recorder, RecordingError, default_recording_path
+from core.replay import OpenedRecording, OpenedRun, ReplaySession
 from core.run_dir import RunDirError
 
-COMMANDS = ("attach", "replay", "open")
+COMMANDS = ("attach", "replay", "open", "export")
 
 
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
@@ -32,7 +33,7 @@ def main_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tracewatch",
         description="Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
-        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch replay FILE | tracewatch open PATH (each takes --help).",
+        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
     )
     parser.add_argument("config", nargs="?", type=Path, help="a TOML config of variants (see README)")
     parser.add_argument("--speed", type=float, default=1.0, help="demo only: scale the demo servers' pace (2 = twice as fast)")
@@ -62,10 +63,29 @@ def replay_parser() -> argparse.ArgumentParser:
 
 
 def open_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tracewatch open", description="Browse a finished verifiers run directory or a traces JSONL file offline.")
+    parser = argparse.ArgumentParser(
+        prog="tracewatch open",
+        description="Browse offline: a finished verifiers run directory, a traces JSONL file, or a recording (*.twrec, loaded one rollout at a time).",
+    )
     parser.add_argument("path", type=Path)
     _common(parser, live=False)
     return parser
+
+
+def export_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tracewatch export", description="Write a whole recording as JSONL: every record, or with --episodes one assembled episode per line (the shape of a verifiers traces.jsonl).")
+    parser.add_argument("recording", type=Path)
+    parser.add_argument("output", type=Path)
+    parser.add_argument("--episodes", action="store_true", help="one assembled episode per line instead of every record")
+    return parser
+
+
+def export(args: argparse.Namespace) -> int:
+    lines, truncated = export_recording(args.recording, args.output, episodes=args.episodes)
+    print(f"wrote {lines} lines to {args.output}")
+    if truncated:
+        print(f"note: {truncated}", file=sys.stderr)
+    return 0
 
 
 def _recorder(args: argparse.Namespace, meta: dict) -> Recorder | None:
@@ -93,15 +113,19 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
 def _offline_session(command: str, args: argparse.Namespace) -> Session:
     if command == "replay":
         return ReplaySession(args.file, speed=args.speed)
+    if args.path.suffix == SUFFIX:
+        return OpenedRecording(args.path)
     return OpenedRun(args.path)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    parser = {None: main_parser, "attach": attach_parser, "replay": replay_parser, "open": open_parser}[command]()
-    args = parser.parse_args(argv[1:] if command else argv)
+    parsers = {None: main_parser, "attach": attach_parser, "replay": replay_parser, "open": open_parser, "export": export_parser}
+    args = parsers[command]().parse_args(argv[1:] if command else argv)
     try:
+        if command == "export":
+            return export(args)
         if command in ("replay", "open"):
             engine = _offline_session(command, args)
         else:
