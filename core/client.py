@@ -39,6 +39,9 @@ from core.wire import (
 
 logger = logging.getLogger(__name__)
 
+CLOSE_LINGER_MS = 500
+"""How long closing waits for queued cancels to leave the socket."""
+
 
 class RunFailed(RuntimeError):
     """The server replied that the run did not succeed."""
@@ -92,7 +95,7 @@ class EnvClient:
     async def health(self, timeout: float = 2.0) -> bool:
         try:
             reply = await self._request(HealthRequest(), timeout=timeout)
-        except (TimeoutError, ServerGone, zmq.ZMQError):
+        except (TimeoutError, ServerGone, AssemblyError, zmq.ZMQError):
             return False
         return bool(reply.get("success", True))
 
@@ -173,9 +176,15 @@ class EnvClient:
         return runs
 
     async def close(self) -> None:
+        """Stop every run still waiting on the server (closing leaves it no reader,
+        including one cancelled just before, whose task has not run yet), fail its
+        caller with ServerGone, and free the socket."""
         if self._closed:
             return
         self._closed = True
+        for request_id in self._runs:
+            self._cancel_in_background(request_id)
+        cancels = bool(self._cancels)
         # let fire-and-forget cancels reach the socket, or an abandoned run goes on
         while self._cancels:
             with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -186,7 +195,9 @@ class EnvClient:
                 await self._receiver
             self._receiver = None
         self.abandon_all("the client was closed")
-        self._socket.close(linger=0)
+        # A sent frame is only queued; closing with no linger would drop the cancels.
+        # Bounded: a dead server costs at most this, and only when cancels are queued.
+        self._socket.close(linger=CLOSE_LINGER_MS if cancels else 0)
         self._context.term()
 
     async def _request(
@@ -284,13 +295,14 @@ class EnvClient:
                 logger.exception("on_delta consumer failed for run %s", request_id)
 
     def _fail(self, request_id: str, reason: str) -> None:
-        """A run whose stream broke: fail it here and stop it on the server."""
-        self._drop(f"run {request_id}: {reason}")
-        self._runs.pop(request_id, None)
+        """A request whose stream broke: fail it here and, if it is a run, stop it on
+        the server."""
+        self._drop(f"request {request_id}: {reason}")
         future = self._replies.get(request_id)
         if future is not None and not future.done():
-            future.set_exception(AssemblyError(f"run {request_id}: {reason}"))
-        self._cancel_in_background(request_id)
+            future.set_exception(AssemblyError(f"request {request_id}: {reason}"))
+        if self._runs.pop(request_id, None) is not None:
+            self._cancel_in_background(request_id)
 
     def _drop(self, reason: str) -> None:
         self.dropped_frames += 1
