@@ -11,7 +11,6 @@ late, the replaced pending block.
 
 from __future__ import annotations
 
-import json
 import time
 from bisect import bisect_right
 from collections.abc import Callable
@@ -28,23 +27,26 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.store import TraceState
-from tui.text import safe, safe_lines, wrap
-
-Seg = tuple[str, str]
-"""Literal (already safe) text and a style key: the `transcript--<key>` component."""
-
-Logical = tuple[Seg | None, list[Seg], Seg]
-"""A width-independent line: gutter, body segments, and what pads it to the width."""
+from tui.text import wrap
+from tui.transcript_lines import (
+    ROLES,
+    Logical,
+    Seg,
+    copy_text,
+    error_lines,
+    failed_lines,
+    node_body,
+    node_head,
+    pending_body,
+    pending_title,
+    slice_segs,
+)
 
 Line = tuple[tuple[Seg, ...], int, Seg, str | None]
 """A wrapped line: segments, their cell width, padding, and the block's tint."""
 
 FOLLOW_SLACK = 2
 """Within this many lines of the bottom the view counts as at the bottom."""
-
-ROLES = ("system", "user", "assistant", "tool")
-SPACE: Seg = (" ", "text")
-BLANK: Logical = (None, [], SPACE)
 
 
 class _Block:
@@ -191,10 +193,10 @@ class Transcript(ScrollView, can_focus=True):
         """The raw text of the message under the cursor, or of the last message: what
         the app's copy key copies (as the trace holds it, never to be drawn)."""
         if self._cursor is not None:
-            return _copy_text(self._blocks[self._cursor])
+            return copy_text(self._blocks[self._cursor].kind, self._blocks[self._cursor].source)
         for block in reversed(self._blocks):
             if block.kind != "error":
-                return _copy_text(block)
+                return copy_text(block.kind, block.source)
         return None
 
     # -- from trace to blocks --------------------------------------------------------
@@ -220,7 +222,7 @@ class Transcript(ScrollView, can_focus=True):
             added += self._add_failed(failed[self._failed_done][1])
         errors = state.errors
         for error in errors[self._errors :]:
-            self._insert(self._committed + self._errors, self._render("error", error, [], _error_lines(error)))
+            self._insert(self._committed + self._errors, self._render("error", error, [], error_lines(error)))
             self._errors += 1
             added += 1
         pending = state.record.get("pending")
@@ -236,7 +238,7 @@ class Transcript(ScrollView, can_focus=True):
 
     def _add_failed(self, call: dict) -> int:
         self._failed_done += 1
-        return self._add_committed(self._render("failed", call, [], _failed_lines(call)))
+        return self._add_committed(self._render("failed", call, [], failed_lines(call)))
 
     def _node_block(self, index: int, nodes: list[dict]) -> _Block:
         """A node's block; the first node after a sampled one opens a turn."""
@@ -245,7 +247,7 @@ class Transcript(ScrollView, can_focus=True):
         if index == 0 or nodes[index - 1].get("sampled"):
             self._turn += 1
             turn = self._turn
-        block = self._render("node", (index, node, turn), [], _node_body(node.get("message") or {}))
+        block = self._render("node", (index, node, turn), [], node_body(node.get("message") or {}))
         block.head = self._node_head(block)
         return block
 
@@ -253,7 +255,7 @@ class Transcript(ScrollView, can_focus=True):
         index, node, turn = block.source
         self.headers_rendered += 1
         call = self._state.calls_by_node.get(index) if self._state else None
-        return _node_head(index, node, call, turn)
+        return node_head(index, node, call, turn)
 
     def _rehead(self, position: int) -> None:
         block = self._blocks[position]
@@ -287,7 +289,7 @@ class Transcript(ScrollView, can_focus=True):
             return
         if not messages:
             return
-        block = self._render("pending", (messages, since), [_pending_title(since, self.clock())], _pending_body(messages), "pending")
+        block = self._render("pending", (messages, since), [pending_title(since, self.clock())], pending_body(messages), "pending")
         if self._pending is None:
             self._insert(len(self._blocks), block)
         else:
@@ -311,7 +313,7 @@ class Transcript(ScrollView, can_focus=True):
                 lines.append(((*lead, *segs), lead_cells + ranges[0][2], pad, tint))
                 continue
             for start, end, cells in ranges:
-                lines.append(((*lead, *_slice(segs, start, end)), lead_cells + cells, pad, tint))
+                lines.append(((*lead, *slice_segs(segs, start, end)), lead_cells + cells, pad, tint))
         return lines
 
     def _wrap_block(self, block: _Block) -> None:
@@ -470,7 +472,7 @@ class Transcript(ScrollView, can_focus=True):
         if since is None and block.source[1] is None:
             return
         block.source = (block.source[0], since)
-        self._replace_head(len(self._blocks) - 1, [_pending_title(since, self.clock())])
+        self._replace_head(len(self._blocks) - 1, [pending_title(since, self.clock())])
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
@@ -516,225 +518,3 @@ class Transcript(ScrollView, can_focus=True):
                 self._forget(self._starts[old], self._end(old))
         self._cursor = position
         self.refresh()
-
-
-# -- trace data to width-independent lines (pure functions of the data) --------------
-
-
-def _role_key(role: str) -> str:
-    return role if role in ROLES else "other"
-
-
-def _gutter(key: str) -> Seg:
-    return ("▎ ", key)
-
-
-def _text_lines(text: str, key: str, gutter: Seg, prefix: str = "") -> list[Logical]:
-    """Lines of trace text, trailing newlines dropped (tool output ends in one)."""
-    return [(gutter, [(prefix + line, key)], SPACE) for line in safe_lines(text.rstrip("\n"))]
-
-
-def _content_text(content: Any) -> tuple[str, list[str]]:
-    """A message's text, and the kinds of its non-text parts (images, audio)."""
-    if content is None:
-        return "", []
-    if isinstance(content, str):
-        return content, []
-    if isinstance(content, list):
-        texts, others = [], []
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            else:
-                others.append(str(part.get("type", "part")) if isinstance(part, dict) else type(part).__name__)
-        return "\n".join(texts), others
-    return json.dumps(content, ensure_ascii=False, default=str), []
-
-
-def _tool_call_parts(call: dict) -> tuple[str, Any]:
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
-    return str(function.get("name") or "?"), function.get("arguments")
-
-
-def _node_head(index: int, node: dict, call: dict | None, turn: int | None) -> list[Logical]:
-    message = node.get("message") or {}
-    role = str(message.get("role") or "?")
-    key = _role_key(role)
-    lines: list[Logical] = []
-    if turn is not None:
-        lines.append((None, [(f"── turn {turn} ", "rule")], ("─", "rule")))
-    segs: list[Seg] = [(safe(role), key), (f"  #{index}", "meta")]
-    if role == "tool":
-        for part in (message.get("name"), message.get("tool_call_id")):
-            if part:
-                segs.append((" · " + safe(str(part)), "meta"))
-    if call is not None:
-        segs.extend(_call_meta(call))
-    parent = node.get("parent")
-    if parent != (index - 1 if index else None):
-        segs.append(("  ↳ new root" if parent is None else f"  ↳ branches from #{safe(str(parent))}", "branch"))
-    lines.append((_gutter(key), segs, SPACE))
-    return lines
-
-
-def _call_meta(call: dict) -> list[Seg]:
-    segs: list[Seg] = []
-    span = call.get("time") or {}
-    if span.get("start") and span.get("end"):
-        segs.append((" · " + _seconds(span["end"] - span["start"]), "meta"))
-    usage = call.get("usage") or {}
-    if usage.get("prompt_tokens") is not None or usage.get("completion_tokens") is not None:
-        segs.append((f" · {usage.get('prompt_tokens') or 0:,} → {usage.get('completion_tokens') or 0:,} tok", "meta"))
-    finish = call.get("finish_reason")
-    if finish and finish not in ("stop", "tool_calls"):
-        segs.append((" · finish: " + safe(str(finish)), "branch"))
-    return segs
-
-
-def _node_body(message: dict) -> list[Logical]:
-    key = _role_key(str(message.get("role") or "?"))
-    gutter = _gutter(key)
-    lines: list[Logical] = []
-    reasoning = message.get("reasoning_content")
-    if reasoning:
-        lines.extend(_text_lines(str(reasoning), "reasoning", gutter))
-    text, others = _content_text(message.get("content"))
-    if text:
-        lines.extend(_text_lines(text, "text", gutter))
-    lines.extend((gutter, [(f"‹{safe(kind)}›", "meta")], SPACE) for kind in others)
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, dict):
-            lines.extend(_tool_call_lines(call, gutter))
-    if not lines:
-        lines.append((gutter, [("(empty)", "meta")], SPACE))
-    lines.append(BLANK)
-    return lines
-
-
-def _tool_call_lines(call: dict, gutter: Seg) -> list[Logical]:
-    """Name plus arguments: JSON parsed and shown key by key, strings unquoted and
-    multi-line ones below their key; arguments that do not parse are shown raw."""
-    name, raw = _tool_call_parts(call)
-    head: list[Seg] = [("⚙ ", "call"), (safe(name), "call")]
-    if isinstance(raw, str):
-        try:
-            args = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return [(gutter, [*head, ("  " + safe(raw), "text"), ("  (arguments are not JSON)", "meta")], SPACE)]
-    else:
-        args = raw
-    if not isinstance(args, dict):
-        return [(gutter, [*head, ("  " + safe(_compact(args)), "text")], SPACE)]
-    lines: list[Logical] = []
-    inline: list[Seg] = []
-    for key, value in args.items():
-        text = value if isinstance(value, str) else _compact(value)
-        if "\n" in text:
-            lines.append((gutter, [(f"    {safe(str(key))}:", "meta")], SPACE))
-            lines.extend(_text_lines(text, "text", gutter, "      "))
-        else:
-            inline += [(f"  {safe(str(key))}: ", "meta"), (safe(text), "text")]
-    return [(gutter, head + inline, SPACE), *lines]
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
-def _error_text(error: Any) -> tuple[str, str]:
-    if not isinstance(error, dict):
-        return "error", str(error)
-    title = str(error.get("type") or "error")
-    if error.get("status_code"):
-        title += f" {error['status_code']}"
-    return title, str(error.get("message") or "")
-
-
-def _failed_lines(call: dict) -> list[Logical]:
-    title, message = _error_text(call.get("error"))
-    gutter = _gutter("error")
-    span = call.get("time") or {}
-    took = f" after {_seconds(span['end'] - span['start'])}" if span.get("start") and span.get("end") else ""
-    head = (gutter, [(f"✗ model call failed{took} · ", "error"), (safe(title), "error")], SPACE)
-    return [head, *_text_lines(message, "error-text", gutter), BLANK]
-
-
-def _error_lines(error: Any) -> list[Logical]:
-    title, message = _error_text(error)
-    gutter = _gutter("error")
-    lines = [(gutter, [("✗ trace error · ", "error"), (safe(title), "error")], SPACE)]
-    lines += _text_lines(message, "error-text", gutter)
-    if isinstance(error, dict) and error.get("traceback"):
-        lines += _text_lines(str(error["traceback"]), "meta", gutter)
-    return [*lines, BLANK]
-
-
-def _pending_title(since: float | None, now: float) -> Logical:
-    """With no `since` the rollout ended (cancelled, failed) before the model replied."""
-    state = "no reply came" if since is None else "awaiting reply · " + _clock(now - since)
-    return (None, [(f"┏━ pending · sent to the model, {state} ", "pending-title")], ("━", "pending-title"))
-
-
-def _pending_body(messages: list[dict]) -> list[Logical]:
-    gutter: Seg = ("┃ ", "pending-title")
-    lines: list[Logical] = []
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        role = str(message.get("role") or "?")
-        head: list[Seg] = [(safe(role), _role_key(role))]
-        for part in (message.get("name"), message.get("tool_call_id")):
-            if part:
-                head.append((" · " + safe(str(part)), "meta"))
-        lines.append((gutter, head, SPACE))
-        text, others = _content_text(message.get("content"))
-        lines += _text_lines(text, "text", gutter) if text else []
-        lines += [(gutter, [(f"‹{safe(kind)}›", "meta")], SPACE) for kind in others]
-    lines.append((None, [("┗", "pending-title")], ("━", "pending-title")))
-    return lines
-
-
-def _copy_text(block: _Block) -> str:
-    if block.kind == "node":
-        message = block.source[1].get("message") or {}
-        text = _content_text(message.get("content"))[0]
-        calls = [
-            f"{name} {raw if isinstance(raw, str) else _compact(raw)}"
-            for name, raw in (_tool_call_parts(c) for c in message.get("tool_calls") or () if isinstance(c, dict))
-        ]
-        return "\n".join(part for part in (text, *calls) if part)
-    if block.kind == "pending":
-        return "\n\n".join(_content_text(m.get("content"))[0] for m in block.source[0] if isinstance(m, dict))
-    error = block.source.get("error") if block.kind == "failed" else block.source
-    title, message = _error_text(error)
-    return f"{title}: {message}"
-
-
-def _slice(segs: list[Seg], start: int, end: int) -> list[Seg]:
-    """The part of a run of segments between two character offsets."""
-    out: list[Seg] = []
-    position = 0
-    for text, key in segs:
-        after = position + len(text)
-        if after > start and position < end:
-            out.append((text[max(0, start - position) : end - position], key))
-        position = after
-        if position >= end:
-            break
-    return out
-
-
-def _seconds(seconds: float) -> str:
-    if seconds < 10:
-        return f"{seconds:.2f}s"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    return _clock(seconds)
-
-
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    minutes, seconds = divmod(seconds, 60)
-    if minutes >= 60:
-        return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
-    return f"{minutes}:{seconds:02d}"
