@@ -1,0 +1,573 @@
+"""Variant configs: which env servers to start or attach to, and what to send them.
+
+A TOML file is validated into a `Config` in one pass that reports every problem at
+once, each naming the file, the field path and what was expected (with a did-you-mean
+for a misspelt key), so a config is fixed in one edit rather than one launch per
+mistake. Credentials never live in a config: it names environment variables instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, NamedTuple, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from core.wire import ClientConfig, SamplingConfig
+
+LOOPBACK = "127.0.0.1"
+PLACEHOLDERS = ("address", "port", "python")
+"""What a server argv may mention: `{port}` is a free port the app picked,
+`{address}` is `tcp://127.0.0.1:{port}`, and `{python}` is the interpreter running
+tracewatch (so a config needs no path to the venv that has `core.demo`)."""
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+_SECRET_HEADER = re.compile(r"AUTH|KEY|TOKEN|SECRET|PASSWORD|COOKIE", re.IGNORECASE)
+_TCP = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):([0-9]{1,5})\Z")
+_SAMPLING_KEYS = (*SamplingConfig.model_fields, "max_completion_tokens", "extra_body")
+_MAX_BAD_LINES = 5
+
+
+class Problem(NamedTuple):
+    source: str
+    """The config file, or where a config came from when there is none."""
+    path: str
+    """The field path, e.g. `variants[1].max_concurrent`; empty for the whole file."""
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.path}: {self.message}" if self.path else f"{self.source}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """Every problem found in one config; its str lists them one per line."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(map(str, problems)))
+
+
+class TaskSource(BaseModel):
+    """A loaded task list and where it came from. Variants naming the same file share
+    one instance, so the file is read once."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str | None
+    """The resolved JSONL file, or None for tasks written inline."""
+    items: list[dict[str, Any]] = Field(repr=False)
+
+
+class EndpointConfig(BaseModel):
+    """The model endpoint the env server calls. Keys travel as environment variable
+    names, so neither the config file nor the wire ever holds one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    base_url: str = Field(
+        ClientConfig.model_fields["base_url"].default,
+        description="the endpoint's base URL, e.g. http://127.0.0.1:8000/v1",
+    )
+    api_key_var: str = Field(
+        ClientConfig.model_fields["api_key_var"].default,
+        description="the NAME of the environment variable holding the key",
+    )
+    headers: dict[str, str] = Field(default_factory=dict)
+    headers_from_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="header name -> the NAME of the environment variable holding its value",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1, got {value!r}")
+        return value
+
+    @field_validator("api_key_var")
+    @classmethod
+    def _api_key_var(cls, value: str) -> str:
+        if not _ENV_NAME.match(value):
+            raise ValueError(
+                "expected the NAME of an environment variable that holds the key "
+                f"(e.g. OPENAI_API_KEY), never the key itself; got {_show(value)}"
+            )
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if _SECRET_HEADER.search(name):
+                raise ValueError(
+                    f"header {name!r} looks like a credential, and a config must not hold one; "
+                    f'export it and name the variable instead: headers_from_env = {{ "{name}" = "MY_VAR" }}'
+                )
+        return value
+
+    @field_validator("headers_from_env")
+    @classmethod
+    def _headers_from_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, var in value.items():
+            if not _ENV_NAME.match(var):
+                raise ValueError(
+                    f"header {name!r}: expected the NAME of an environment variable, got {_show(var)}"
+                )
+        return value
+
+
+class VariantConfig(BaseModel):
+    """One variant: an env server (a command the app starts under its supervisor, or
+    the address of one that already runs), the tasks it gets and how they are sent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str = Field(description="a short unique name, e.g. \"baseline\"")
+    command: list[str] | None = Field(
+        None, description="the server's argv, mentioning {address} or {port}"
+    )
+    attach: str | None = Field(None, description="tcp://host:port of a server that already runs")
+    tasks: TaskSource = Field(
+        description="a JSONL file of task_data (relative to the config file) or an inline list of tables"
+    )
+    rollouts_per_task: int = Field(1, ge=1)
+    max_concurrent: int = Field(4, ge=1)
+    model: str = Field(
+        min_length=1,
+        description="the model name the server asks the endpoint for (here or in [defaults])",
+    )
+    endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    cwd: str | None = Field(None, description="the server's working directory")
+    env: dict[str, str] = Field(default_factory=dict)
+    env_from: list[str] = Field(default_factory=list)
+    health_timeout: float = Field(60.0, gt=0)
+    grace_seconds: float = Field(10.0, gt=0)
+    deadline_seconds: float = Field(86400.0, gt=0)
+    stall_seconds: float = Field(60.0, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("expected a non-empty name")
+        if len(value) > 64 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError(f"expected a short name without control characters, got {_show(value)}")
+        return value
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if isinstance(value, str):
+            raise ValueError(
+                f"expected a list of arguments, not one string: command = {json.dumps(shlex.split(value))}"
+            )
+        if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value) or not value[0]:
+            raise ValueError(f"expected a non-empty list of strings (the server's argv), got {_show(value)}")
+        mentioned = {match for arg in value for match in _PLACEHOLDER.findall(arg)}
+        if unknown := sorted(mentioned - set(PLACEHOLDERS)):
+            raise ValueError(f"unknown placeholder {{{unknown[0]}}}; {_suggest(unknown[0], PLACEHOLDERS, '{%s}')}")
+        if not mentioned & {"address", "port"}:
+            raise ValueError(
+                "expected {address} or {port} in the argv, so the app can tell the server where "
+                'to listen (e.g. "--address", "{address}"); for a server that already runs, '
+                "set attach instead"
+            )
+        return value
+
+    @field_validator("attach", mode="before")
+    @classmethod
+    def _attach(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        match = _TCP.match(value) if isinstance(value, str) else None
+        if match is None or not 1 <= int(match.group(2)) <= 65535:
+            raise ValueError(
+                f"expected tcp://host:port of a running env server (e.g. tcp://10.0.0.5:5000), got {_show(value)}"
+            )
+        return value
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _tasks(cls, value: Any, info: ValidationInfo) -> Any:
+        context = info.context or {}
+        if isinstance(value, str):
+            path = (Path(context.get("base_dir", ".")) / Path(value).expanduser()).resolve()
+            cache: dict[Path, TaskSource | str] = context.get("tasks", {})
+            if path not in cache:
+                try:
+                    cache[path] = TaskSource(path=str(path), items=_read_tasks(path))
+                except ValueError as error:
+                    cache[path] = str(error)
+            if isinstance(cache[path], str):
+                raise ValueError(cache[path])
+            return cache[path]
+        if isinstance(value, list):
+            bad = [i for i, item in enumerate(value) if not isinstance(item, dict)]
+            if bad:
+                raise ValueError(f"expected every item to be a table (one task's task_data); item {bad[0]} is not")
+            if not value:
+                raise ValueError("expected at least one task, got an empty list")
+            return TaskSource(path=None, items=value)
+        raise ValueError(
+            f"expected a JSONL file path (relative to the config file) or an inline list of tables, got {_show(value)}"
+        )
+
+    @field_validator("sampling", mode="before")
+    @classmethod
+    def _sampling(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for key in value:
+                close = difflib.get_close_matches(key, _SAMPLING_KEYS, n=1, cutoff=0.85)
+                if key not in _SAMPLING_KEYS and close:
+                    raise ValueError(
+                        f"unknown sampling key {key!r}; did you mean {close[0]!r}? (other keys "
+                        "pass through to the provider as written, so a typo would be sent too)"
+                    )
+        return value
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        path = (Path((info.context or {}).get("base_dir", ".")) / Path(value).expanduser()).resolve()
+        if not path.is_dir():
+            raise ValueError(f"expected an existing directory (relative to the config file), but {path} is not one")
+        return str(path)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"expected environment variable names, got {_show(name)}")
+            if _SECRET_NAME.search(name):
+                raise ValueError(
+                    f"{name} looks like a secret, and a config must not hold one: export it in "
+                    f'your shell and pass it through with env_from = ["{name}"] (for the model '
+                    "endpoint's key, name the variable in endpoint.api_key_var)"
+                )
+        return value
+
+    @field_validator("env_from")
+    @classmethod
+    def _env_from(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"expected environment variable names, got {_show(name)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_server(self) -> VariantConfig:
+        if (self.command is None) == (self.attach is None):
+            got = "both" if self.command is not None else "neither"
+            raise ValueError(
+                "expected exactly one of command (a server the app starts, e.g. "
+                '["python", "-m", "core.demo", "--address", "{address}"]) or attach '
+                f"(tcp://host:port of a server that already runs); got {got}"
+            )
+        return self
+
+    def server_argv(self, port: int) -> list[str]:
+        """The command with its placeholders filled for a server listening on `port`."""
+        if self.command is None:
+            raise ValueError(f"variant {self.name!r} attaches to {self.attach}; it has no server to start")
+        values = {"address": f"tcp://{LOOPBACK}:{port}", "port": str(port), "python": sys.executable}
+        return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in self.command]
+
+    def client_config(self) -> ClientConfig:
+        """The endpoint as the wire carries it in every run request."""
+        return ClientConfig(
+            base_url=self.endpoint.base_url,
+            api_key_var=self.endpoint.api_key_var,
+            headers=dict(self.endpoint.headers),
+            headers_from_env=dict(self.endpoint.headers_from_env),
+        )
+
+    def task_list(self) -> list[dict[str, Any]]:
+        """The loaded tasks, shared with every variant naming the same file: do not mutate."""
+        return self.tasks.items
+
+    def working_dir(self) -> Path | None:
+        return Path(self.cwd) if self.cwd is not None else None
+
+    def environment(self) -> dict[str, str]:
+        """What the server's environment adds to ours: `env`, plus the current values of
+        `env_from` and of the variables the endpoint names (those that are set), so a
+        server started with a clean environment can still reach its model."""
+        names = [*self.env_from, self.endpoint.api_key_var, *self.endpoint.headers_from_env.values()]
+        return {**{name: os.environ[name] for name in names if name in os.environ}, **self.env}
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    """The config file, or "command line" / "built-in demo"."""
+    variants: list[VariantConfig]
+
+    @classmethod
+    def from_attach(
+        cls,
+        address: str,
+        tasks_path: str | os.PathLike[str],
+        rollouts: int = 1,
+        concurrency: int = 4,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key_var: str | None = None,
+    ) -> Config:
+        """One variant attached to a running server, as the command line describes it;
+        validated like a file, so a bad flag gets the same precise message."""
+        variant: dict[str, Any] = {
+            "name": address.removeprefix("tcp://") or "attached",
+            "attach": address,
+            "tasks": os.fspath(tasks_path),
+            "rollouts_per_task": rollouts,
+            "max_concurrent": concurrency,
+        }
+        if model is not None:
+            variant["model"] = model
+        endpoint = {"base_url": base_url, "api_key_var": api_key_var}
+        if endpoint := {key: value for key, value in endpoint.items() if value is not None}:
+            variant["endpoint"] = endpoint
+        return _build({"variants": [variant]}, "command line", Path.cwd())
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    variants: list[dict[str, Any]] = Field(min_length=1, description="one or more [[variants]] tables")
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a TOML config; raises `ConfigError` listing every problem."""
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError([Problem(source, "", "no such file; expected a TOML config")]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError([Problem(source, "", f"cannot be read: {error}")]) from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError([Problem(source, "", f"invalid TOML: {error}")]) from None
+    return _build(raw, source, path.resolve().parent)
+
+
+def demo_config(python: str, speed: float = 1.0) -> Config:
+    """The built-in demo: two demo env servers that differ in seed and temperature,
+    sharing the demo's task list, started with `python` (the app's own interpreter);
+    `speed` divides every wait in the demo's rollouts."""
+    from core.demo.tasks import DEFAULT_TASKS
+
+    if not speed > 0:
+        raise ConfigError([Problem("built-in demo", "speed", f"expected more than 0, got {speed!r}")])
+    variants = [
+        {
+            "name": name,
+            "command": [
+                python, "-m", "core.demo", "--address", "{address}",
+                "--seed", str(seed), "--speed", repr(float(speed)),
+            ],
+            "tasks": DEFAULT_TASKS,
+            "model": "demo-model",
+            "sampling": {"temperature": temperature},
+            "health_timeout": 30.0,
+        }
+        for name, seed, temperature in (("baseline", 1, 0.2), ("candidate", 2, 0.8))
+    ]
+    return _build({"variants": variants}, "built-in demo", Path.cwd())
+
+
+def _read_tasks(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"expected a JSONL file of tasks, but {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"expected a readable UTF-8 JSONL file of tasks, but {path}: {error}") from None
+    # one task_data object per line; every bad line (up to a few) is named by file:line
+    items, bad = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            bad.append(f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno}); expected one JSON object per line")
+            continue
+        if not isinstance(item, dict):
+            bad.append(f"{path}:{number}: expected a JSON object (one task's task_data), got {_json_kind(item)}")
+            continue
+        items.append(item)
+    if bad:
+        more = [f"... and {len(bad) - _MAX_BAD_LINES} more bad lines"] if len(bad) > _MAX_BAD_LINES else []
+        raise ValueError("\n    ".join(["bad lines in the tasks file:", *bad[:_MAX_BAD_LINES], *more]))
+    if not items:
+        raise ValueError(f"expected at least one task in {path}, found none")
+    return items
+
+
+def _build(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
+    """Validate parsed config data, every variant on its own so that one bad variant
+    does not hide the problems of another."""
+    try:
+        top = _File.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(_problems(error, source, _File, lambda loc: loc)) from None
+    problems: list[Problem] = []
+    if "name" in top.defaults:
+        message = "a name belongs to one variant; expected it in each [[variants]] table, not in [defaults]"
+        problems.append(Problem(source, "defaults.name", message))
+    context = {"base_dir": base_dir, "tasks": {}}
+    variants, seen = [], {}
+    for index, own in enumerate(top.variants):
+        merged, inherited = _merge(top.defaults, own)
+
+        def where(loc: tuple, index: int = index, inherited: set = inherited) -> tuple:
+            from_defaults = loc[:1] in inherited or loc[:2] in inherited
+            return ("defaults", *loc) if from_defaults else ("variants", index, *loc)
+
+        try:
+            variants.append(VariantConfig.model_validate(merged, context=context))
+        except ValidationError as error:
+            problems += [p for p in _problems(error, source, VariantConfig, where) if p not in problems]
+        name = own.get("name")
+        if isinstance(name, str) and name.strip():
+            if name in seen:
+                message = f"expected a unique name; {name!r} is also the name of variants[{seen[name]}]"
+                problems.append(Problem(source, f"variants[{index}].name", message))
+            seen.setdefault(name, index)
+    if problems:
+        raise ConfigError(problems)
+    return Config(source=source, variants=variants)
+
+
+def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> tuple[dict[str, Any], set[tuple]]:
+    """A variant's table over `[defaults]`: the variant's own keys win; tables (endpoint,
+    sampling, env) merge key by key. `command` and `attach` are one choice, so a variant
+    that makes it takes neither from the defaults. Also returns which locations came
+    from the defaults, so an error there is reported where the user can fix it."""
+    merged, inherited = dict(own), set()
+    chose_server = "command" in own or "attach" in own
+    for key, value in defaults.items():
+        if key == "name" or (chose_server and key in ("command", "attach")):
+            continue
+        if key not in own:
+            merged[key] = value
+            inherited.add((key,))
+        elif isinstance(value, dict) and isinstance(own[key], dict):
+            merged[key] = {**value, **own[key]}
+            inherited.update((key, sub) for sub in value if sub not in own[key])
+    return merged, inherited
+
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "string_too_short": "a non-empty string",
+}
+
+
+def _problems(error: ValidationError, source: str, model: type[BaseModel], where) -> list[Problem]:
+    return [
+        Problem(source, _path(where(tuple(detail["loc"]))), _describe(detail, model))
+        for detail in error.errors(include_url=False)
+    ]
+
+
+def _describe(detail: dict, model: type[BaseModel]) -> str:
+    kind, loc, ctx = detail["type"], tuple(detail["loc"]), detail.get("ctx") or {}
+    parent = _model_at(model, loc[:-1])
+    field = parent.model_fields.get(loc[-1]) if parent is not None and loc and isinstance(loc[-1], str) else None
+    wanted = field.description if field is not None else None
+    if kind == "missing":
+        return f"missing; expected {wanted or 'a value'}"
+    if kind == "extra_forbidden":
+        names = list(parent.model_fields) if parent is not None else []
+        return f"unknown key {loc[-1]!r}; {_suggest(str(loc[-1]), names, '%r')}"
+    if kind == "value_error":
+        return str(ctx.get("error", detail["msg"]))
+    got = f", got {_show(detail['input'])}"
+    if kind in ("greater_than_equal", "greater_than"):
+        bound = f"at least {ctx['ge']:g}" if "ge" in ctx else f"more than {ctx['gt']:g}"
+        return f"expected {bound}{got}"
+    if kind == "too_short":
+        return f"expected {wanted or 'at least %s item(s)' % ctx.get('min_length')}{got}"
+    if kind == "list_type" and loc == ("variants",):
+        return f"expected an array of tables, written [[variants]]{got}"
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}{got}"
+    return f"{detail['msg']}{got}"
+
+
+def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
+    """The model a location inside `model` points into, if any (for its field names)."""
+    for part in loc:
+        field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
+        if field is None:
+            return None
+        annotation = field.annotation
+        model = next(
+            (t for t in (annotation, *get_args(annotation)) if isinstance(t, type) and issubclass(t, BaseModel)),
+            None,
+        )
+    return model
+
+
+def _path(loc: tuple) -> str:
+    """`("variants", 1, "endpoint", "base_url")` -> `variants[1].endpoint.base_url`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            key = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
+            out += f".{key}" if out else key
+    return out
+
+
+def _suggest(word: str, names: list[str] | tuple[str, ...], form: str) -> str:
+    close = difflib.get_close_matches(word, names, n=1)
+    if close:
+        return f"did you mean {form % close[0]}?"
+    return "expected one of: " + ", ".join(form % name for name in names)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")

@@ -1,0 +1,323 @@
+"""Config loading: what a valid file yields, and for every mistake a message naming the
+file, the field path and what was expected."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.config import ConfigError, Config, demo_config, load_config
+from core.wire import ClientConfig
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+SERVER = 'command = ["python", "-m", "core.demo", "--address", "{address}"]'
+
+
+def write(tmp_path: Path, text: str, tasks: str | None = '{"prompt": "a"}\n{"prompt": "b"}\n') -> Path:
+    if tasks is not None:
+        (tmp_path / "tasks.jsonl").write_text(tasks)
+    path = tmp_path / "tracewatch.toml"
+    path.write_text(text)
+    return path
+
+
+def variant(body: str = "", *, server: str = SERVER, name: str = "a") -> str:
+    return f'[[variants]]\nname = "{name}"\n{server}\ntasks = "tasks.jsonl"\nmodel = "m"\n{body}\n'
+
+
+def problems(path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    return str(caught.value)
+
+
+def test_two_variants_example_loads():
+    config = load_config(EXAMPLES / "two-variants.toml")
+    baseline, candidate = config.variants
+    assert (baseline.name, candidate.name) == ("baseline", "candidate")
+    assert (baseline.max_concurrent, candidate.max_concurrent) == (4, 6)  # a variant overrides [defaults]
+    assert baseline.rollouts_per_task == candidate.rollouts_per_task == 2
+    assert candidate.sampling.top_p == 0.95 and baseline.sampling.temperature == 0.2
+    assert baseline.task_list() is candidate.task_list()  # one shared file, read once
+    assert [task["id"] for task in baseline.task_list()][:2] == ["ex-coding", "ex-math"]
+    assert baseline.server_argv(5001) == [
+        sys.executable, "-m", "core.demo", "--address", "tcp://127.0.0.1:5001", "--seed", "1",
+    ]
+
+
+def test_verifiers_example_runs_the_launcher_in_the_config_directory(tmp_path):
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    (tmp_path / "examples" / "verifiers" / "tasks.jsonl").write_text('{"id": "t0", "prompt": "hi"}\n')
+    config = load_config(tmp_path / "examples" / "verifiers-env.toml")
+    first = config.variants[0]
+    assert [v.model for v in config.variants] == ["Qwen/Qwen3-4B", "Qwen/Qwen3-8B"]
+    assert first.working_dir() == tmp_path / "examples"
+    assert first.server_argv(7000) == [
+        sys.executable, "-m", "core.serve_verifiers", "--env-config", "verifiers/env.toml",
+        "--address", "tcp://127.0.0.1:7000",
+    ]
+    assert first.client_config() == ClientConfig(base_url="http://127.0.0.1:8000/v1", api_key_var="OPENAI_API_KEY")
+    assert first.sampling.max_tokens == 4096
+
+
+def test_placeholders_substitute_inside_arguments(tmp_path):
+    server = 'command = ["srv", "--bind=tcp://0.0.0.0:{port}", "--peer", "{address}", "{python}", "{\\"json\\": 1}"]'
+    config = load_config(write(tmp_path, variant(server=server)))
+    assert config.variants[0].server_argv(6123) == [
+        "srv", "--bind=tcp://0.0.0.0:6123", "--peer", "tcp://127.0.0.1:6123", sys.executable, '{"json": 1}',
+    ]
+
+
+def test_defaults_apply_unless_a_variant_sets_its_own_and_tables_merge(tmp_path):
+    text = (
+        '[defaults]\nmodel = "base-model"\nmax_concurrent = 2\nenv = { LOG_LEVEL = "info" }\n'
+        '[defaults.sampling]\ntemperature = 0.5\nmax_tokens = 100\n'
+        '[defaults.endpoint]\nbase_url = "http://gpu:8000/v1"\n'
+        f'[[variants]]\nname = "a"\n{SERVER}\ntasks = "tasks.jsonl"\n'
+        '[[variants]]\nname = "b"\nattach = "tcp://10.0.0.5:5000"\ntasks = "tasks.jsonl"\nmodel = "other"\n'
+        'max_concurrent = 9\nenv = { EXTRA = "1" }\nsampling = { temperature = 1.0 }\n'
+    )
+    a, b = load_config(write(tmp_path, text)).variants
+    assert (a.model, a.max_concurrent, b.model, b.max_concurrent) == ("base-model", 2, "other", 9)
+    assert (b.sampling.temperature, b.sampling.max_tokens) == (1.0, 100)
+    assert b.env == {"LOG_LEVEL": "info", "EXTRA": "1"}
+    assert a.endpoint.base_url == b.endpoint.base_url == "http://gpu:8000/v1"
+
+
+def test_a_variant_choosing_attach_takes_no_default_command(tmp_path):
+    text = (
+        f'[defaults]\n{SERVER}\nmodel = "m"\ntasks = "tasks.jsonl"\n'
+        '[[variants]]\nname = "local"\n'
+        '[[variants]]\nname = "remote"\nattach = "tcp://node-3.cluster:5555"\n'
+    )
+    local, remote = load_config(write(tmp_path, text)).variants
+    assert local.command is not None and local.attach is None
+    assert remote.command is None and remote.attach == "tcp://node-3.cluster:5555"
+    with pytest.raises(ValueError, match="no server to start"):
+        remote.server_argv(5000)
+
+
+def test_inline_tasks_and_sampling_pass_through(tmp_path):
+    text = (
+        f'[[variants]]\nname = "a"\n{SERVER}\nmodel = "m"\n'
+        'sampling = { temperature = 0.1, top_k = 20, repetition_penalty = 1.1 }\n'
+        '[[variants.tasks]]\nprompt = "one"\n[[variants.tasks]]\nprompt = "two"\nanswer = 2\n'
+    )
+    (config_variant,) = load_config(write(tmp_path, text, tasks=None)).variants
+    assert config_variant.task_list() == [{"prompt": "one"}, {"prompt": "two", "answer": 2}]
+    assert config_variant.sampling.model_dump(exclude_none=True) == {
+        "temperature": 0.1, "top_k": 20, "repetition_penalty": 1.1,
+    }
+
+
+def test_variants_sharing_a_file_share_one_loaded_list(tmp_path):
+    text = variant(name="a") + variant(name="b") + variant(name="c", body='tasks = "other.jsonl"').replace(
+        'tasks = "tasks.jsonl"\n', "", 1
+    )
+    (tmp_path / "other.jsonl").write_text('{"prompt": "x"}\n')
+    a, b, c = load_config(write(tmp_path, text)).variants
+    assert a.task_list() is b.task_list()
+    assert c.task_list() == [{"prompt": "x"}] and c.tasks.path == str(tmp_path / "other.jsonl")
+
+
+def test_environment_passes_named_variables_through_and_never_stores_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf-secret")
+    monkeypatch.setenv("MY_KEY", "sk-secret")
+    monkeypatch.delenv("UNSET_ONE", raising=False)
+    text = variant('env = { MODE = "fast" }\nenv_from = ["HF_TOKEN", "UNSET_ONE"]\n[variants.endpoint]\napi_key_var = "MY_KEY"\n')
+    (config_variant,) = load_config(write(tmp_path, text)).variants
+    assert config_variant.environment() == {"HF_TOKEN": "hf-secret", "MY_KEY": "sk-secret", "MODE": "fast"}
+    assert "secret" not in config_variant.model_dump_json()
+    assert config_variant.client_config().api_key_var == "MY_KEY"
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "expected"),
+    [
+        (variant("max_concurrent = 0"), "variants[0].max_concurrent", "expected at least 1, got 0"),
+        (variant("rollouts_per_task = 0"), "variants[0].rollouts_per_task", "expected at least 1, got 0"),
+        (variant('rollouts_per_task = "3"'), "variants[0].rollouts_per_task", "expected an integer, got '3'"),
+        (variant("max_concurrent = 2.5"), "variants[0].max_concurrent", "expected an integer, got 2.5"),
+        (variant("health_timeout = 0"), "variants[0].health_timeout", "expected more than 0, got 0"),
+        (variant("max_concurent = 3"), "variants[0].max_concurent", "did you mean 'max_concurrent'?"),
+        (variant('[variants.endpoint]\nbasse_url = "http://x/v1"'), "variants[0].endpoint.basse_url",
+         "did you mean 'base_url'?"),
+        (variant('[variants.endpoint]\nbase_url = "localhost:8000"'), "variants[0].endpoint.base_url",
+         "expected an http:// or https:// URL"),
+        (variant("[variants.sampling]\ntemprature = 0.3"), "variants[0].sampling",
+         "unknown sampling key 'temprature'; did you mean 'temperature'?"),
+        ("[defaults]\nmax_concurent = 3\n" + variant(), "defaults.max_concurent", "did you mean 'max_concurrent'?"),
+        ('[defaults]\nname = "x"\n' + variant(), "defaults.name", "expected it in each [[variants]] table"),
+        ("varaints = []\n" + variant(), "varaints", "did you mean 'variants'?"),
+        ('[defaults]\nmodel = "m"\n', "variants", "missing; expected one or more [[variants]] tables"),
+        ('[variants]\nname = "a"\n', "variants", "expected an array of tables, written [[variants]]"),
+        (variant().replace('model = "m"\n', ""), "variants[0].model", "missing; expected the model name"),
+        (variant('attach = "tcp://10.0.0.5:5000"'), "variants[0]", "expected exactly one of command"),
+        (variant(server=""), "variants[0]", "got neither"),
+        (variant(name=""), "variants[0].name", "expected a non-empty name"),
+        (variant(name="a") + variant(name="a"), "variants[1].name",
+         "expected a unique name; 'a' is also the name of variants[0]"),
+        (variant(server='command = "python -m core.demo --address {address}"'), "variants[0].command",
+         'not one string: command = ["python", "-m", "core.demo", "--address", "{address}"]'),
+        (variant(server='command = ["srv", "--address", "{adress}"]'), "variants[0].command",
+         "unknown placeholder {adress}; did you mean {address}?"),
+        (variant(server='command = ["srv", "--port", "5000"]'), "variants[0].command",
+         "expected {address} or {port} in the argv"),
+        (variant(server="command = []"), "variants[0].command", "expected a non-empty list of strings"),
+        (variant('cwd = "nowhere"'), "variants[0].cwd", "expected an existing directory"),
+        (variant('env = { "BAD-NAME" = "1" }'), "variants[0].env", "expected environment variable names"),
+        (variant('env_from = ["$HOME"]'), "variants[0].env_from", "expected environment variable names"),
+    ],
+)
+def test_each_mistake_names_file_path_and_expectation(tmp_path, text, path, expected):
+    message = problems(write(tmp_path, text))
+    line = next((line for line in message.splitlines() if line.startswith(f"{tmp_path / 'tracewatch.toml'}: {path}: ")), None)
+    assert line is not None, message
+    assert expected in line, message
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["http://10.0.0.5:5000", "tcp://10.0.0.5", "tcp://10.0.0.5:0", "tcp://10.0.0.5:70000", "tcp://:5000",
+     "tcp://*:5000", "ipc:///tmp/x", "tcp://host:5000/extra"],
+)
+def test_attach_must_be_a_tcp_host_and_port(tmp_path, address):
+    message = problems(write(tmp_path, variant(server=f'attach = "{address}"')))
+    assert f"variants[0].attach: expected tcp://host:port of a running env server (e.g. tcp://10.0.0.5:5000), got '{address}'" in message
+
+
+@pytest.mark.parametrize("address", ["tcp://10.0.0.5:5000", "tcp://[::1]:5000", "tcp://node-3.cluster:65535"])
+def test_attach_accepts_hosts_and_addresses(tmp_path, address):
+    (config_variant,) = load_config(write(tmp_path, variant(server=f'attach = "{address}"'))).variants
+    assert config_variant.attach == address
+
+
+@pytest.mark.parametrize(
+    ("env", "hint"),
+    [
+        ('env = { HF_TOKEN = "hf_abc" }', 'env_from = ["HF_TOKEN"]'),
+        ('env = { OPENAI_API_KEY = "sk-abc" }', "endpoint.api_key_var"),
+        ('env = { db_password = "x" }', 'env_from = ["db_password"]'),
+        ('env = { AWS_SECRET_ACCESS_KEY = "x" }', "looks like a secret"),
+    ],
+)
+def test_secrets_in_env_are_refused_with_the_way_to_pass_them(tmp_path, env, hint):
+    message = problems(write(tmp_path, variant(env)))
+    assert "variants[0].env: " in message and "looks like a secret" in message and hint in message
+
+
+def test_credentials_in_the_endpoint_are_refused(tmp_path):
+    text = variant('[variants.endpoint]\napi_key_var = "sk-live-123"\nheaders = { Authorization = "Bearer x" }')
+    message = problems(write(tmp_path, text))
+    assert "variants[0].endpoint.api_key_var: expected the NAME of an environment variable" in message
+    assert "variants[0].endpoint.headers: header 'Authorization' looks like a credential" in message
+    assert 'headers_from_env = { "Authorization" = "MY_VAR" }' in message
+
+
+def test_tasks_file_errors_name_the_file_and_line(tmp_path):
+    tasks = '{"prompt": "ok"}\n[1, 2]\n\n{"prompt": \n"just text"\n'
+    message = problems(write(tmp_path, variant(), tasks=tasks))
+    tasks_file = tmp_path / "tasks.jsonl"
+    assert "variants[0].tasks: bad lines in the tasks file:" in message
+    assert f"{tasks_file}:2: expected a JSON object (one task's task_data), got an array" in message
+    assert f"{tasks_file}:4: invalid JSON" in message
+    assert f"{tasks_file}:5: expected a JSON object (one task's task_data), got a string" in message
+    assert f"{tasks_file}:1" not in message and f"{tasks_file}:3" not in message
+
+
+def test_a_missing_or_empty_tasks_file_is_named(tmp_path):
+    assert f"variants[0].tasks: expected a JSONL file of tasks, but {tmp_path / 'tasks.jsonl'} does not exist" in (
+        problems(write(tmp_path, variant(), tasks=None))
+    )
+    assert "variants[0].tasks: expected at least one task in" in problems(write(tmp_path, variant(), tasks="\n"))
+
+
+def test_inline_tasks_must_be_tables(tmp_path):
+    message = problems(write(tmp_path, variant().replace('tasks = "tasks.jsonl"', 'tasks = [{prompt = "a"}, 3]')))
+    assert "variants[0].tasks: expected every item to be a table (one task's task_data); item 1 is not" in message
+
+
+def test_every_problem_is_listed_at_once(tmp_path):
+    text = (
+        "[defaults]\nmax_concurent = 3\n"
+        + variant("max_concurrent = 0", name="a")
+        + variant('attach = "tcp://x"', name="b", server="")
+        + variant(name="c")
+    )
+    lines = problems(write(tmp_path, text)).splitlines()
+    source = str(tmp_path / "tracewatch.toml")
+    assert all(line.startswith(f"{source}: ") for line in lines)
+    # the misspelt default is applied to three variants and reported once, where it is
+    assert [line.split(": ")[1] for line in lines] == ["variants[0].max_concurrent", "defaults.max_concurent", "variants[1].attach"]
+
+
+def test_unreadable_files(tmp_path):
+    missing = tmp_path / "missing.toml"
+    assert problems(missing) == f"{missing}: no such file; expected a TOML config"
+    broken = write(tmp_path, '[[variants]]\nname = "a\n')
+    assert problems(broken).startswith(f"{broken}: invalid TOML: ") and "line 2" in problems(broken)
+
+
+def test_from_attach_builds_one_validated_variant(tmp_path, monkeypatch):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"prompt": "a"}\n')
+    config = Config.from_attach("tcp://10.0.0.5:5000", tasks, 3, 8, "m", "http://gpu:8000/v1", "GPU_KEY")
+    (attached,) = config.variants
+    assert (attached.name, attached.attach, attached.rollouts_per_task, attached.max_concurrent) == (
+        "10.0.0.5:5000", "tcp://10.0.0.5:5000", 3, 8,
+    )
+    assert attached.client_config().base_url == "http://gpu:8000/v1" and attached.endpoint.api_key_var == "GPU_KEY"
+    assert attached.task_list() == [{"prompt": "a"}]
+
+    monkeypatch.chdir(tmp_path)  # a relative tasks path is relative to where the command runs
+    with pytest.raises(ConfigError) as caught:
+        Config.from_attach("10.0.0.5:5000", "tasks.jsonl", concurrency=0)
+    message = str(caught.value)
+    assert "command line: variants[0].attach: expected tcp://host:port" in message
+    assert "command line: variants[0].max_concurrent: expected at least 1, got 0" in message
+    assert "command line: variants[0].model: missing; expected the model name" in message
+    assert "tasks" not in message
+
+
+def test_demo_config_starts_two_demo_servers_on_the_demo_tasks():
+    from core.demo.tasks import DEFAULT_TASKS
+
+    config = demo_config("/opt/py/bin/python", speed=2.0)
+    baseline, candidate = config.variants
+    assert (baseline.name, candidate.name) == ("baseline", "candidate")
+    assert baseline.task_list() == candidate.task_list() == DEFAULT_TASKS
+    assert baseline.server_argv(5002) == [
+        "/opt/py/bin/python", "-m", "core.demo", "--address", "tcp://127.0.0.1:5002", "--seed", "1", "--speed", "2.0",
+    ]
+    assert candidate.server_argv(5003)[-4:] == ["--seed", "2", "--speed", "2.0"]
+    with pytest.raises(ConfigError, match="built-in demo: speed: expected more than 0"):
+        demo_config(sys.executable, speed=0)
+
+
+def test_demo_tasks_are_what_the_demo_server_prints():
+    printed = subprocess.run(
+        [sys.executable, "-m", "core.demo", "--print-tasks"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert demo_config(sys.executable).variants[0].task_list() == [json.loads(line) for line in printed.splitlines()]
+
+
+def test_core_config_and_the_launcher_import_neither_textual_nor_verifiers():
+    code = (
+        "import sys, core.config, core.serve_verifiers;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'verifiers')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_many_bad_task_lines_are_summarised(tmp_path):
+    message = problems(write(tmp_path, variant(), tasks="1\n" * 8))
+    assert f"{tmp_path / 'tasks.jsonl'}:5: " in message and f"{tmp_path / 'tasks.jsonl'}:6: " not in message
+    assert "... and 3 more bad lines" in message
