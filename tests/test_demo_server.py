@@ -153,8 +153,11 @@ async def test_a_signal_shuts_down_cleanly_and_aborts_runs_in_flight(sig: signal
     client = EnvClient(address)
     try:
         assert await client.health(timeout=DEADLINE)
-        stuck = asyncio.create_task(client.run(TASKS["stuck"], {}, "demo-model", {}))
-        await asyncio.wait_for(_until(lambda: client.in_flight), DEADLINE)
+        streaming = asyncio.Event()
+        stuck = asyncio.create_task(
+            client.run(TASKS["stuck"], {}, "demo-model", {}, lambda delta: streaming.set())
+        )
+        await asyncio.wait_for(streaming.wait(), DEADLINE)  # the server holds the run
         os.kill(proc.pid, sig)
         with pytest.raises(RunFailed) as failed:
             await asyncio.wait_for(stuck, DEADLINE)
@@ -165,11 +168,6 @@ async def test_a_signal_shuts_down_cleanly_and_aborts_runs_in_flight(sig: signal
         await client.close()
         stop(proc)
         proc.stderr.close()
-
-
-async def _until(condition) -> None:
-    while not condition():
-        await asyncio.sleep(0.01)
 
 
 def test_print_tasks_lists_every_scenario_a_human_watches() -> None:

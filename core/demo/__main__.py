@@ -10,6 +10,8 @@ import logging
 import signal
 import sys
 
+import zmq
+
 from core.demo.server import DemoServer
 from core.demo.tasks import DEFAULT_TASKS
 
@@ -33,13 +35,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def serve(server: DemoServer) -> str:
-    """Serve until SIGTERM or SIGINT; return the signal's name."""
+async def serve(args: argparse.Namespace) -> str:
+    """Serve until SIGTERM or SIGINT; return the signal's name. The address is printed
+    only once the signals are handled, so whoever read it may stop us at once."""
+    server = DemoServer(args.address, speed=args.speed, seed=args.seed)
     loop = asyncio.get_running_loop()
     serving = loop.create_task(server.serve())
     caught: list[str] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda sig=sig: (caught.append(sig.name), serving.cancel()))
+    print(server.address, flush=True)
     try:
         await serving
     except asyncio.CancelledError:
@@ -56,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = DemoServer(args.address, speed=args.speed, seed=args.seed)
-    print(server.address, flush=True)
-    reason = asyncio.run(serve(server))
+    try:
+        reason = asyncio.run(serve(args))
+    except zmq.ZMQError as e:
+        logger.error("cannot serve on %s: %s", args.address, e)
+        return 2
     logger.info("demo env server down (%s)", reason)
     return 0
 
