@@ -113,26 +113,26 @@ class Agent:
 
     async def step(self, step: Step) -> None:
         """One model call that commits, then its tools."""
-        started = await self.request()
+        started = self.request()
         await self.pace.wait(*self.model_seconds)
         self.respond(step, started)
         if step.runs:
             await self.run_tools(step.runs)
 
-    async def request(self) -> float:
+    def request(self) -> float:
         """The harness sends the turn: watchers see its new messages as `pending`."""
         self.trace.preview(self.unsent)
         return time.time()
 
     async def hang(self) -> None:
         """A model call that never answers: only a cancel ends it."""
-        await self.request()
+        self.request()
         await asyncio.get_running_loop().create_future()
 
     async def provider_error(self, kind: tuple[int, str]) -> dict:
         """A model call the provider refused: a call record with no node, the
         preview cleared (the harness may retry it)."""
-        started = await self.request()
+        started = self.request()
         await self.pace.wait(0.2, 1.0)
         status, message = kind
         err = error("ProviderError", message, status)

@@ -116,7 +116,7 @@ def render(entries: list[Entry], console: Console | None = None) -> None:
     for account, total in sorted(totals.items()):
         table.add_row(account, f"{total:,.2f}")
     console.print(table)
-    console.print(f"[bold]Grand total:[/bold] {sum(totals.values()):,.2f}")
+    console.print(f"[bold]Grand total:[/bold] {sum(e.amount for e in entries):,.2f}")
 '''
 
 PYTEST_FAIL = """============================= test session starts ==============================
@@ -150,9 +150,9 @@ ____________________________ test_render_grand_total ___________________________
 capsys = <_pytest.capture.CaptureFixture object at 0x7f3a1c2b9d90>
 
     def test_render_grand_total(capsys):
-        render([Entry("fees", Decimal("0.005"))] * 3, Console(width=60, color_system=None))
->       assert "Grand total: 0.02" in capsys.readouterr().out
-E       AssertionError: assert 'Grand total: 0.02' in 'Ledger by account\\n Account  Total \\n fees      0.02 \\nGrand total: 0.015\\n'
+        render([Entry("fees", Decimal("0.005"))] * 5, Console(width=60, color_system=None))
+>       assert "Grand total: 0.03" in capsys.readouterr().out
+E       AssertionError: assert 'Grand total: 0.03' in 'Ledger by account\\n Account  Total \\n fees      0.03 \\nGrand total: 0.02\\n'
 
 tests/test_report.py:44: AssertionError
 ========================= 1 failed, 13 passed in 0.41s ========================="""
@@ -182,6 +182,14 @@ index 3f1c2aa..9b07e41 100644
 +        totals[entry.account] = totals.get(entry.account, Decimal(0)) + entry.amount
 +    # Round once per account: rounding each entry first drifts by a cent per entry.
 +    return {account: total.quantize(CENT, rounding=ROUND_HALF_UP) for account, total in totals.items()}"""
+
+GIT_DIFF_RENDER = """
+@@ -31,4 +31,4 @@ def render(entries: list[Entry], console: Console | None = None) -> None:
+     for account, total in sorted(totals.items()):
+         table.add_row(account, f"{total:,.2f}")
+     console.print(table)
+-    console.print(f"[bold]Grand total:[/bold] {sum(e.amount for e in entries):,.2f}")
++    console.print(f"[bold]Grand total:[/bold] {sum(totals.values()):,.2f}")"""
 
 
 def coding_script(rng: random.Random) -> list[Step]:
@@ -225,8 +233,10 @@ def coding_script(rng: random.Random) -> list[Step]:
             "(0.015 -> 0.02 with ROUND_HALF_UP).",
         ),
     ]
+    diff = GIT_DIFF
     if rng.random() < 0.6:
-        # a second failure surfaces once the first is fixed: the grand total sums unrounded values
+        # the same bug twice: the grand total sums raw entries and rounds half-even
+        diff += GIT_DIFF_RENDER
         steps += [
             Step(
                 "Re-running the report tests.",
@@ -234,21 +244,24 @@ def coding_script(rng: random.Random) -> list[Step]:
                          PYTEST_FAIL_RENDER),),
             ),
             Step(
-                "The per-account totals are right now; the grand total line is fine too since it sums "
-                "rounded totals, but the test output shows 0.015, so `render` must be summing something "
-                "else. Looking at the test.",
-                (ToolRun("bash", {"command": "sed -n 36,46p tests/test_report.py"},
-                         'def test_render_grand_total(capsys):\n    render([Entry("fees", Decimal("0.005"))] * 3, '
-                         'Console(width=60, color_system=None))\n    assert "Grand total: 0.02" in '
-                         "capsys.readouterr().out\n"),),
-                reasoning="Stale bytecode? The edit changed account_totals, and render calls it. "
-                "Most likely the test ran against an installed copy, not src/.",
+                "The same bug in a second place: the table row says 0.03 but the grand total sums the raw "
+                "entries and lets the format spec round (half-even) to 0.02. It should add up the "
+                "per-account totals.",
+                (ToolRun(
+                    "edit",
+                    {
+                        "path": "src/ledger/report.py",
+                        "old_str": "{sum(e.amount for e in entries):,.2f}",
+                        "new_str": "{sum(totals.values()):,.2f}",
+                    },
+                    "Edited src/ledger/report.py: replaced 1 occurrence (1 line -> 1 line).",
+                ),),
+                reasoning="Format specs on Decimal round half-even, so 0.025 prints as 0.02. Summing the "
+                "already-rounded totals keeps the grand total consistent with the rows.",
             ),
             Step(
-                "The package was installed non-editable, so the tests imported the old copy. Reinstalling "
-                "in editable mode and running everything.",
-                (ToolRun("bash", {"command": "pip install -q -e . && python -m pytest -q 2>&1 | tail -12"},
-                         PYTEST_PASS),),
+                "Running the whole suite.",
+                (ToolRun("bash", {"command": "python -m pytest -q 2>&1 | tail -12"}, PYTEST_PASS),),
             ),
         ]
     else:
@@ -258,11 +271,12 @@ def coding_script(rng: random.Random) -> list[Step]:
         )
     steps += [
         Step("All 14 tests pass. Reviewing the final diff.",
-             (ToolRun("bash", {"command": "git diff -- src"}, GIT_DIFF),)),
+             (ToolRun("bash", {"command": "git diff -- src"}, diff),)),
         Step(
             "Fixed the one-cent drift in the ledger report.\n\n"
             "- `account_totals` rounded every entry before summing, so entries of 0.005 each gained half "
             "a cent. It now sums exact `Decimal` amounts and rounds once per account (`ROUND_HALF_UP`).\n"
+            "- The grand total now adds up the rounded per-account totals, so it always matches the rows.\n"
             "- The suite passes: 14 passed.\n\n"
             "The `[bold]` markup in `render` is untouched; only the arithmetic changed."
         ),

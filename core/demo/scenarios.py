@@ -118,7 +118,7 @@ async def retried(run: Run) -> None:
     agent = run.agent()
     await agent.start()
     first = run.task.problem.script(run.rng)[0]
-    started = await agent.request()
+    started = agent.request()
     await run.pace.wait(*agent.model_seconds)
     agent.respond(first, started)
     await run.pace.wait(*TOOL_SECONDS)
