@@ -239,7 +239,16 @@ class EnvClient:
 
     async def _receive_loop(self) -> None:
         while True:
-            frames = await self._socket.recv_multipart()
+            try:
+                frames = await self._socket.recv_multipart()
+            except (zmq.ZMQError, asyncio.CancelledError) as error:
+                if self._closed:
+                    raise
+                # the socket went away under us: nothing waiting on it can be answered
+                reason = f"the connection to {self.address} failed: {error!r}"
+                logger.error("env server %s: %s", self.address, reason)
+                self.abandon_all(reason)
+                return
             try:
                 self._dispatch(frames)
             except Exception as error:  # one bad frame must not stop every other run

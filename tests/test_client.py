@@ -309,3 +309,20 @@ async def test_a_cancel_right_before_close_still_reaches_the_server(router):
     await env.close()
     assert (await router.recv("cancel")).payload == {"request_id": request_id}
     assert run.cancelled()
+
+
+async def test_a_broken_socket_fails_waiting_runs_instead_of_hanging():
+    """If receiving fails outright, every run still waiting learns it at once."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = EnvClient(f"tcp://127.0.0.1:{port}")
+    run = asyncio.ensure_future(client.run({"id": "t"}, {}, "m", {}))
+    while client._receiver is None:
+        await asyncio.sleep(0.01)
+    client._socket.close(linger=0)  # what a dead context does to a receive in progress
+    with pytest.raises(ServerGone, match="connection to .* failed"):
+        await asyncio.wait_for(run, 5)
+    await client.close()
