@@ -3,6 +3,7 @@ verifiers 0.4.0 deltas, recording what the app asks of it (start, cancel, shutdo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -113,6 +114,7 @@ class StandInEngine:
     export_dir: Path | None = None
     cancelled: list[str] = field(default_factory=list)
     shutdowns: int = 0
+    shutdown_gate: asyncio.Event | None = None
     started: int = 0
 
     async def start(self) -> None:
@@ -127,6 +129,8 @@ class StandInEngine:
         self.shutdowns += 1
         for name in self.variants:
             on_progress(f"{name}: cancelling")
+        if self.shutdown_gate is not None:
+            await self.shutdown_gate.wait()
         on_progress("every server stopped")
 
     def export_episode(self, key: str, directory: Path | None = None) -> Path:

@@ -32,6 +32,9 @@ from tui.variants_panel import VariantCard, VariantsPanel
 TICK = 1 / 30
 CARD_EVERY = 4
 """Cards redraw every fourth tick at most: their counts scan the variant's rollouts."""
+TABLE_EVERY = 3
+"""Rows redraw every third tick (10 Hz): any cell update makes the DataTable re-render
+every visible cell, which costs a fixed few tens of ms at 200x60 (bench/table.py)."""
 
 ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("start_variant", "Start variant", "Start the selected rollout's variant (or the focused card's)"),
@@ -110,7 +113,7 @@ class TracewatchApp(App[None]):
         yield VariantsPanel(id="variants")
         with Vertical(id="body"):
             with Vertical(id="table-pane"):
-                yield Input(placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True)
+                yield Input(placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True, select_on_focus=False)
                 yield RolloutsTable(self.store, self.store.clock, id="rollouts")
             with TabbedContent(id="detail", initial="tab-trace"):
                 with TabPane("Trace", id="tab-trace"):
@@ -122,15 +125,15 @@ class TracewatchApp(App[None]):
                     yield LogsView(self.engine.variants, id="logs")
         yield Footer()
 
-    @property
-    def table(self) -> RolloutsTable:
-        return self.query_one(RolloutsTable)
-
-    @property
-    def trace_pane(self) -> TracePane:
-        return self.query_one(TracePane)
-
     def on_mount(self) -> None:
+        # Held, not queried: the tick may still fire while the screen is torn down.
+        self.table = self.query_one(RolloutsTable)
+        self.trace_pane = self.query_one(TracePane)
+        self.timing = self.query_one(TimingView)
+        self.logs = self.query_one(LogsView)
+        self.detail = self.query_one(TabbedContent)
+        self.cards = self.query_one(VariantsPanel).cards
+        self.status = self.query_one("#status", Static)
         self.palette = Palette(self)
         readonly = self.engine.readonly_reason is not None
         panel = self.query_one(VariantsPanel)
@@ -152,7 +155,7 @@ class TracewatchApp(App[None]):
     def _theme_changed(self, theme: Theme) -> None:
         self.palette = Palette(self)
         self.table.set_palette(self.palette)
-        self.query_one(TimingView).palette = self.palette
+        self.timing.palette = self.palette
         self._redraw_cards(self.engine.variants)
 
     # -- the tick ------------------------------------------------------------------
@@ -163,11 +166,12 @@ class TracewatchApp(App[None]):
         self._ticks += 1
         now = self.store.clock()
         with self.batch_update():
-            if changes.rollouts:
-                self.table.sync([*changes.added, *changes.rollouts])
-                if self.selected in changes.rollouts:
-                    self.trace_pane.refresh_trace(changes.traces)
-                    self._show_timing(now)
+            self.table.mark([*changes.added, *changes.rollouts])
+            if self._ticks % TABLE_EVERY == 0:
+                self.table.sync()
+            if self.selected in changes.rollouts:
+                self.trace_pane.refresh_trace(changes.traces)
+                self._show_timing(now)
             self._dirty_variants |= changes.variants
             if now >= self._next_second:
                 self._second()
@@ -183,21 +187,21 @@ class TracewatchApp(App[None]):
         self._redraw_cards(self.engine.variants)
         self._show_timing(now)
         self._draw_status(now)
-        detail = self.query_one(TabbedContent)
-        logs = self.query_one(LogsView)
-        logs.poll(visible=detail.active == "tab-logs")
-        detail.get_tab("tab-logs").label = logs.label()
+        self.logs.poll(visible=self.detail.active == "tab-logs")
+
+    @on(LogsView.Unread)
+    def _logs_unread(self) -> None:
+        self.detail.get_tab("tab-logs").label = self.logs.label()
 
     def _redraw_cards(self, names: Iterable[str]) -> None:
-        cards = self.query_one(VariantsPanel).cards
         now = self.store.clock()
         for name in list(names):
-            if name in cards:
-                cards[name].redraw(now, self.palette)
+            if name in self.cards:
+                self.cards[name].redraw(now, self.palette)
         self._dirty_variants.clear()
 
     def _show_timing(self, now: float) -> None:
-        self.query_one(TimingView).show(self._rollout(), self.trace_pane.trace_id, now)
+        self.timing.show(self._rollout(), self.trace_pane.trace_id, now)
 
     def _draw_status(self, now: float) -> None:
         rollouts = self.store.rollouts.values()
@@ -214,7 +218,7 @@ class TracewatchApp(App[None]):
             text.append(f"  read-only: {safe(self.engine.readonly_reason)}", style=self.palette.warning)
         if self.engine.recording_path is not None:
             text.append(f"  rec {safe(str(self.engine.recording_path))}", style=self.palette.muted)
-        self.query_one("#status", Static).update(text)
+        self.status.update(text)
 
     # -- selection -------------------------------------------------------------------
 
@@ -332,16 +336,16 @@ class TracewatchApp(App[None]):
             self.notify(f"Could not cancel {safe(rollout.key)}.", severity="error")
 
     def action_open_trace(self) -> None:
-        self.query_one(TabbedContent).active = "tab-trace"
+        self.detail.active = "tab-trace"
         self.trace_pane.transcript.focus()
 
     def action_show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+        self.detail.active = tab
         self._second()
 
     def action_switch_pane(self) -> None:
         """Cycle focus over the three panes rather than over every button."""
-        detail = self.query_one(TabbedContent)
+        detail = self.detail
         pane = detail.get_pane(detail.active)
         panes = [self.table, next((w for w in pane.query("*") if w.focusable), detail), self.query_one(VariantsPanel)]
         focused = self.focused

@@ -8,6 +8,7 @@ from typing import Any
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import Log, Select
 
 from tui.format import safe, size_text
@@ -16,6 +17,9 @@ TAIL_LINES = 300
 
 
 class LogsView(Vertical):
+    class Unread(Message):
+        """The unread count changed: the app relabels the tab."""
+
     def __init__(self, variants: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.variants = variants
@@ -23,6 +27,7 @@ class LogsView(Vertical):
         """Bytes written to every capture since the tab was last visible."""
         self._seen: dict[str, int] = {}
         self._tail_size: int | None = None
+        self._visible = False
 
     def compose(self) -> ComposeResult:
         names = list(self.variants)
@@ -43,9 +48,10 @@ class LogsView(Vertical):
     @on(Select.Changed)
     def _variant_changed(self) -> None:
         self._tail_size = None
-        self.poll(visible=True)
+        self.poll(self._visible)
 
     def poll(self, visible: bool) -> None:
+        self._visible = visible
         self._read(visible, self.shown)
 
     @work(thread=True, exclusive=True, group="logs")
@@ -66,9 +72,10 @@ class LogsView(Vertical):
     def _apply(self, sizes: dict[str, int], shown: str | None, tail: list[str] | None, visible: bool) -> None:
         if visible:
             self._seen = sizes
-            self.unread = 0
-        else:
-            self.unread = sum(max(0, size - self._seen.get(name, 0)) for name, size in sizes.items())
+        unread = sum(max(0, size - self._seen.get(name, 0)) for name, size in sizes.items())
+        if unread != self.unread:
+            self.unread = unread
+            self.post_message(self.Unread())
         if tail is not None and shown == self.shown:
             self._tail_size = sizes.get(shown)
             log = self.query_one(Log)

@@ -128,9 +128,13 @@ class RolloutsTable(DataTable):
         if selected is not None:
             self.select(selected)
 
-    def sync(self, keys: Iterable[str]) -> None:
-        """Redraw the rows of changed rollouts, at most `ROWS_PER_TICK` of them now."""
+    def mark(self, keys: Iterable[str]) -> None:
+        """Rollouts whose rows the next `sync` redraws."""
         self._dirty.update(dict.fromkeys(keys))
+
+    def sync(self, keys: Iterable[str] = ()) -> None:
+        """Redraw the rows of changed rollouts, at most `ROWS_PER_TICK` of them now."""
+        self.mark(keys)
         if not self._dirty:
             return
         now = self.now()

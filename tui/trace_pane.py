@@ -14,33 +14,7 @@ from textual.widgets import Select, Static
 
 from core.store import Rollout, TraceState
 from tui.format import safe
-
-try:
-    from tui.transcript import Transcript
-except ImportError:  # until tui/transcript.py lands: a stand-in with its interface
-
-    class Transcript(Static):  # type: ignore[no-redef]
-        following = True
-        new_since_left = 0
-
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(markup=False, **kwargs)
-            self.trace: TraceState | None = None
-
-        def show(self, rollout_key: str, trace_state: TraceState) -> None:
-            self.trace = trace_state
-            self.refresh_trace()
-
-        def refresh_trace(self) -> None:
-            trace = self.trace
-            if trace is not None:
-                self.update(f"{len(trace.nodes)} nodes, {trace.turns} turns (transcript pending)")
-
-        def action_toggle_follow(self) -> None:
-            self.following = not self.following
-
-        def selected_block(self) -> str | None:
-            return None
+from tui.transcript import Transcript
 
 
 def trace_label(index: int, trace: TraceState) -> str:
@@ -85,6 +59,7 @@ class TracePane(Vertical):
         title = self.query_one("#trace-title", Static)
         if rollout is None:
             title.update(Text("select a rollout (enter opens its trace)", style="dim"))
+            self.transcript.show(None, None)
             return
         ids = tuple(rollout.traces)
         if ids != self._trace_ids:
@@ -117,6 +92,7 @@ class TracePane(Vertical):
         self.trace_id = trace_id
         rollout = self.rollout
         if rollout is None or trace_id is None:
+            self.transcript.show(None, None)
             return
         switcher = self.query_one("#trace-switcher", Select)
         with switcher.prevent(Select.Changed):

@@ -36,28 +36,32 @@ class VariantCard(Horizontal, can_focus=True):
         self.variant = variant
         self.store = store
         self.readonly = readonly
+        # Held rather than queried: a redraw may come before compose or after teardown.
+        self.body = Static(markup=False, classes="card-body")
+        self.start = Button("Start", variant="success", compact=True, classes="start")
+        self.cancel = Button("Cancel", variant="error", compact=True, classes="cancel")
 
     @property
     def variant_name(self) -> str:
         return self.variant.name
 
     def compose(self) -> ComposeResult:
-        yield Static(markup=False, classes="card-body")
+        yield self.body
         with Vertical(classes="card-buttons"):
-            yield Button("Start", variant="success", compact=True, classes="start")
-            yield Button("Cancel", variant="error", compact=True, classes="cancel")
+            yield self.start
+            yield self.cancel
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        self.post_message(self.Requested(self.variant.name, "start" if event.button.has_class("start") else "cancel"))
+        self.post_message(self.Requested(self.variant.name, "start" if event.button is self.start else "cancel"))
 
     def redraw(self, now: float, palette: Palette) -> None:
         variant = self.variant
         state = str(variant.state)
         for name in _STATES:
             self.set_class(name == state, f"-{name}")
-        self.query_one(".card-body", Static).update(self._body(now, palette))
-        start, cancel = self.query_one(".start", Button), self.query_one(".cancel", Button)
+        self.body.update(self._body(now, palette))
+        start, cancel = self.start, self.cancel
         start.disabled = self.readonly or not variant.can_start
         cancel.disabled = self.readonly or not variant.can_cancel
         cancel.label = "Kill" if state == "cancelling" else "Cancel"
