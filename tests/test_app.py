@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Button, TabbedContent
+from textual.widgets import Button, Select, TabbedContent
 
 from tui.app import ACTIONS, TracewatchApp
 from tui.rollouts_table import COLUMNS, RolloutsTable
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.timing_view import TimingView
-from tui_standin import StandInEngine, make_engine
+from tui_standin import StandInEngine, load_fixture, make_engine
 
 INJECTION = "\x1b[31m[bold red]EVIL[/bold red] [link=x]y[/link]\x07"
 
@@ -245,3 +245,44 @@ async def test_main_screens_render_at_small_and_large_sizes(size: tuple[int, int
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert "cancel variant" in svg_text(svg(app, tmp_path, f"help-{size[0]}"))
+
+
+async def test_copy_the_selected_message_and_switch_panes() -> None:
+    app = TracewatchApp(make_engine())
+    copied: list[str] = []
+    app.copy_to_clipboard = copied.append
+    async with app.run_test(size=(120, 40)) as pilot:
+        rows = await started(pilot)
+        await select(pilot, "baseline/run1/0")
+        await pilot.press("enter")
+        transcript = app.trace_pane.transcript
+        await wait_for(pilot, lambda: app.focused is transcript)
+        await pilot.press("down", "w")
+        await wait_for(pilot, lambda: copied)
+        assert copied[0] == transcript.selected_block()
+        await pilot.press("tab")
+        assert app.focused in app.cards.values() or app.focused.parent in app.cards.values()
+        await pilot.press("tab")
+        assert app.focused is rows
+
+
+async def test_trace_switcher_for_a_multi_trace_episode() -> None:
+    engine = make_engine()
+    store = engine.store
+    deltas, tasks, _ = load_fixture()
+    rollout = store.add_rollout("baseline", 0, tasks["run0"], key="baseline/multi")
+    store.started(rollout.key, "r-multi")
+    for item in deltas:
+        if item["request"] in ("run0", "run1"):
+            store.apply(rollout.key, item["delta"])
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, rows=15)
+        await select(pilot, "baseline/multi")
+        switcher = app.query_one("#trace-switcher", Select)
+        await wait_for(pilot, lambda: switcher.display)
+        first, second = list(rollout.traces)
+        assert app.trace_pane.trace_id == first
+        switcher.value = second
+        await wait_for(pilot, lambda: app.timing.trace_id == second)
+        assert app.trace_pane.trace_id == second

@@ -344,17 +344,19 @@ class TracewatchApp(App[None]):
         self._second()
 
     def action_switch_pane(self) -> None:
-        """Cycle focus over the three panes rather than over every button."""
-        detail = self.detail
-        pane = detail.get_pane(detail.active)
-        panes = [self.table, next((w for w in pane.query("*") if w.focusable), detail), self.query_one(VariantsPanel)]
+        """Cycle focus over the three panes (table, details, variants), not every button."""
+        panel = self.query_one(VariantsPanel)
+        panes = (self.table, self.detail, panel)
         focused = self.focused
-        current = next(
-            (i for i, p in enumerate(panes) if focused is not None and (focused is p or p in focused.ancestors)), -1
-        )
+        current = next((i for i, p in enumerate(panes) if focused is p or (focused and p in focused.ancestors)), -1)
         target = panes[(current + 1) % len(panes)]
-        if isinstance(target, VariantsPanel):
-            target = next(iter(target.cards.values()), self.table)
+        if target is self.detail:
+            pane = self.detail.get_pane(self.detail.active)
+            target = self.trace_pane.transcript if pane.id == "tab-trace" else next(
+                (w for w in pane.query("*") if w.focusable and w.display), self.detail
+            )
+        elif target is panel:
+            target = next(iter(self.cards.values()), self.table)
         target.focus()
 
     def action_toggle_follow(self) -> None:
