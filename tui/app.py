@@ -60,7 +60,7 @@ TABLE_ACTIONS = ("cycle_sort", "reverse_sort")
 
 class TracewatchApp(App[None]):
     CSS_PATH = "app.tcss"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (160, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (180, "-wide")]
     BINDINGS = [
         Binding("s", "start_variant", "Start"),
         Binding("x", "cancel_variant", "Cancel var"),
