@@ -100,8 +100,11 @@ class Variant:
 
     @property
     def pid(self) -> int | None:
+        """The supervised server's pid while it runs (None before start returned)."""
         child = self._child
-        return child.pid if child is not None and child.poll() is None else None
+        if child is None or child.pid is None:
+            return None
+        return child.pid if child.poll() is None else None
 
     @property
     def can_start(self) -> bool:

@@ -117,8 +117,17 @@ class StandInEngine:
     shutdown_gate: asyncio.Event | None = None
     started: int = 0
 
+    selections: list[str] = field(default_factory=list)
+
+    @property
+    def recording_note(self) -> str | None:
+        return None if self.recording_path is None else str(self.recording_path)
+
     async def start(self) -> None:
         self.started += 1
+
+    def select(self, key: str) -> None:
+        self.selections.append(key)
 
     def cancel_rollout(self, key: str) -> bool:
         self.cancelled.append(key)

@@ -51,6 +51,9 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("show_tab('tab-logs')", "Show logs tab", "Details: the variant servers' output"),
     ("cycle_sort", "Sort by next column", "Sort the rollouts table by the next column"),
     ("reverse_sort", "Reverse sort", "Reverse the rollouts table's order"),
+    ("replay_pause", "Replay: pause or play", "Pause or resume a replay"),
+    ("replay_step", "Replay: step", "Apply the next recorded record"),
+    ("replay_seek", "Replay: seek to rollout", "Play fast until the selected rollout ends, then pause"),
     ("help", "Help", "Every key"),
     ("quit", "Quit", "Cancel runs, stop servers, exit"),
 )
@@ -77,6 +80,9 @@ class TracewatchApp(App[None]):
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "leave_filter", show=False),
+        Binding("space", "replay_pause", "Pause/play"),
+        Binding("n", "replay_step", "Step"),
+        Binding("g", "replay_seek", "Seek here"),
     ]
     KEYS_HELP = (
         ("s", "start variant (selected rollout's, or the focused card's)"),
@@ -91,6 +97,7 @@ class TracewatchApp(App[None]):
         ("e", "export the selected episode as JSON"),
         ("ctrl+y, w", "copy the selected message or tool result"),
         ("ctrl+p", "command palette: every action"),
+        ("space n g", "replays: pause/play, step one record, play fast to the selected rollout's end"),
         ("?", "this help"),
         ("q", "quit: cancel runs, stop servers, exit"),
     )
@@ -117,7 +124,7 @@ class TracewatchApp(App[None]):
                 yield RolloutsTable(self.store, self.store.clock, id="rollouts")
             with TabbedContent(id="detail", initial="tab-trace"):
                 with TabPane("Trace", id="tab-trace"):
-                    yield TracePane(id="trace")
+                    yield TracePane(clock=self.store.clock, id="trace")
                 with TabPane("Timing", id="tab-timing"):
                     with VerticalScroll(id="timing-scroll"):
                         yield TimingView(self.store, id="timing")
@@ -216,8 +223,10 @@ class TracewatchApp(App[None]):
             text.append(f" · {self.table.row_count} shown")
         if self.engine.readonly_reason:
             text.append(f"  read-only: {safe(self.engine.readonly_reason)}", style=self.palette.warning)
-        if self.engine.recording_path is not None:
-            text.append(f"  rec {safe(str(self.engine.recording_path))}", style=self.palette.muted)
+        if (note := self.engine.recording_note) is not None:
+            text.append(f"  rec {safe(note)}", style=self.palette.muted)
+        if (cut := getattr(self.engine, "truncated", None)) is not None:
+            text.append(f"  {safe(cut)}", style=self.palette.warning)
         self.status.update(text)
 
     # -- selection -------------------------------------------------------------------
@@ -230,6 +239,7 @@ class TracewatchApp(App[None]):
         key = event.row_key.value
         if key != self.selected:
             self.selected = key
+            self.engine.select(key)
             self.trace_pane.show(self._rollout())
             self._show_timing(self.store.clock())
 
@@ -395,8 +405,38 @@ class TracewatchApp(App[None]):
             self._quitting = True
             self.push_screen(QuitScreen(self.engine.shutdown))
 
+    def notify(self, message: str, *, markup: bool = False, **kwargs: Any) -> None:
+        """Notices here carry names, keys and paths from data: never read as markup."""
+        super().notify(message, markup=markup, **kwargs)
+
+    # -- replays -------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action.startswith("replay_"):
+            return hasattr(self.engine, "toggle_pause")
+        return True
+
+    def action_replay_pause(self) -> None:
+        paused = self.engine.toggle_pause()
+        self.notify("Replay paused: n steps one record." if paused else "Replay playing.")
+
+    def action_replay_step(self) -> None:
+        if not self.engine.paused:
+            self.engine.toggle_pause()
+        if not self.engine.step():
+            self.notify("The end of the recording.")
+
+    def action_replay_seek(self) -> None:
+        if self.selected is None:
+            self.notify("Select a rollout to seek to.", severity="warning")
+            return
+        self.engine.seek(self.selected)
+        self.notify(f"Playing fast until {self.selected} ends.")
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for action, title, help_text in ACTIONS:
+            if not self.check_action(action, ()):
+                continue
             target = self.table if action in TABLE_ACTIONS else self
             yield SystemCommand(title, help_text, lambda action=action, target=target: self.run_action(action, target))

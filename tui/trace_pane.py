@@ -3,6 +3,8 @@ than one trace (multi-agent: solver and judge, sub-agents)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
@@ -27,8 +29,9 @@ class TracePane(Vertical):
     class TraceChanged(Message):
         """The user picked another trace: the timing view follows it."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.clock = clock
         self.rollout: Rollout | None = None
         self.trace_id: str | None = None
         self._trace_ids: tuple[str, ...] = ()
@@ -36,7 +39,7 @@ class TracePane(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(markup=False, id="trace-title")
         yield Select([], allow_blank=True, compact=True, id="trace-switcher", prompt="trace")
-        yield Transcript(id="transcript")
+        yield Transcript(id="transcript", clock=self.clock)
 
     @property
     def transcript(self) -> Transcript:
