@@ -13,6 +13,7 @@ from typing import Any
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
+from textual.actions import SkipAction
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
@@ -68,7 +69,7 @@ class TracewatchApp(App[None]):
         Binding("s", "start_variant", "Start"),
         Binding("x", "cancel_variant", "Cancel var"),
         Binding("c", "cancel_rollout", "Cancel run"),
-        Binding("slash", "filter", "Filter"),
+        Binding("slash", "filter", "Filter", priority=True),
         Binding("enter", "open_trace", "Trace", show=False),
         Binding("tab", "switch_pane", "Pane", show=False, priority=True),
         Binding("f", "toggle_follow", "Follow"),
@@ -254,7 +255,14 @@ class TracewatchApp(App[None]):
     # -- filter ----------------------------------------------------------------------
 
     def action_filter(self) -> None:
-        self.query_one("#filter", Input).add_class("-visible").focus()
+        """`/` is a priority key so the keys typed right after it (fast typing, a paste,
+        keys that arrive in one read) reach the filter, never the table's `c`, `x`,
+        `s` or `q`: the focus moves before they are dispatched. In a text field or
+        over a modal screen `/` is left alone."""
+        if self.screen is not self.screen_stack[0] or isinstance(self.focused, Input):
+            raise SkipAction()
+        field = self.query_one("#filter", Input).add_class("-visible")
+        self.screen.set_focus(field)
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
