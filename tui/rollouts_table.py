@@ -22,17 +22,22 @@ from tui.rollout_filter import RowFilter
 
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("variant", "Variant", 10),
-    ("task", "Task", 18),
-    ("trace", "Trace", 9),
+    ("task", "Task", 24),
     ("phase", "Phase", 10),
+    ("activity", "Activity", 16),
     ("turns", "Turns", 5),
     ("tokens", "Tokens", 7),
     ("reward", "Reward", 6),
     ("elapsed", "Elapsed", 7),
-    ("activity", "Activity", 16),
     ("errors", "Errors", 6),
+    ("trace", "Trace", 9),
 )
+"""What a glance needs first (what runs, where it is, what it does now) on the left, so
+an 80-column terminal shows it without scrolling; the trace id, a cross-reference, last."""
 COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
+NARROW = 110
+"""Below this width the Task column gives up its extra width (`TASK_NARROW`)."""
+TASK_NARROW = 12
 TICKING = ("elapsed", "activity")
 ROWS_PER_TICK = 500
 """A burst touching more rows than this is spread over the next ticks, so a tick never
@@ -48,8 +53,13 @@ class KeyCell(Text):
     sort by live store values rather than by what the cells show."""
 
     def __init__(self, text: str, style: Style, key: str) -> None:
-        super().__init__(text, style=style, no_wrap=True, end="")
+        super().__init__(text, style=style, no_wrap=True, overflow="ellipsis", end="")
         self.rollout_key = key
+
+
+def _cell(text: str, style: Style) -> Text:
+    """A cell too narrow for its text ends in "…", so a cut name reads as cut."""
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis", end="")
 
 
 def sort_value(column: str, rollout: Rollout, now: float) -> Any:
@@ -89,11 +99,29 @@ class RolloutsTable(DataTable):
         self._shown: dict[str, dict[str, Cell]] = {}
         self._dirty: dict[str, None] = {}
         self._resort = False
+        self._narrow = False
 
     def on_mount(self) -> None:
-        for key, label, width in COLUMNS:
-            self.add_column(label, width=width, key=key)
+        self._add_columns()
         self.palette = Palette(self.app)
+
+    def _add_columns(self) -> None:
+        for key, label, width in COLUMNS:
+            if key == "task" and self._narrow:
+                width = TASK_NARROW
+            self.add_column(self._header(key), width=width, key=key)
+
+    def on_resize(self) -> None:
+        """Crossing `NARROW` re-lays the columns (rare: a terminal resize), never a tick."""
+        narrow = self.size.width < NARROW
+        if narrow != self._narrow:
+            self._narrow = narrow
+            selected = self.selected_key
+            self.clear(columns=True)
+            self._add_columns()
+            self.rebuild()
+            if selected is not None:
+                self.select(selected)
 
     @property
     def selected_key(self) -> str | None:
@@ -215,7 +243,7 @@ class RolloutsTable(DataTable):
         first, *rest = (cells[key] for key in COLUMN_KEYS)
         self.add_row(
             KeyCell(*first, rollout.key),
-            *(Text(text, style=style, no_wrap=True, end="") for text, style in rest),
+            *(_cell(text, style) for text, style in rest),
             key=rollout.key,
         )
 
@@ -226,9 +254,7 @@ class RolloutsTable(DataTable):
                 shown[column] = cell
                 if column == self.sort_column:
                     self._resort = True
-                value = KeyCell(*cell, rollout.key) if column == "variant" else Text(
-                    cell[0], style=cell[1], no_wrap=True, end=""
-                )
+                value = KeyCell(*cell, rollout.key) if column == "variant" else _cell(*cell)
                 self.update_cell(rollout.key, column, value)
 
     def _cells(self, rollout: Rollout, now: float, columns: tuple[str, ...]) -> dict[str, Cell]:
@@ -243,7 +269,8 @@ class RolloutsTable(DataTable):
                     cells[column] = (safe(rollout.task_label), plain)
                 case "trace":
                     ids = list(rollout.traces)
-                    text = ids[0][:8] + (f" +{len(ids) - 1}" if len(ids) > 1 else "") if ids else ""
+                    # "+N" more traces must fit the column: a shorter id makes room for it
+                    text = (ids[0][:8] if len(ids) == 1 else f"{ids[0][:6]} +{len(ids) - 1}") if ids else ""
                     cells[column] = (safe(text), palette.muted)
                 case "phase":
                     cells[column] = (rollout.phase, palette.phase(rollout.phase))
