@@ -12,6 +12,9 @@ from tui.text import safe
 __all__ = ["clock", "reward_text", "size_text", "Palette", "safe"]
 
 # Phase -> (theme variable or ANSI colour when no theme variable exists, bold, dim).
+# Model and harness are the agent's two parts, so they share its colour (the waterfall
+# tells them apart by glyph); boot and finalize are housekeeping, in neutral tones, so
+# that nothing but an error is drawn in a red.
 _PHASE_LOOK: dict[str, tuple[str | None, bool, bool]] = {
     "queued": (None, False, True),
     "starting": (None, False, True),
@@ -19,8 +22,8 @@ _PHASE_LOOK: dict[str, tuple[str | None, bool, bool]] = {
     "setup": ("warning", False, False),
     "agent": ("primary", False, False),
     "model": ("primary", False, False),
-    "harness": ("accent", False, False),
-    "finalize": ("magenta", False, False),
+    "harness": ("primary", False, False),
+    "finalize": ("foreground", False, False),
     "scoring": ("success", False, False),
     "done": ("success", True, False),
     "error": ("error", True, False),

@@ -11,7 +11,7 @@ from textual.widget import Widget
 from core.store import PHASES, Rollout, RolloutStore
 from tui.format import Palette, safe
 
-LABEL_WIDTH = 10
+LABEL_WIDTH = 11
 DURATION_WIDTH = 9
 
 
@@ -41,20 +41,28 @@ def waterfall(timing: dict, horizon: float, width: int, palette: Palette) -> Tex
         length = max(1, round((end - start) * scale))
         _line(text, phase, offset, length, end - start, open_, palette)
         if phase == "agent":
-            for part in ("model", "harness"):
+            # model then harness, end to end under the agent bar: their sum is its length
+            # (they interleave in time; the split is what the bars show)
+            done = 0.0
+            for part, glyph in (("model", "█"), ("harness", "▒")):
                 seconds = float((agent.get(part) or {}).get("duration") or 0.0)
                 if seconds:
-                    _line(text, f" {part}", offset, max(1, round(seconds * scale)), seconds, False, palette)
+                    # cells from the rounded running sum, so the parts end where the agent does
+                    first, last = offset + round(done * scale), offset + round((done + seconds) * scale)
+                    _line(text, f" └ {part}", first, max(1, last - first), seconds, False, palette, glyph)
+                    done += seconds
     text.append(f"{'':{LABEL_WIDTH}}0s{'':>{max(0, bar_width - 2 - len(seconds_text(total)))}}")
     text.append(seconds_text(total), style=palette.muted)
     return text
 
 
-def _line(text: Text, label: str, offset: int, length: int, seconds: float, open_: bool, palette: Palette) -> None:
-    style = palette.phase(label.strip())
+def _line(
+    text: Text, label: str, offset: int, length: int, seconds: float, open_: bool, palette: Palette, glyph: str = "█"
+) -> None:
+    style = palette.phase(label.strip(" └"))
     text.append(f"{label:<{LABEL_WIDTH}}", style=style)
     text.append(" " * offset)
-    text.append("█" * length, style=style)
+    text.append(glyph * length, style=style)
     text.append(f" {seconds_text(seconds)}{' …' if open_ else ''}\n", style=palette.muted if not open_ else "bold")
 
 
@@ -66,7 +74,7 @@ def variant_table(store: RolloutStore, palette: Palette) -> Table:
     for name in stats:
         table.add_column(Text(safe(name)), justify="right")
     for phase in ("boot", "setup", "agent", "model", "harness", "finalize", "scoring"):
-        row = [Text(phase, style=palette.phase(phase))]
+        row = [Text(f"└ {phase}" if phase in ("model", "harness") else phase, style=palette.phase(phase))]
         for variant in stats.values():
             p50_p95 = variant.phases.get(phase)
             row.append(Text(f"{seconds_text(p50_p95[0])} / {seconds_text(p50_p95[1])}" if p50_p95 else "–"))
@@ -105,5 +113,7 @@ class TimingView(Widget):
             if trace is not None:
                 horizon = rollout.ended_at if rollout.status.finished and rollout.ended_at else self.now
                 body = waterfall(trace.timing, horizon, self.size.width, palette)
+        if isinstance(body, Text):
+            body.end = "\n"  # the waterfall ends without one; the caption needs a blank line above
         caption = Text("\nphase p50 / p95 per variant (finished rollouts)", style="bold")
         return Group(head, body, caption, variant_table(self.store, palette))

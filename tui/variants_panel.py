@@ -14,9 +14,11 @@ from textual.widgets import Button, Static
 from core.store import RolloutStore, Status
 from tui.format import Palette, clock, safe
 
-_STEP = {"cancel-runs": "runs cancelled", "sigterm": "SIGTERM sent", "sigkill": "SIGKILL sent"}
+_STEP = {"cancel-runs": "cancel sent to runs", "sigterm": "SIGTERM sent", "sigkill": "SIGKILL sent"}
+"""A step's short label on the card; its full detail goes to the card's tooltip, so the
+grace left (what the user acts on) is never cut off the card's last line."""
 _STATES = ("idle", "starting", "running", "draining", "done", "cancelling", "cancelled", "failed")
-_STATE_LOOK = {"idle": "boot", "starting": "setup", "running": "scoring", "draining": "setup"}
+_STATE_LOOK = {"idle": "boot", "starting": "setup", "running": "scoring", "draining": "scoring"}
 """A state's colour, named by the phase that shares it (see `Palette`)."""
 
 
@@ -104,13 +106,15 @@ class VariantCard(Horizontal, can_focus=True):
         if variant.outcome_text:
             return Text(safe(variant.outcome_text), style=palette.warning)
         if variant.escalation:
-            steps = [_STEP.get(e.kind, e.kind) + (f" ({safe(e.detail)})" if e.detail else "") for e in variant.escalation]
-            self.tooltip = " → ".join(steps)
-            shown = steps if self.size.width >= 70 else steps[-1:]
+            self.tooltip = "\n".join(
+                _STEP.get(e.kind, e.kind) + (f": {safe(e.detail)}" if e.detail else "") for e in variant.escalation
+            )
+            steps = [_STEP.get(e.kind, safe(e.kind)) for e in variant.escalation]
+            shown = steps if self.size.width >= 50 else steps[-1:]
             text = Text(" → ".join(shown), style=palette.warning)
             grace = variant.grace_left(now)
             if grace is not None:
-                text.append(f" · {grace:.0f}s left", style="bold")
+                text.append(f" · grace {grace:.0f}s left", style="bold")
             return text
         if variant.reason:
             return Text(safe(variant.reason), style=palette.error)
