@@ -181,6 +181,8 @@ def pending_body(messages: list[dict]) -> list[Logical]:
     for message in messages:
         if not isinstance(message, dict):
             continue
+        if lines:  # a blank line between messages, inside the frame
+            lines.append((gutter, [], SPACE))
         role = str(message.get("role") or "?")
         head: list[Seg] = [(safe(role), _role_key(role))]
         for part in (message.get("name"), message.get("tool_call_id")):
