@@ -1,0 +1,312 @@
+"""Regenerate the README screenshots from the real app on the real built-in demo.
+
+    python screenshots/make.py [--speed 2] [--no-png]
+
+Starts `Engine(demo_config(sys.executable, speed))` (two supervised demo env servers)
+with a fresh TRACEWATCH_HOME in a temporary directory, drives `TracewatchApp` with
+`App.run_test(size=(200, 60))` and pilot key presses, and saves an SVG at each moment
+worth showing (each waited for with a deadline), then a PNG of each SVG:
+
+    main.svg            the main screen mid-run: variant cards, the rollouts table, a trace
+    main-80x24.svg      the same screen in an 80x24 terminal
+    trace-pending.svg   a trace whose pending preview (sent to the model, no reply yet) shows
+    timing.svg          a finished rollout's phase waterfall and per-variant p50/p95
+    cancel-variant.svg  a variant cancel escalating: runs cancelled, SIGTERM sent, grace left
+
+For the last one the candidate's demo server is first frozen with SIGSTOP: a wedged
+server that ignores SIGTERM, the case the grace period exists for (a healthy demo
+server exits within a blink of SIGTERM, too fast to photograph). The app itself is not
+told; the supervisor SIGKILLs the frozen server when its grace runs out.
+
+At the end the engine is shut down (every run cancelled, every server stopped) and
+the script checks that no process it started is left.
+
+PNGs need CairoSVG (`pip install cairosvg`, which needs the cairo C library:
+`apt-get install libcairo2`) or else `rsvg-convert` (`apt-get install librsvg2-bin`);
+text is drawn in DejaVu Sans Mono (`apt-get install fonts-dejavu-core`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots/make.py`
+    sys.path.insert(0, str(ROOT))
+
+from core.config import demo_config  # noqa: E402
+from core.engine import Engine  # noqa: E402
+from core.store import Rollout, Status  # noqa: E402
+
+SIZE = (200, 60)
+SMALL = (80, 24)
+PNG_FONT = "DejaVu Sans Mono"
+"""The SVGs name Fira Code (fetched from a CDN by browsers); offline renderers get this."""
+
+
+class Timeout(RuntimeError):
+    pass
+
+
+async def wait_for(pilot, what: str, condition: Callable[[], object], timeout: float) -> object:
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise Timeout(f"timed out after {timeout:.0f}s waiting for {what}")
+        await pilot.pause(0.05)
+    return result
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+class Shooter:
+    def __init__(self, app, pilot, out: Path) -> None:
+        self.app, self.pilot, self.out = app, pilot, out
+        self.written: list[Path] = []
+
+    async def settle(self, seconds: float = 0.4) -> None:
+        """Let the ticks redraw what changed (rows at 10 Hz, clocks once a second)."""
+        await self.pilot.pause(seconds)
+
+    def shoot(self, name: str, title: str) -> None:
+        path = self.out / f"{name}.svg"
+        path.write_text(self.app.export_screenshot(title=title), encoding="utf-8")
+        self.written.append(path)
+        say(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+    async def select(self, key: str) -> None:
+        """Move the table's cursor to a rollout with the arrow keys."""
+        app, table = self.app, self.app.table
+        if app.focused is not table:
+            table.focus()
+            await self.pilot.pause()
+        for _ in range(3):
+            step = table.get_row_index(key) - table.cursor_row
+            await self.pilot.press(*(["down"] * step if step > 0 else ["up"] * -step))
+            if app.selected == key:
+                return
+        raise Timeout(f"could not select {key}")
+
+
+def by_scenario(engine: Engine, variant: str, scenario: str) -> Rollout:
+    for key in engine.store.variants[variant]:
+        rollout = engine.store.rollouts[key]
+        if rollout.task_data.get("scenario") == scenario:
+            return rollout
+    raise LookupError(f"no {scenario} rollout in {variant}")
+
+
+def has_pending(rollout: Rollout) -> bool:
+    trace = rollout.primary
+    return trace is not None and bool(trace.pending) and not rollout.status.finished
+
+
+def server_pid(variant) -> int | None:
+    """The demo server's own pid (the supervisor's child), from the supervisor's record."""
+    if variant.stdout_path is None:
+        return None
+    try:
+        record = json.loads((variant.stdout_path.parent / "supervisor.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = record.get("child_pid")
+    return pid if isinstance(pid, int) else None
+
+
+async def session(speed: float, out: Path) -> list[Path]:
+    from tui.app import TracewatchApp
+    from tui.screens import ConfirmScreen
+
+    engine = Engine(demo_config(sys.executable, speed=speed))
+    app = TracewatchApp(engine)
+    store = engine.store
+    started: set[int] = set()
+    async with app.run_test(size=SIZE) as pilot:
+        shots = Shooter(app, pilot, out)
+        try:
+            await wait_for(
+                pilot, "both demo servers to answer health",
+                lambda: all(str(v.state) in ("running", "draining") for v in engine.variants.values()), 60,
+            )
+            for variant in engine.variants.values():
+                started |= {pid for pid in (variant.pid, server_pid(variant)) if pid}
+            say("both variants running")
+
+            # 1. The main screen mid-run: a mix of phases, one rollout several turns in.
+            def mid_run() -> Rollout | None:
+                rollouts = list(store.rollouts.values())
+                finished = sum(r.status.finished for r in rollouts)
+                running = [r for r in rollouts if r.status is Status.RUNNING]
+                busy = [r for r in running if r.turns >= 3 and r.variant == "baseline"]
+                return max(busy, key=lambda r: r.turns) if finished >= 3 and len(running) >= 5 and busy else None
+
+            rollout = await wait_for(pilot, "a busy mid-run moment", mid_run, 60)
+            await shots.select(rollout.key)
+            await shots.settle(1.1)
+            shots.shoot("main", "tracewatch: the built-in demo, mid-run")
+
+            # The same moment in an 80x24 terminal.
+            await pilot.resize_terminal(*SMALL)
+            await shots.settle(1.1)
+            shots.shoot("main-80x24", "tracewatch in 80x24")
+            await pilot.resize_terminal(*SIZE)
+            await shots.settle(0.5)
+
+            # 2. A trace with its pending preview: the slow rollout, two turns in,
+            #    while the model has not answered.
+            slow = by_scenario(engine, "baseline", "slow")
+            for attempt in range(6):
+                await wait_for(pilot, "the slow rollout to await a reply", lambda: slow.turns >= 2 and has_pending(slow), 90)
+                await shots.select(slow.key)
+                await pilot.press("enter")
+                await shots.settle(1.1)
+                if has_pending(slow):
+                    break
+            else:
+                raise Timeout("the slow rollout's pending preview kept clearing before the screenshot")
+            shots.shoot("trace-pending", "tracewatch: a trace awaiting the model's reply")
+
+            # 3. Timing: a finished multi-turn rollout's waterfall, with p50/p95 per variant
+            #    once enough rollouts of both variants have finished.
+            def timed() -> bool:
+                return all(store.stats(name).counts[Status.DONE] >= 5 for name in engine.variants)
+
+            await wait_for(pilot, "five finished rollouts per variant", timed, 120)
+            done = [r for r in store.rollouts.values() if r.status is Status.DONE and r.variant == "baseline"]
+            rollout = max(done, key=lambda r: (r.turns, r.key))
+            await shots.select(rollout.key)
+            await pilot.press("2")
+            await shots.settle(1.1)
+            shots.shoot("timing", "tracewatch: where a rollout's time went")
+
+            # 4. Cancel the candidate variant while its server is wedged: the card shows
+            #    the escalation and the grace left.
+            candidate = engine.variants["candidate"]
+            frozen = server_pid(candidate)
+            if frozen is None or not candidate.can_cancel:
+                raise RuntimeError(f"the candidate variant cannot be cancelled now ({candidate.state})")
+            stuck = by_scenario(engine, "candidate", "stuck")
+            await shots.select(stuck.key)
+            await pilot.press("1")
+            os.kill(frozen, signal.SIGSTOP)
+            say(f"froze the candidate's demo server (pid {frozen}) with SIGSTOP")
+            await pilot.press("x")
+            await wait_for(pilot, "the cancel confirmation", lambda: isinstance(app.screen, ConfirmScreen), 5)
+            await pilot.press("y")
+            await wait_for(
+                pilot, "SIGTERM with grace left",
+                lambda: (left := candidate.grace_left()) is not None and left < 8.6, 30,
+            )
+            await shots.settle(0.5)
+            shots.shoot("cancel-variant", "tracewatch: cancelling a variant (SIGTERM sent, grace running)")
+            await wait_for(pilot, "the candidate to settle", lambda: str(candidate.state) == "cancelled", 30)
+            say(f"candidate: {candidate.outcome_text}")
+        finally:
+            say("shutting the engine down")
+            await engine.shutdown()
+    left = [pid for pid in started if _alive(pid)]
+    if left:
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        raise RuntimeError(f"processes still running after shutdown (now killed): {left}")
+    say("every process it started has exited")
+    return shots.written
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is gone for every purpose here
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
+# -- SVG to PNG ------------------------------------------------------------------------
+
+FONT_FAMILY = re.compile(r"font-family:\s*[^;]+;")
+
+
+def png_converter() -> tuple[str, Callable[[Path, Path], None]] | None:
+    try:
+        import cairosvg
+    except (ImportError, OSError):
+        cairosvg = None
+    if cairosvg is not None:
+        def convert(svg: Path, png: Path) -> None:
+            cairosvg.svg2png(bytestring=_offline_svg(svg).encode(), write_to=str(png))
+        return "cairosvg", convert
+    if rsvg := shutil.which("rsvg-convert"):
+        def convert(svg: Path, png: Path) -> None:
+            subprocess.run([rsvg, "--format=png", "--output", str(png)], input=_offline_svg(svg).encode(), check=True)
+        return "rsvg-convert", convert
+    return None
+
+
+def _offline_svg(svg: Path) -> str:
+    """The SVG with a font an offline renderer has: Textual's SVGs name Fira Code, which
+    browsers fetch from a CDN; cairo would fall back to a proportional font."""
+    return FONT_FAMILY.sub(f'font-family: "{PNG_FONT}", monospace;', svg.read_text(encoding="utf-8"))
+
+
+def write_pngs(svgs: list[Path]) -> bool:
+    found = png_converter()
+    if found is None:
+        print(
+            "PNGs not written: no SVG converter here. Install one:\n"
+            "  pip install cairosvg            (needs the cairo library: apt-get install libcairo2)\n"
+            "  or apt-get install librsvg2-bin (rsvg-convert)\n"
+            "and a monospace font: apt-get install fonts-dejavu-core",
+            file=sys.stderr,
+        )
+        return False
+    name, convert = found
+    for svg in svgs:
+        png = svg.with_suffix(".png")
+        convert(svg, png)
+        say(f"wrote {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png} ({name})")
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--speed", type=float, default=2.0, help="the demo's pace (default 2: twice real time)")
+    parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: screenshots/)")
+    parser.add_argument("--no-png", action="store_true", help="SVGs only")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.chdir(ROOT)
+    with tempfile.TemporaryDirectory(prefix="tracewatch-shots-") as home:
+        os.environ["TRACEWATCH_HOME"] = home
+        try:
+            svgs = asyncio.run(session(args.speed, args.out))
+        except Timeout as error:
+            print(f"make.py: {error}; the demo did not reach that moment (try --speed 1)", file=sys.stderr)
+            return 1
+    if args.no_png:
+        return 0
+    return 0 if write_pngs(svgs) else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
