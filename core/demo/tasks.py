@@ -117,7 +117,7 @@ def _task(idx: int, scenario: str, kind: str, variant: int = 0) -> dict:
     return {
         "idx": idx,
         "id": f"demo-{idx}-{scenario}",
-        "name": f"{problem.name} ({scenario})",
+        "name": f"{scenario}: {problem.name}",
         "prompt": problem.prompt,
         "system_prompt": problem.system_prompt,
         "scenario": scenario,
