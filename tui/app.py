@@ -177,6 +177,7 @@ class TracewatchApp(App[None]):
             self.table.mark([*changes.added, *changes.rollouts])
             if self._ticks % TABLE_EVERY == 0:
                 self.table.sync()
+                self._follow_cursor()
             if self.selected in changes.rollouts:
                 self.trace_pane.refresh_trace(changes.traces)
                 self._show_timing(now)
@@ -237,7 +238,17 @@ class TracewatchApp(App[None]):
 
     @on(DataTable.RowHighlighted, "#rollouts")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        key = event.row_key.value
+        self._select(event.row_key.value)
+
+    def _follow_cursor(self) -> None:
+        """Rows filtered out or removed under a cursor that stays at its index send no
+        RowHighlighted: the selection follows the row the cursor is on, so `c` and
+        `x` act on the row the user sees, never on a hidden one."""
+        table = self.table
+        if 0 <= table.cursor_row < table.row_count:
+            self._select(table.selected_key)
+
+    def _select(self, key: str | None) -> None:
         if key != self.selected:
             self.selected = key
             self.engine.select(key)
@@ -267,6 +278,7 @@ class TracewatchApp(App[None]):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.table.set_filter(RowFilter.parse(event.value))
+        self._follow_cursor()
 
     @on(Input.Submitted, "#filter")
     def action_leave_filter(self) -> None:
