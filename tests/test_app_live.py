@@ -1,0 +1,407 @@
+"""The real app against real demo servers under the real supervisor: what issue 6
+calls "prove it". Every wait is a deadline poll through `pilot.pause`; the demo
+servers run fast (`--speed`) but slow enough that live states can be seen."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from textual import events
+from textual.pilot import Pilot
+
+from core.config import load_config
+from core.engine import Engine
+from core.store import Status
+from core.variant import VariantState
+from test_engine import SPEED as ENGINE_SPEED
+from test_engine import alive, demo_variant, server_pids, write_config
+from tui.app import TracewatchApp
+from tui.format import reward_text
+from tui.screens import ConfirmScreen, QuitScreen
+from tui.transcript import FOLLOW_SLACK, Transcript
+from tui.variants_panel import _STEP as STEP_LABELS
+
+TIMEOUT = 30.0
+"""Generous: a loaded 2-core machine starts Python servers slowly. Waits end as soon
+as their condition holds, so the deadline costs nothing when things go well."""
+
+HEADER = re.compile(r"^▎ (\w+)  #(\d+)\b")
+PENDING_TITLE = "┏━ pending · sent to the model"
+
+
+def demo(name: str, scenarios: list[str], speed: float = 10, **settings: object) -> str:
+    """test_engine's demo variant at this file's pace (its own is too fast to watch)."""
+    text = demo_variant(name, scenarios, **settings)
+    flag = f'"--speed", "{ENGINE_SPEED}"'
+    assert flag in text
+    return text.replace(flag, f'"--speed", "{speed:g}"')
+
+
+async def until(pilot: Pilot, condition: Callable[[], object], what: str, timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await pilot.pause(0.02)
+
+
+@contextlib.asynccontextmanager
+async def live(tmp_path: Path, *variants: str, size: tuple[int, int] = (120, 40)) -> AsyncIterator[tuple[TracewatchApp, Engine, Pilot]]:
+    """The app over a real engine; afterwards every server is stopped, whatever the
+    test asserted (a test that quits has stopped them already)."""
+    engine = Engine(load_config(write_config(tmp_path, list(variants))), session_dir=tmp_path / "session")
+    app = TracewatchApp(engine)
+    try:
+        async with app.run_test(size=size) as pilot:
+            yield app, engine, pilot
+    finally:
+        if any(variant.can_cancel for variant in engine.variants.values()):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(engine.shutdown(), TIMEOUT)
+        for variant in engine.variants.values():
+            child = variant._child
+            if child is not None and child.poll() is None:
+                child.terminate(2.0)
+
+
+def cell(app: TracewatchApp, key: str, column: str) -> str:
+    return app.table.get_cell(key, column).plain
+
+
+def row_keys(app: TracewatchApp) -> list[str]:
+    return [row.key.value for row in app.table.ordered_rows]
+
+
+async def rows_shown(pilot: Pilot, app: TracewatchApp, engine: Engine, count: int) -> None:
+    await until(
+        pilot,
+        lambda: len(engine.store.rollouts) == count and sorted(row_keys(app)) == sorted(engine.store.rollouts),
+        f"{count} rows",
+    )
+
+
+async def select_row(pilot: Pilot, app: TracewatchApp, key: str) -> None:
+    """Move the table's cursor to a row with the arrow keys, as a user would."""
+    app.table.focus()
+    steps = app.table.get_row_index(key) - app.table.cursor_row
+    await pilot.press(*(["down"] * steps if steps > 0 else ["up"] * -steps))
+    await until(pilot, lambda: app.selected == key, f"{key} to be selected")
+
+
+def keys_at_once(app: TracewatchApp, *keys: str) -> None:
+    """Keys as a terminal delivers fast typing or a paste: all queued before the
+    first is handled (`pilot.press` waits for each)."""
+    for key in keys:
+        app.post_message(events.Key(key, "/" if key == "slash" else key if len(key) == 1 else None))
+
+
+def all_lines(transcript: Transcript) -> list[str]:
+    """Every rendered line of the transcript, on screen or not."""
+    width = transcript.scrollable_content_region.width
+    return [transcript._strip(line, width, False).text for line in transcript._lines]
+
+
+def screen_lines(transcript: Transcript) -> list[str]:
+    return [transcript.render_line(y).text for y in range(transcript.scrollable_content_region.height)]
+
+
+def headers(transcript: Transcript) -> list[tuple[str, int]]:
+    """(role, node index) of every message header drawn, top to bottom."""
+    return [(m[1], int(m[2])) for line in all_lines(transcript) if (m := HEADER.match(line))]
+
+
+def pending_messages(transcript: Transcript) -> list[dict] | None:
+    """The pending block's messages if the transcript shows one (it is always last)."""
+    blocks = [block for block in transcript._blocks if block.kind == "pending"]
+    if not blocks:
+        return None
+    assert len(blocks) == 1 and blocks[0] is transcript._blocks[-1], "one pending block, after the turns"
+    return blocks[0].source[0]
+
+
+def signal_server(engine: Engine, name: str, signum: signal.Signals) -> None:
+    """SIGSTOP/SIGCONT the demo server this test started (by its recorded pid), to hold
+    a transient state (an unanswered cancel) long enough to see it."""
+    _, server = server_pids(engine, name)
+    if alive(server):
+        os.kill(server, signum)
+
+
+async def test_table_fills_with_every_rollout_and_follows_them(tmp_path: Path) -> None:
+    """Every rollout gets a row; its cells move while it runs and end as the store
+    ends it (done, or error for the failing one)."""
+    async with live(
+        tmp_path,
+        demo("base", ["normal", "failing", "normal"]),
+        demo("cand", ["normal", "transient"]),
+    ) as (app, engine, pilot):
+        store = engine.store
+        await rows_shown(pilot, app, engine, 5)
+        seen: dict[str, list[tuple[str, str]]] = {key: [] for key in store.rollouts}
+
+        def settled() -> bool:
+            for key, history in seen.items():
+                shown = (cell(app, key, "phase"), cell(app, key, "turns"))
+                if not history or history[-1] != shown:
+                    history.append(shown)
+            return all(
+                r.status.finished and seen[r.key][-1] == (r.phase, str(r.turns)) for r in store.rollouts.values()
+            )
+
+        await until(pilot, settled, "every rollout to finish and its row to say so")
+        for key, rollout in store.rollouts.items():
+            phases = [phase for phase, _ in seen[key]]
+            assert set(phases) & {"starting", "boot", "setup", "agent"}, (key, phases)
+            assert cell(app, key, "reward") == reward_text(rollout.reward)
+            assert cell(app, key, "tokens") == f"{rollout.tokens:,}"
+            assert cell(app, key, "trace") == next(iter(rollout.traces))[:8]
+        for key in ("base/0", "base/2", "cand/0"):
+            assert store.rollouts[key].status is Status.DONE and cell(app, key, "phase") == "done"
+            turns = {int(turns) for _, turns in seen[key]}
+            assert len(turns) >= 3 and max(turns) == store.rollouts[key].turns, (key, seen[key])
+        assert store.rollouts["base/1"].status is Status.FAILED
+        assert cell(app, "base/1", "phase") == "error" and cell(app, "base/1", "errors") != ""
+
+
+async def test_turns_appear_in_order_in_the_transcript(tmp_path: Path) -> None:
+    """The open transcript draws the store's nodes in their order as they land, never
+    out of order, and ends with every node drawn once."""
+    async with live(tmp_path, demo("solo", ["normal"])) as (app, engine, pilot):
+        await rows_shown(pilot, app, engine, 1)
+        await select_row(pilot, app, "solo/0")
+        await pilot.press("enter")
+        transcript = app.trace_pane.transcript
+        await until(pilot, lambda: app.focused is transcript, "the transcript to take focus")
+        rollout = engine.store.rollouts["solo/0"]
+        lengths: set[int] = set()
+
+        def expected() -> list[tuple[str, int]]:
+            trace = rollout.primary
+            return [(n["message"]["role"], i) for i, n in enumerate(trace.nodes)] if trace else []
+
+        def drawn_in_order() -> bool:
+            drawn = headers(transcript)
+            assert drawn == expected()[: len(drawn)], drawn
+            lengths.add(len(drawn))
+            return rollout.status.finished and drawn == expected()
+
+        await until(pilot, drawn_in_order, "every node drawn")
+        assert rollout.status is Status.DONE
+        roles = [role for role, _ in headers(transcript)]
+        assert roles[:4] == ["system", "user", "assistant", "tool"]
+        assert roles[-1] == "assistant"
+        assert len(lengths) >= 3, f"the transcript should grow turn by turn, saw lengths {sorted(lengths)}"
+        rules = [line for line in all_lines(transcript) if line.startswith("── turn ")]
+        assert len(rules) == rollout.turns == roles.count("assistant")
+
+
+async def test_pending_preview_shows_then_clears_when_its_turn_commits(tmp_path: Path) -> None:
+    """What the harness sent shows as one pending block until the model answers; then
+    the same messages are committed turns and that block is gone."""
+    async with live(tmp_path, demo("slowpoke", ["slow"], speed=20)) as (app, engine, pilot):
+        await rows_shown(pilot, app, engine, 1)
+        await select_row(pilot, app, "slowpoke/0")
+        transcript = app.trace_pane.transcript
+        rollout = engine.store.rollouts["slowpoke/0"]
+        previews: list[tuple[int, list[tuple[str, str]]]] = []
+        """(committed nodes when first seen, the preview's (role, content))."""
+
+        def watch() -> bool:
+            messages = pending_messages(transcript)
+            drawn = len(headers(transcript))
+            if messages is not None:
+                shown = [(m["role"], m["content"]) for m in messages]
+                assert any(PENDING_TITLE in line for line in all_lines(transcript))
+                if previews and previews[-1][1] == shown:
+                    assert previews[-1][0] == drawn, "a preview outlived the commit of its messages"
+                else:
+                    previews.append((drawn, shown))
+            return rollout.status.finished and drawn == len(rollout.primary.nodes)
+
+        await until(pilot, watch, "the slow rollout to finish")
+        assert rollout.status is Status.DONE
+        assert pending_messages(transcript) is None
+        assert not any(PENDING_TITLE in line for line in all_lines(transcript))
+        assert len(previews) >= 3, f"expected to see most of the 6 previews, saw {len(previews)}"
+        assert [role for role, _ in previews[0][1]] == ["system", "user"] and previews[0][0] == 0
+        committed = [(n["message"]["role"], n["message"]["content"]) for n in rollout.primary.nodes]
+        for drawn, shown in previews:
+            assert committed[drawn : drawn + len(shown)] == shown, "a preview commits as the next nodes"
+            assert committed[drawn + len(shown)][0] == "assistant"
+
+
+async def test_c_cancels_the_stuck_rollout(tmp_path: Path) -> None:
+    """`c` on a stuck rollout: its row says cancelling until the server answers, then
+    cancelled; the store records the server's "aborted"; its sibling runs on."""
+    async with live(tmp_path, demo("one", ["stuck", "normal"])) as (app, engine, pilot):
+        store = engine.store
+        stuck = store.rollouts["one/0"]
+        await rows_shown(pilot, app, engine, 2)
+        await until(pilot, lambda: stuck.turns > 0 and stuck.activity(store.clock())[0] == "generating", "the call that hangs")
+        await select_row(pilot, app, "one/0")
+        signal_server(engine, "one", signal.SIGSTOP)
+        try:
+            await pilot.press("c")
+            assert stuck.status is Status.CANCELLING
+            await until(pilot, lambda: cell(app, "one/0", "phase") == "cancelling", "the row to say cancelling")
+        finally:
+            signal_server(engine, "one", signal.SIGCONT)
+        await until(pilot, lambda: cell(app, "one/0", "phase") == "cancelled", "the row to say cancelled")
+        assert stuck.status is Status.CANCELLED and "aborted" in stuck.reason
+        await until(pilot, lambda: cell(app, "one/1", "phase") == "done", "the other rollout to finish")
+        await until(pilot, lambda: engine.variants["one"].state is VariantState.DONE, "the variant to finish")
+
+
+async def test_x_then_y_cancels_the_stuck_variant_and_its_processes(tmp_path: Path) -> None:
+    """`x` asks, `y` cancels the selected rollout's variant: the card shows each step,
+    the variant ends cancelled with its supervisor and server gone; the other
+    variant is untouched."""
+    async with live(
+        tmp_path, demo("stuck", ["stuck", "stuck"]), demo("calm", ["normal"]), size=(200, 50)
+    ) as (app, engine, pilot):
+        store = engine.store
+        variant = engine.variants["stuck"]
+        card = app.cards["stuck"]
+        await rows_shown(pilot, app, engine, 3)
+        await until(pilot, lambda: all(store.rollouts[k].turns > 0 for k in ("stuck/0", "stuck/1")), "both stuck runs mid-turn")
+        pids = server_pids(engine, "stuck")
+        assert all(alive(pid) for pid in pids)
+        await select_row(pilot, app, "stuck/1")
+        signal_server(engine, "stuck", signal.SIGSTOP)
+        try:
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+            await pilot.press("y")
+            first_step = STEP_LABELS["cancel-runs"]
+            await until(pilot, lambda: first_step in card.body.visual.plain, "the card to show the first step")
+            assert "stuck  cancelling" in card.body.visual.plain
+            assert "cancelling 2 run(s) over the wire" in str(card.tooltip)
+            assert str(card.cancel.label) == "Kill"
+        finally:
+            signal_server(engine, "stuck", signal.SIGCONT)
+        await until(pilot, lambda: variant.state is VariantState.CANCELLED, "the variant to be cancelled")
+        await until(pilot, lambda: "stuck  cancelled" in card.body.visual.plain, "the card to say cancelled")
+        assert "cancelled" in (variant.outcome_text or "") and variant.outcome_text in card.body.visual.plain
+        assert [e.kind for e in variant.escalation][:2] == ["cancel-runs", "sigterm"]
+        assert not any(alive(pid) for pid in pids)
+        assert all(store.rollouts[k].status is Status.CANCELLED for k in ("stuck/0", "stuck/1"))
+        await until(pilot, lambda: engine.variants["calm"].state is VariantState.DONE, "the other variant to finish")
+        assert store.rollouts["calm/0"].status is Status.DONE
+
+
+async def test_filter_narrows_the_live_table(tmp_path: Path) -> None:
+    """`status:running` keeps only what runs, dropping rows as they finish, and the
+    selection follows the cursor onto what is left; text typed fast after `/` all
+    lands in the filter; a variant name keeps that variant's rows; an empty filter
+    shows every row again."""
+    async with live(tmp_path, demo("alpha", ["normal", "stuck"], speed=20), demo("beta", ["normal"], speed=20)) as (app, engine, pilot):
+        store = engine.store
+        await rows_shown(pilot, app, engine, 3)
+        filter_input = app.query_one("#filter")
+        await pilot.press("slash", *"status:running")
+        assert app.focused is filter_input
+        await until(
+            pilot,
+            lambda: row_keys(app) == ["alpha/1"] and store.rollouts["alpha/0"].status.finished and store.rollouts["beta/0"].status.finished,
+            "only the stuck rollout to remain",
+        )
+        assert store.rollouts["alpha/1"].status is Status.RUNNING
+        await pilot.press("enter")
+        assert app.focused is app.table and app.selected == "alpha/1"
+        await pilot.press("slash", "ctrl+u", "enter")
+        await until(pilot, lambda: len(row_keys(app)) == 3 and not filter_input.display, "every row back")
+        assert app.focused is app.table and app.selected == "alpha/1"
+        # typed fast: every key reaches the filter, none is a command (`c` would
+        # cancel the selected, stuck rollout)
+        keys_at_once(app, "slash", *"stuck")
+        await until(pilot, lambda: filter_input.value == "stuck", "the whole text in the filter")
+        await until(pilot, lambda: row_keys(app) == ["alpha/1"], "the stuck task's row only")
+        assert store.rollouts["alpha/1"].status is Status.RUNNING
+        await pilot.press("ctrl+u", *"variant:beta")
+        await until(pilot, lambda: row_keys(app) == ["beta/0"], "beta's row only")
+        await pilot.press("ctrl+u")
+        await until(pilot, lambda: sorted(row_keys(app)) == ["alpha/0", "alpha/1", "beta/0"], "every row back")
+        await pilot.press("escape")
+        assert app.focused is app.table and not filter_input.display
+
+
+async def test_follow_and_the_new_badge_on_a_live_trace(tmp_path: Path) -> None:
+    """Scrolled up, new turns leave the view where it is and count on a badge; a click
+    on the badge, or `end`, jumps to the bottom and follows again."""
+    async with live(tmp_path, demo("long", ["slow"], speed=10)) as (app, engine, pilot):
+        await rows_shown(pilot, app, engine, 1)
+        await select_row(pilot, app, "long/0")
+        await pilot.press("enter")
+        transcript = app.trace_pane.transcript
+        rollout = engine.store.rollouts["long/0"]
+        height = transcript.scrollable_content_region.height
+        await until(pilot, lambda: len(transcript._lines) > height + 2 * FOLLOW_SLACK, "a transcript taller than its view")
+        await until(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y, "the view at the bottom")
+        assert transcript.following
+
+        async def scroll_up_and_wait_for_news() -> None:
+            await pilot.press("home")
+            await until(pilot, lambda: transcript.scroll_y == 0 and not transcript.following, "the view at the top")
+            drawn, counted = len(headers(transcript)), transcript.new_since_left
+            await until(pilot, lambda: transcript.new_since_left > counted, "a new message while scrolled up")
+            assert len(headers(transcript)) - drawn == transcript.new_since_left - counted
+            assert not rollout.status.finished
+            assert transcript.scroll_y == 0 and not transcript.following, "the view must not move"
+            await until(pilot, lambda: f"+{transcript.new_since_left} new ↓" in screen_lines(transcript)[-1], "the badge")
+
+        def following_at_bottom() -> bool:
+            return transcript.following and transcript.new_since_left == 0 and transcript.scroll_y >= transcript.max_scroll_y - FOLLOW_SLACK
+
+        await scroll_up_and_wait_for_news()
+        region = transcript.scrollable_content_region
+        await pilot.click(transcript, offset=(region.width - 3, region.height - 1))
+        await until(pilot, following_at_bottom, "the badge click to resume following")
+        await scroll_up_and_wait_for_news()
+        await pilot.press("end")
+        await until(pilot, following_at_bottom, "end to resume following")
+        assert "new ↓" not in screen_lines(transcript)[-1]
+        lines = len(transcript._lines)
+        await until(pilot, lambda: len(transcript._lines) > lines, "more of the trace")
+        await until(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y, "the view to follow it")
+
+
+async def test_q_leaves_no_child_process(tmp_path: Path) -> None:
+    """Quitting mid-run cancels every run, stops every server and supervisor, and
+    only then exits: no process of the session outlives the app."""
+    async with live(tmp_path, demo("a", ["stuck", "normal"]), demo("b", ["normal", "stuck"])) as (app, engine, pilot):
+        store = engine.store
+        await rows_shown(pilot, app, engine, 4)
+        await until(pilot, lambda: store.rollouts["a/0"].turns > 0 and store.rollouts["b/1"].turns > 0, "the stuck runs mid-turn")
+        pids = server_pids(engine, "a") + server_pids(engine, "b")
+        assert all(alive(pid) for pid in pids)
+        assert session_processes(tmp_path / "session")
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen) or app.return_code is not None, "the quit screen")
+        await until(pilot, lambda: app.return_code is not None, "the app to exit")
+    assert app.return_code == 0
+    assert not [pid for pid in pids if alive(pid)]
+    assert not session_processes(tmp_path / "session")
+    assert {store.rollouts[k].status for k in ("a/0", "b/1")} == {Status.CANCELLED}
+    assert all(v.state is VariantState.CANCELLED for v in engine.variants.values())
+
+
+def session_processes(session_dir: Path) -> list[int]:
+    """Live processes whose command line names this session's directory (the
+    supervisors: their record and capture paths are under it)."""
+    marker = str(session_dir).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
