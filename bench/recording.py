@@ -20,7 +20,6 @@ Run: `python -m bench.recording [--deltas N]`. Temp files are deleted.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import shutil
 import statistics

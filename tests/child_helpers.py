@@ -4,39 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from core.child import SupervisedChild
+from polling import wait_until
 
-T = TypeVar("T")
 HERE = Path(__file__).parent
 PROGRAM = HERE / "child_program.py"
 HOLDER = HERE / "child_holder.py"
-MARGIN = 10.0
-"""Slack for a loaded 2-core machine; a passing run never waits this long."""
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = MARGIN, what: str = "") -> T:
-    """Poll `predicate` until it returns something truthy; fail after `timeout`."""
-    ends_at = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > ends_at:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
-        time.sleep(0.02)
-    return value
-
-
-def pid_gone(pid: int) -> bool:
-    """Not running: no such process, or a zombie (PID 1 here may never reap orphans)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rindex(b")") + 2 :].split()[0] in (b"Z", b"X")
 
 
 def program(*flags: str) -> list[str]:

@@ -4,8 +4,6 @@ RolloutStore fed with the recorded verifiers 0.4.0 deltas."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,17 +14,10 @@ from tui.app import ACTIONS, TracewatchApp
 from tui.rollouts_table import COLUMNS, RolloutsTable
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.timing_view import TimingView
+from polling import until
 from tui_standin import StandInEngine, load_fixture, make_engine
 
 INJECTION = "\x1b[31m[bold red]EVIL[/bold red] [link=x]y[/link]\x07"
-
-
-async def wait_for(pilot: Pilot, condition: Callable[[], object], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {condition}")
-        await pilot.pause(0.02)
 
 
 def table(app: TracewatchApp) -> RolloutsTable:
@@ -35,13 +26,13 @@ def table(app: TracewatchApp) -> RolloutsTable:
 
 async def started(pilot: Pilot, rows: int = 14) -> RolloutsTable:
     """Once the app has composed and drawn every rollout of the store."""
-    await wait_for(pilot, lambda: any(t.row_count == rows for t in pilot.app.query(RolloutsTable)))
+    await until(pilot, lambda: any(t.row_count == rows for t in pilot.app.query(RolloutsTable)))
     return table(pilot.app)
 
 
 async def select(pilot: Pilot, key: str) -> None:
     table(pilot.app).select(key)
-    await wait_for(pilot, lambda: pilot.app.selected == key)
+    await until(pilot, lambda: pilot.app.selected == key)
 
 
 def svg(app: TracewatchApp, directory: Path, name: str) -> str:
@@ -64,7 +55,7 @@ async def test_table_fills_then_updates_only_changed_rows() -> None:
         rows.update_cell = lambda row, col, value, **kw: (calls.append(str(row)), update_cell(row, col, value, **kw))
         rows.clear = lambda *a, **kw: pytest.fail("rebuilt on a delta")
         engine.store.failed("baseline/run3/0", "provider error")
-        await wait_for(pilot, lambda: rows.get_cell("baseline/run3/0", "phase").plain == "error")
+        await until(pilot, lambda: rows.get_cell("baseline/run3/0", "phase").plain == "error")
         assert set(calls) <= {"baseline/run3/0"} | {row.key.value for row in rows.ordered_rows[: rows.size.height]}
         assert "baseline/run3/0" in calls
 
@@ -74,11 +65,11 @@ async def test_filter_narrows_the_table() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         rows = await started(pilot)
         await pilot.press("slash", *"status:failed")
-        await wait_for(pilot, lambda: rows.row_count == 2)
+        await until(pilot, lambda: rows.row_count == 2)
         await pilot.press("enter")
         assert app.focused is rows
         await pilot.press("slash", *" variant:cand")
-        await wait_for(pilot, lambda: rows.row_count == 1)
+        await until(pilot, lambda: rows.row_count == 1)
         await pilot.press("escape")
         assert app.focused is rows
 
@@ -89,7 +80,7 @@ async def test_header_click_and_key_sort() -> None:
         rows = await started(pilot)
         x = sum(width + 2 for _, _, width in COLUMNS[:5]) + 2
         await pilot.click(RolloutsTable, offset=(x, 0))  # the Tokens header
-        await wait_for(pilot, lambda: rows.sort_column == "tokens")
+        await until(pilot, lambda: rows.sort_column == "tokens")
         tokens = [int(rows.get_cell(r.key, "tokens").plain.replace(",", "")) for r in rows.ordered_rows]
         assert tokens == sorted(tokens)
         await pilot.press("O")
@@ -106,9 +97,9 @@ async def test_c_cancels_the_selected_rollout() -> None:
         await select(pilot, "candidate/run1/0")
         await pilot.press("c")
         assert engine.cancelled == ["candidate/run1/0"]
-        await wait_for(pilot, lambda: rows.get_cell("candidate/run1/0", "phase").plain == "cancelling")
+        await until(pilot, lambda: rows.get_cell("candidate/run1/0", "phase").plain == "cancelling")
         engine.store.failed("candidate/run1/0", "cancelled", cancelled=True)
-        await wait_for(pilot, lambda: rows.get_cell("candidate/run1/0", "phase").plain == "cancelled")
+        await until(pilot, lambda: rows.get_cell("candidate/run1/0", "phase").plain == "cancelled")
 
 
 @pytest.mark.parametrize("answer, calls", [("y", ["cancel"]), ("n", []), ("escape", [])])
@@ -119,9 +110,9 @@ async def test_x_asks_then_cancels_the_right_variant(answer: str, calls: list[st
         await started(pilot)
         await select(pilot, "candidate/run0/0")
         await pilot.press("x")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press(answer)
-        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
         assert engine.variants["candidate"].calls == calls
         assert engine.variants["baseline"].calls == []
 
@@ -133,9 +124,9 @@ async def test_cancel_button_shows_the_escalation(tmp_path: Path) -> None:
         await started(pilot)
         card = app.query(".variant-card").first()
         await pilot.click(card.query_one(".cancel", Button))
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await wait_for(pilot, lambda: "SIGTERM sent" in svg_text(svg(app, tmp_path, "cancelling")))
+        await until(pilot, lambda: "SIGTERM sent" in svg_text(svg(app, tmp_path, "cancelling")))
         shot = svg_text(svg(app, tmp_path, "cancelling"))
         assert "cancelling" in shot and "left" in shot and "Kill" in shot
         assert engine.variants["baseline"].calls == ["cancel"]
@@ -148,16 +139,16 @@ async def test_help_palette_and_readonly() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot)
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         await pilot.press("escape")
-        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
         titles = {command.title for command in app.get_system_commands(app.screen)}
         live_actions = {title for action, title, _ in ACTIONS if not action.startswith("replay_")}
         assert live_actions <= titles
         assert not any(title.startswith("Replay") for title in titles), "no replay controls on a live session"
         assert all(button.disabled for button in app.query(Button).results() if button.has_class("start", "cancel"))
         await pilot.press("c", "x", "s")
-        await wait_for(pilot, lambda: len(app._notifications) >= 3)
+        await until(pilot, lambda: len(app._notifications) >= 3)
         assert all("replaying a recording" in n.message for n in app._notifications)
         assert engine.cancelled == [] and all(not v.calls for v in engine.variants.values())
 
@@ -169,11 +160,11 @@ async def test_q_shows_shutdown_progress_then_exits() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await started(pilot)
         await pilot.press("q")
-        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen) and app.screen.lines)
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen) and app.screen.lines)
         assert app.screen.lines == ["baseline: cancelling", "candidate: cancelling"]
         await pilot.press("q")  # a second q does not start a second shutdown
         engine.shutdown_gate.set()
-        await wait_for(pilot, lambda: app.return_code == 0)
+        await until(pilot, lambda: app.return_code == 0)
     assert engine.shutdowns == 1
 
 
@@ -183,7 +174,7 @@ async def test_timing_waterfall_and_per_variant_percentiles(tmp_path: Path) -> N
         await started(pilot)
         await select(pilot, "baseline/run1/0")
         await pilot.press("2")
-        await wait_for(pilot, lambda: app.query_one(TabbedContent).active == "tab-timing")
+        await until(pilot, lambda: app.query_one(TabbedContent).active == "tab-timing")
         await pilot.pause(0.1)
         shot = svg_text(svg(app, tmp_path, "timing"))
         for phase in ("boot", "setup", "agent", "model", "harness", "finalize", "scoring", "p50 / p95"):
@@ -198,10 +189,10 @@ async def test_logs_tab_counts_unread_and_shows_lines_literally(tmp_path: Path) 
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot)
         tabs = app.query_one(TabbedContent)
-        await wait_for(pilot, lambda: "new" in str(tabs.get_tab("tab-logs").label))
+        await until(pilot, lambda: "new" in str(tabs.get_tab("tab-logs").label))
         await pilot.press("3")
-        await wait_for(pilot, lambda: "new" not in str(tabs.get_tab("tab-logs").label))
-        await wait_for(pilot, lambda: "[bold]not markup[/bold]" in svg_text(svg(app, tmp_path, "logs")))
+        await until(pilot, lambda: "new" not in str(tabs.get_tab("tab-logs").label))
+        await until(pilot, lambda: "[bold]not markup[/bold]" in svg_text(svg(app, tmp_path, "logs")))
         assert "\x1b" not in svg(app, tmp_path, "logs")
 
 
@@ -228,8 +219,8 @@ async def test_export_and_copy(tmp_path: Path) -> None:
         await started(pilot)
         await select(pilot, "baseline/run0/0")
         await pilot.press("e")
-        await wait_for(pilot, lambda: (tmp_path / "baseline-run0-0.json").exists())
-        await wait_for(pilot, lambda: any("baseline-run0-0.json" in n.message for n in app._notifications))
+        await until(pilot, lambda: (tmp_path / "baseline-run0-0.json").exists())
+        await until(pilot, lambda: any("baseline-run0-0.json" in n.message for n in app._notifications))
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
@@ -245,7 +236,7 @@ async def test_main_screens_render_at_small_and_large_sizes(size: tuple[int, int
         await pilot.pause(0.1)
         assert "agent" in svg_text(svg(app, tmp_path, f"timing-{size[0]}"))
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert "cancel variant" in svg_text(svg(app, tmp_path, f"help-{size[0]}"))
 
 
@@ -258,9 +249,9 @@ async def test_copy_the_selected_message_and_switch_panes() -> None:
         await select(pilot, "baseline/run1/0")
         await pilot.press("enter")
         transcript = app.trace_pane.transcript
-        await wait_for(pilot, lambda: app.focused is transcript)
+        await until(pilot, lambda: app.focused is transcript)
         await pilot.press("down", "w")
-        await wait_for(pilot, lambda: copied)
+        await until(pilot, lambda: copied)
         assert copied[0] == transcript.selected_block()
         await pilot.press("tab")
         assert app.focused in app.cards.values() or app.focused.parent in app.cards.values()
@@ -282,9 +273,9 @@ async def test_trace_switcher_for_a_multi_trace_episode() -> None:
         await started(pilot, rows=15)
         await select(pilot, "baseline/multi")
         switcher = app.query_one("#trace-switcher", Select)
-        await wait_for(pilot, lambda: switcher.display)
+        await until(pilot, lambda: switcher.display)
         first, second = list(rollout.traces)
         assert app.trace_pane.trace_id == first
         switcher.value = second
-        await wait_for(pilot, lambda: app.timing.trace_id == second)
+        await until(pilot, lambda: app.timing.trace_id == second)
         assert app.trace_pane.trace_id == second

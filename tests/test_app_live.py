@@ -9,8 +9,7 @@ import contextlib
 import os
 import re
 import signal
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from textual import events
@@ -21,7 +20,8 @@ from core.engine import Engine
 from core.store import Status
 from core.variant import VariantState
 from test_engine import SPEED as ENGINE_SPEED
-from test_engine import alive, demo_variant, server_pids, write_config
+from polling import alive, until
+from test_engine import demo_variant, server_pids, write_config
 from tui.app import TracewatchApp
 from tui.format import reward_text
 from tui.screens import ConfirmScreen, QuitScreen
@@ -42,14 +42,6 @@ def demo(name: str, scenarios: list[str], speed: float = 10, **settings: object)
     flag = f'"--speed", "{ENGINE_SPEED}"'
     assert flag in text
     return text.replace(flag, f'"--speed", "{speed:g}"')
-
-
-async def until(pilot: Pilot, condition: Callable[[], object], what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.02)
 
 
 @contextlib.asynccontextmanager

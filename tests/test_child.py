@@ -10,10 +10,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from child_helpers import MARGIN, make_child, pid_gone, program, reported_pids, wait_until
+from child_helpers import make_child, program, reported_pids
+from polling import MARGIN, pid_gone, wait_until
 
 from core.capture import private_dir, tail_lines
-from core.child import ChildError, SupervisedChild
+from core.child import ChildError
 
 
 class Events:

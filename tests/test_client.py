@@ -14,6 +14,7 @@ import zmq.asyncio
 
 from core.assembly import AssemblyError, EpisodeAssembly
 from core.client import EnvClient, RunFailed, ServerGone, new_request_id
+from polling import eventually
 
 CLIENT = {"base_url": "http://127.0.0.1:9/v1", "api_key_var": "NONE"}
 DEADLINE = 10.0
@@ -93,15 +94,6 @@ def success(trace: str, nodes: int) -> dict:
     return {"success": True, "error": None, "head": {"id": f"episode-{trace}"}, "traces": [{"id": trace, "nodes": nodes, "calls": nodes}]}
 
 
-async def until(predicate, what: str) -> None:
-    """Poll a condition on the loop with a deadline (frames arrive asynchronously)."""
-    deadline = asyncio.get_running_loop().time() + DEADLINE
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
 async def test_deltas_reach_their_own_run_and_on_delta(router, client):
     seen: dict[str, list[dict]] = {"a": [], "b": []}
     ids = {"a": new_request_id(), "b": new_request_id()}
@@ -135,7 +127,7 @@ async def test_deltas_reach_their_own_run_and_on_delta(router, client):
     await router.delta(b, turn("tb", 0))
     await router.delta(a, turn("ta", 0))
     await router.delta(a, turn("ta", 1))
-    await until(lambda: len(seen["a"]) == 3, "a's deltas")
+    await eventually(lambda: len(seen["a"]) == 3, what="a's deltas")
     # the live assembly the caller passed is readable mid-run
     assert len(live.traces["ta"]["nodes"]) == 2 and live.traces["ta"]["pending"] == []
     await router.reply(b, success("tb", 1))

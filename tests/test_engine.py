@@ -17,8 +17,11 @@ from core.config import load_config
 from core.engine import Engine
 from core.store import Status
 from core.variant import VariantState
+from polling import alive, eventually
 
 SPEED = 40
+WAIT = 30.0
+"""How long a condition on real servers may take on a loaded machine."""
 
 
 def write_config(tmp_path: Path, variants: list[str]) -> Path:
@@ -42,23 +45,6 @@ def demo_variant(name: str, scenarios: list[str], **extra: object) -> str:
     ]
     lines += [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
-
-
-async def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie: an orphan's zombie waits on whoever reaps for pid 1."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def server_pids(engine: Engine, name: str) -> list[int]:
@@ -112,8 +98,9 @@ async def test_cancel_variant_mid_run_leaves_no_process(engine_for):
     await engine.start()
     variant = engine.variants["stuck"]
     store = engine.store
-    await wait_for(
+    await eventually(
         lambda: sum(r.status is Status.RUNNING and r.turns > 0 for r in store.rollouts.values()) == 2,
+        timeout=WAIT,
         what="both stuck rollouts to be running a turn",
     )
     pids = server_pids(engine, "stuck")
@@ -132,7 +119,7 @@ async def test_server_killed_mid_run_fails_its_rollouts(engine_for):
     await engine.start()
     variant = engine.variants["doomed"]
     store = engine.store
-    await wait_for(lambda: sum(r.turns > 0 for r in store.rollouts.values()) == 2, what="rollouts mid-turn")
+    await eventually(lambda: sum(r.turns > 0 for r in store.rollouts.values()) == 2, timeout=WAIT, what="rollouts mid-turn")
     supervisor_pid, server_pid = server_pids(engine, "doomed")
     os.kill(server_pid, signal.SIGKILL)
     await asyncio.wait_for(engine.wait(), 15)
@@ -168,7 +155,7 @@ async def test_cancel_one_rollout_over_the_wire(engine_for):
     engine = engine_for(demo_variant("one", ["stuck", "normal"]))
     await engine.start()
     store = engine.store
-    await wait_for(lambda: store.rollouts["one/0"].turns > 0, what="the stuck rollout's first turn")
+    await eventually(lambda: store.rollouts["one/0"].turns > 0, timeout=WAIT, what="the stuck rollout's first turn")
     assert engine.cancel_rollout("one/0")
     assert store.rollouts["one/0"].status is Status.CANCELLING
     await asyncio.wait_for(engine.wait(), 30)
@@ -205,11 +192,11 @@ async def test_second_cancel_kills_a_server_that_ignores_sigterm(engine_for):
     )
     await engine.start()
     variant = engine.variants["stubborn"]
-    await wait_for(lambda: variant.pid is not None and variant.health_left is not None, what="the server to be waited on")
+    await eventually(lambda: variant.pid is not None and variant.health_left is not None, timeout=WAIT, what="the server to be waited on")
     pids = server_pids(engine, "stubborn")
     started = time.monotonic()
     variant.cancel()
-    await wait_for(lambda: any(e.kind == "sigterm" for e in variant.escalation), what="SIGTERM")
+    await eventually(lambda: any(e.kind == "sigterm" for e in variant.escalation), timeout=WAIT, what="SIGTERM")
     assert variant.grace_left() > 20
     variant.cancel()
     await asyncio.wait_for(engine.wait(), 10)

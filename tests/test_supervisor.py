@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from child_helpers import HOLDER, MARGIN, child_kwargs, pid_gone, program, reported_pids, wait_until
+from child_helpers import HOLDER, child_kwargs, program, reported_pids
+from polling import MARGIN, pid_gone, wait_until
 
 from core.supervisor import START_FAILED_EXIT, argv_digest
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from test_engine import alive, demo_variant, write_config
+from polling import alive
+from test_engine import demo_variant, write_config
 
 TIMEOUT = 45.0
 """The demo's stuck rollouts start only once earlier ones free a slot; a loaded

@@ -11,6 +11,7 @@ from pathlib import Path
 from textual.app import App, ComposeResult
 
 from core.store import RolloutStore, TraceState
+from polling import until
 from tui.transcript import Transcript
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0" / "deltas.jsonl"
@@ -86,13 +87,6 @@ def screen_lines(widget: Transcript) -> list[str]:
 def all_lines(widget: Transcript) -> list[str]:
     width = widget.scrollable_content_region.width
     return [widget._strip(line, width, False).text for line in widget._lines]
-
-
-async def until(pilot, condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        await pilot.pause(0.01)
 
 
 async def test_fixture_turns_appear_in_order_with_call_facts():

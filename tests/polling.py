@@ -1,0 +1,62 @@
+"""Waiting in tests, one copy for every file: polls with a deadline (never a fixed
+sleep as synchronisation), and whether a process is really gone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+MARGIN = 10.0
+"""Slack for a loaded 2-core machine; a passing run never waits this long."""
+
+
+def _expired(ends_at: float, timeout: float, what: str, predicate: Any) -> None:
+    if time.monotonic() > ends_at:
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = MARGIN, what: str = "") -> T:
+    """Poll `predicate` from plain code until it returns something truthy."""
+    ends_at = time.monotonic() + timeout
+    while not (value := predicate()):
+        _expired(ends_at, timeout, what, predicate)
+        time.sleep(0.02)
+    return value
+
+
+async def eventually(
+    predicate: Callable[[], T],
+    timeout: float = MARGIN,
+    what: str = "",
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> T:
+    """Poll `predicate` on the event loop; `sleep` is what a miss waits on (a Textual
+    pilot's `pause`, so the app gets to process messages in between)."""
+    ends_at = time.monotonic() + timeout
+    while not (value := predicate()):
+        _expired(ends_at, timeout, what, predicate)
+        await sleep(0.02)
+    return value
+
+
+async def until(pilot: Any, condition: Callable[[], T], what: str = "", timeout: float = MARGIN) -> T:
+    """`eventually` for a running app, letting it refresh between looks."""
+    return await eventually(condition, timeout, what, sleep=pilot.pause)
+
+
+def pid_gone(pid: int) -> bool:
+    """Not running: no such process, or a zombie (PID 1 here may never reap orphans)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(b")") + 2 :].split()[0] in (b"Z", b"X")
+
+
+def alive(pid: int) -> bool:
+    return not pid_gone(pid)
