@@ -140,6 +140,7 @@ class Variant:
         if not self.can_start:
             return
         self.reason = self.outcome_text = None
+        self._child = None  # a fresh start must never report the last child's outcome
         self.escalation = []
         self._kill_now = False
         self._gone = None
@@ -165,8 +166,7 @@ class Variant:
             return False
         task = self._runs.get(key)
         if rollout.status is Status.QUEUED or task is None:
-            self.store.failed(key, "cancelled before it started", cancelled=True)
-            self._record_reply(key, {"success": False, "error": "cancelled before it started"})
+            self._end(key, "cancelled before it started", cancelled=True)
             return True
         self.store.cancelling(key)
         asyncio.get_running_loop().create_task(self._cancel_run(key, rollout.request_id))
@@ -200,8 +200,6 @@ class Variant:
                 self.reason = "every rollout failed"
             await self._stop_server(self.config.grace_seconds)
             self._set(VariantState.FAILED if self.reason else VariantState.DONE)
-        except asyncio.CancelledError:
-            raise
         except (ServerExited, TimeoutError, ChildError, OSError) as error:
             self.health_left = None
             self.reason = str(error)
@@ -307,11 +305,9 @@ class Variant:
             reason = error.error if isinstance(error, RunFailed) else str(error)
             # a run the user cancelled ends cancelled, however the ending reached us
             cancelled = getattr(error, "aborted", False) or rollout.status is Status.CANCELLING
-            self.store.failed(key, reason, cancelled=cancelled)
-            self._record_reply(key, {"success": False, "error": reason})
+            self._end(key, reason, cancelled=cancelled)
         except asyncio.CancelledError:
-            self.store.failed(key, "cancelled with the variant", cancelled=True)
-            self._record_reply(key, {"success": False, "error": "cancelled with the variant"})
+            self._end(key, "cancelled with the variant", cancelled=True)
             raise
         else:
             self.store.finished(key, record)
@@ -324,16 +320,15 @@ class Variant:
         try:
             found = await client.cancel(request_id, timeout=10.0)
         except (TimeoutError, RunFailed, ServerGone) as error:
-            self.store.failed(key, f"cancel was not answered: {error}", cancelled=True)
-            task = self._runs.get(key)
-            if task is not None:
-                task.cancel()
-            return
-        if not found:
+            self._end(key, f"cancelled here; the server did not answer the cancel: {error}", cancelled=True)
+        else:
+            if found:
+                return  # the run's aborted reply ends it
             # the server no longer holds it: its reply is on the way or lost
-            task = self._runs.get(key)
-            if task is not None and not task.done():
-                task.cancel()
+            self._end(key, "cancelled here; the server no longer held the run", cancelled=True)
+        task = self._runs.get(key)
+        if task is not None:
+            task.cancel()
 
     async def _watch_server(self) -> None:
         """Notice a server that went away while runs wait on it: a supervised child's
@@ -359,20 +354,20 @@ class Variant:
     async def _cancel(self) -> None:
         main = self._main
         in_flight = [
-            (key, self.store.rollouts[key].request_id)
+            self.store.rollouts[key].request_id
             for key, task in self._runs.items()
             if not task.done() and self.store.rollouts[key].status is Status.RUNNING
         ]
         for key in self.store.variants[self.name]:
             rollout = self.store.rollouts[key]
             if rollout.status is Status.QUEUED:
-                self.store.failed(key, "cancelled with the variant", cancelled=True)
+                self._end(key, "cancelled with the variant", cancelled=True)
             elif rollout.status is Status.RUNNING:
                 self.store.cancelling(key)
         if in_flight and self._client is not None:
             self._note("cancel-runs", f"cancelling {len(in_flight)} run(s) over the wire")
             await asyncio.gather(
-                *(self._client.cancel(rid, timeout=3.0) for _, rid in in_flight if rid),
+                *(self._client.cancel(rid, timeout=3.0) for rid in in_flight if rid),
                 return_exceptions=True,
             )
             # let the aborted replies land, so each rollout ends on the server's word
@@ -432,9 +427,7 @@ class Variant:
 
     def _fail_unfinished(self, keys: list[str], reason: str) -> None:
         for key in keys:
-            if not self.store.rollouts[key].status.finished:
-                self.store.failed(key, reason)
-                self._record_reply(key, {"success": False, "error": reason})
+            self._end(key, reason)
 
     def _exit_reason(self, code: int, when: str) -> str:
         tail = tail_lines(self.stderr_path, 5) if self.stderr_path is not None else []
@@ -454,6 +447,14 @@ class Variant:
     def _event(self, kind: str, **fields: Any) -> None:
         if self.recorder is not None:
             self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
+
+    def _end(self, key: str, reason: str, cancelled: bool = False) -> None:
+        """A rollout that ended without an episode, in the store and the recording
+        alike, once (later endings of the same run are no-ops)."""
+        if self.store.rollouts[key].status.finished:
+            return
+        self.store.failed(key, reason, cancelled=cancelled)
+        self._record_reply(key, {"success": False, "error": reason})
 
     def _record_reply(self, key: str, reply: dict) -> None:
         if self.recorder is not None:

@@ -19,6 +19,7 @@ from core.headless import run_headless
 from core.recording import Recorder, RecordingError
 from core.replay import OpenedRecording, OpenedRun, ReplaySession
 from core.store import RolloutStore, Status
+from polling import eventually
 from test_engine import demo_variant, write_config
 from test_run_dir import fixture_episodes
 
@@ -143,3 +144,22 @@ def test_an_opened_recording_loads_a_rollout_only_when_selected(recorded):
     assert session.loaded == {key}
     assert snapshot(store)[key] == live[key]
     assert all(not r.traces for k, r in store.rollouts.items() if k != key)
+
+
+def test_a_cancelled_variant_replays_cancelled(tmp_path):
+    """Rollouts a cancel ended, queued ones included, are in the recording as ended."""
+    config = load_config(write_config(tmp_path, [demo_variant("stuck", ["stuck", "normal", "normal"], max_concurrent=1)]))
+    path = tmp_path / "cancelled.twrec"
+    engine = Engine(config, recorder=Recorder(path), session_dir=tmp_path / "session")
+
+    async def live() -> None:
+        await engine.start()
+        await eventually(lambda: engine.store.rollouts["stuck/0"].turns > 0, timeout=30, what="the stuck turn")
+        engine.variants["stuck"].cancel()
+        await asyncio.wait_for(engine.wait(), 30)
+        await engine.shutdown()
+
+    asyncio.run(live())
+    live_view = snapshot(engine.store)
+    assert {v["status"] for v in live_view.values()} == {Status.CANCELLED}
+    assert snapshot(replayed(path).store) == live_view
