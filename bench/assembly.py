@@ -24,8 +24,8 @@ import msgpack
 from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import unpack as verifiers_unpack
 
-from core.assembly import EpisodeAssembly
-from core.wire import unpack
+from core.wire.assembly import EpisodeAssembly
+from core.wire.protocol import unpack
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "verifiers-0.4.0" / "deltas.msgpack"
 

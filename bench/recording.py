@@ -31,7 +31,9 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-from core.recording import Recorder, RecordingIndex, read_recording
+from core.recordings.index import RecordingIndex
+from core.recordings.reader import read_recording
+from core.recordings.recorder import Recorder
 
 CONCURRENT = 64
 TURNS = 10
@@ -222,7 +224,7 @@ def main() -> None:
         ids = random.Random(1).sample(sorted(index.rollouts), min(50, len(index.rollouts)))
         loads = []
         for rollout_id in ids:
-            records, seconds = timed(lambda: index.load(rollout_id))
+            records, seconds = timed(lambda rollout_id=rollout_id: index.load(rollout_id))
             assert len(records) == index.rollouts[rollout_id].records
             loads.append(seconds)
         per = statistics.median(loads)

@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from assembly import recorded_frames, synthetic_frames  # noqa: E402
 
-from core.assembly import EpisodeAssembly  # noqa: E402
-from core.store import RolloutStore  # noqa: E402
-from core.wire import unpack  # noqa: E402
+from core.session.store import RolloutStore  # noqa: E402
+from core.wire.assembly import EpisodeAssembly  # noqa: E402
+from core.wire.protocol import unpack  # noqa: E402
 
 
 def assemble_only(frames: list[bytes]) -> None:

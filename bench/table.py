@@ -19,9 +19,10 @@ from textual.geometry import Region
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from core.store import RolloutStore  # noqa: E402
-from tui.rollouts_table import RolloutsTable  # noqa: E402
 from tui_standin import feed  # noqa: E402
+
+from core.session.store import RolloutStore  # noqa: E402
+from tui.rollouts_table import RolloutsTable  # noqa: E402
 
 CHANGED = 200
 REPEATS = 15

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 from textual.app import App, ComposeResult
 
-from core.store import RolloutStore
+from core.session.store import RolloutStore
 from tui.transcript import Transcript
 
 TURNS = 2000

@@ -1,2 +1,2 @@
-"""Everything in tracewatch that is not drawing: wire, assembly, client, store,
-supervision, config, recording and the demo server. Never imports textual."""
+"""Everything in tracewatch that is not drawing: the wire, sessions, supervision,
+recordings and the demo server. Never imports textual or rich."""

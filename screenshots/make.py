@@ -47,9 +47,9 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots/make.py`
     sys.path.insert(0, str(ROOT))
 
-from core.config import demo_config  # noqa: E402
-from core.engine import Engine  # noqa: E402
-from core.store import Rollout, Status  # noqa: E402
+from core.session.config import demo_config  # noqa: E402
+from core.session.engine import Engine  # noqa: E402
+from core.session.store import Rollout, Status  # noqa: E402
 
 SIZE = (200, 60)
 SMALL = (80, 24)
@@ -170,7 +170,7 @@ async def session(speed: float, out: Path) -> list[Path]:
             # 2. A trace with its pending preview: the slow rollout, two turns in,
             #    while the model has not answered.
             slow = by_scenario(engine, "baseline", "slow")
-            for attempt in range(6):
+            for _attempt in range(6):
                 await wait_for(pilot, "the slow rollout to await a reply", lambda: slow.turns >= 2 and has_pending(slow), 90)
                 await shots.select(slow.key)
                 await pilot.press("enter")

@@ -6,8 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from core.child import SupervisedChild
 from polling import wait_until
+
+from core.supervision.child import SupervisedChild
 
 HERE = Path(__file__).parent
 PROGRAM = HERE / "child_program.py"

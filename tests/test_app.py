@@ -7,15 +7,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from polling import until
 from textual.pilot import Pilot
 from textual.widgets import Button, Select, TabbedContent
+from tui_standin import StandInEngine, load_fixture, make_engine
 
 from tui.app import ACTIONS, TracewatchApp
 from tui.rollouts_table import COLUMNS, RolloutsTable
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.timing_view import TimingView
-from polling import until
-from tui_standin import StandInEngine, load_fixture, make_engine
 
 INJECTION = "\x1b[31m[bold red]EVIL[/bold red] [link=x]y[/link]\x07"
 

@@ -12,16 +12,16 @@ import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from polling import alive, until
+from test_engine import SPEED as ENGINE_SPEED
+from test_engine import demo_variant, server_pids, write_config
 from textual import events
 from textual.pilot import Pilot
 
-from core.config import load_config
-from core.engine import Engine
-from core.store import Status
-from core.variant import VariantState
-from test_engine import SPEED as ENGINE_SPEED
-from polling import alive, until
-from test_engine import demo_variant, server_pids, write_config
+from core.session.config import load_config
+from core.session.engine import Engine
+from core.session.store import Status
+from core.session.variant import VariantState
 from tui.app import TracewatchApp
 from tui.format import reward_text
 from tui.screens import ConfirmScreen, QuitScreen

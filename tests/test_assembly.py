@@ -16,7 +16,7 @@ from verifiers.v1.episode import WireEpisode
 from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import TraceSummary
 
-from core.assembly import AssemblyError, EpisodeAssembly
+from core.wire.assembly import AssemblyError, EpisodeAssembly
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
 

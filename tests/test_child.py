@@ -1,4 +1,4 @@
-"""core.child.SupervisedChild and core.capture with real processes and signals."""
+"""core.supervision.child.SupervisedChild and core.supervision.capture with real processes and signals."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from child_helpers import make_child, program, reported_pids
 from polling import MARGIN, pid_gone, wait_until
 
-from core.capture import private_dir, tail_lines
-from core.child import ChildError
+from core.supervision.capture import private_dir, tail_lines
+from core.supervision.child import ChildError
 
 
 class Events:

@@ -11,10 +11,10 @@ import msgpack
 import pytest
 import zmq
 import zmq.asyncio
-
-from core.assembly import AssemblyError, EpisodeAssembly
-from core.client import EnvClient, RunFailed, ServerGone, new_request_id
 from polling import eventually
+
+from core.wire.assembly import AssemblyError, EpisodeAssembly
+from core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
 
 CLIENT = {"base_url": "http://127.0.0.1:9/v1", "api_key_var": "NONE"}
 DEADLINE = 10.0

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core.config import ConfigError, Config, demo_config, load_config
-from core.wire import ClientConfig
+from core.demo.config import demo_config
+from core.session.config import Config, load_config
+from core.session.config_errors import ConfigError
+from core.wire.protocol import ClientConfig
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -310,7 +312,7 @@ def test_demo_tasks_are_what_the_demo_server_prints():
 
 def test_core_config_and_the_launcher_import_neither_textual_nor_verifiers():
     code = (
-        "import sys, core.config, core.serve_verifiers;"
+        "import sys, core.session.config, core.serve_verifiers;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'verifiers')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

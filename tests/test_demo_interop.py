@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 
 import pytest
+from demo_launch import launch, stop
 from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.serve import EnvClient as VerifiersClient
@@ -15,9 +16,8 @@ from verifiers.v1.serve.delta import TraceSummary
 from verifiers.v1.task import WireTaskData
 from verifiers.v1.types import SamplingConfig
 
-from core.client import EnvClient
-from core.demo import launch, stop
 from core.demo.tasks import DEFAULT_TASKS
+from core.wire.client import EnvClient
 
 SPEED = 100.0
 DEADLINE = 90.0

@@ -8,10 +8,10 @@ import json
 import subprocess
 
 import pytest
+from demo_launch import launch, stop
 
-from core.client import EnvClient
-from core.demo import launch, stop
 from core.demo.tasks import DEFAULT_TASKS
+from core.wire.client import EnvClient
 
 SPEED = 100.0
 DEADLINE = 60.0

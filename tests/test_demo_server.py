@@ -15,11 +15,11 @@ import uuid
 import pytest
 import zmq
 import zmq.asyncio
+from demo_launch import launch, stop
 
-from core.client import EnvClient, RunFailed, new_request_id
-from core.demo import launch, stop
 from core.demo.tasks import DEFAULT_TASKS, SCENARIOS
-from core.wire import ABORTED_ERROR, pack, unpack
+from core.wire.client import EnvClient, RunFailed, new_request_id
+from core.wire.protocol import ABORTED_ERROR, pack, unpack
 
 SPEED = 100.0
 DEADLINE = 30.0

@@ -8,7 +8,7 @@ import asyncio
 
 from core.demo.streamer import DeltaStreamer
 from core.demo.trace import LiveTrace, node
-from core.wire import unpack
+from core.wire.protocol import unpack
 
 TASK = {"type": "DemoTask", "data": {"id": "t"}, "key": "k", "hash": "k"}
 

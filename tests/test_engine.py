@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from core.config import load_config
-from core.engine import Engine
-from core.store import Status
-from core.variant import VariantState
 from polling import alive, eventually
+
+from core.session.config import load_config
+from core.session.engine import Engine
+from core.session.store import Status
+from core.session.variant import VariantState
 
 SPEED = 40
 WAIT = 30.0

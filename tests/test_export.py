@@ -12,10 +12,16 @@ import msgpack
 import pytest
 from verifiers.v1.episode import WireEpisode
 
-from core.assembly import AssemblyError, EpisodeAssembly
-from core.export import BYTES_MARKER, episode_json, export_recording, rebuild_episodes
-from core.recording import Recorder, read_recording
-from core.run_dir import open_run
+from core.recordings.export import (
+    BYTES_MARKER,
+    episode_json,
+    export_recording,
+    rebuild_episodes,
+)
+from core.recordings.reader import read_recording
+from core.recordings.recorder import Recorder
+from core.recordings.run_dir import open_run
+from core.wire.assembly import AssemblyError, EpisodeAssembly
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
 

@@ -8,6 +8,9 @@ import asyncio
 import threading
 
 import pytest
+from interop import tw_calc
+from interop.fake_model import MODEL, FakeModel
+from interop.servers import API_KEY_VAR, ServerProcess
 from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.serve import EnvClient as VerifiersClient
@@ -15,11 +18,8 @@ from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.types import RunResponse
 from verifiers.v1.types import SamplingConfig as VerifiersSampling
 
-from core.assembly import EpisodeAssembly
-from core.client import EnvClient, RunFailed, new_request_id
-from interop import tw_calc
-from interop.fake_model import MODEL, FakeModel
-from interop.servers import API_KEY_VAR, ServerProcess
+from core.wire.assembly import EpisodeAssembly
+from core.wire.client import EnvClient, RunFailed, new_request_id
 
 DEADLINE = 60.0
 SAMPLING = {"temperature": 0.0, "max_tokens": 256}

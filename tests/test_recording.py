@@ -14,14 +14,12 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from core import recording
-from core.recording import (
-    Recorder,
-    RecordingError,
-    RecordingIndex,
-    default_recording_path,
-    read_recording,
-)
+from core.paths import default_recording_path
+from core.recordings import recorder as recording
+from core.recordings.format import RecordingError
+from core.recordings.index import RecordingIndex
+from core.recordings.reader import read_recording
+from core.recordings.recorder import Recorder
 
 ND = {"__nd__": True, "dtype": "uint8", "shape": [2, 2], "data": bytes([0, 1, 255, 7])}
 

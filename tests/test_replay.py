@@ -8,20 +8,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from polling import eventually
+from test_engine import demo_variant, write_config
+from test_run_dir import fixture_episodes
 from verifiers.v1.cli.output import save_config
 from verifiers.v1.configs.cli.eval import EvalConfig
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.utils.trace_store import write_episode
 
-from core.config import load_config
-from core.engine import Engine
-from core.headless import run_headless
-from core.recording import Recorder, RecordingError
-from core.replay import OpenedRecording, OpenedRun, ReplaySession
-from core.store import RolloutStore, Status
-from polling import eventually
-from test_engine import demo_variant, write_config
-from test_run_dir import fixture_episodes
+from core.recordings.format import RecordingError
+from core.recordings.recorder import Recorder
+from core.recordings.replay import OpenedRecording, OpenedRun, ReplaySession
+from core.session.config import load_config
+from core.session.engine import Engine
+from core.session.headless import run_headless
+from core.session.store import RolloutStore, Status
 
 
 def snapshot(store: RolloutStore) -> dict:

@@ -6,9 +6,9 @@ import time
 
 import pytest
 from textual.app import App, ComposeResult
-
-from core.store import RolloutStore
 from tui_standin import feed
+
+from core.session.store import RolloutStore
 from tui.rollout_filter import RowFilter
 from tui.rollouts_table import ROWS_PER_TICK, RolloutsTable
 

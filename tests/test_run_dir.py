@@ -13,8 +13,8 @@ from verifiers.v1.configs.cli.eval import EvalConfig
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.utils.trace_store import write_episode
 
-from core.recording import Recorder
-from core.run_dir import RunDirError, open_run
+from core.recordings.recorder import Recorder
+from core.recordings.run_dir import RunDirError, open_run
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
 

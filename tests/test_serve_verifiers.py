@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.client import EnvClient
+from core.wire.client import EnvClient
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from polling import alive
 from test_engine import demo_variant, write_config
 

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from polling import until
 from textual.app import App, ComposeResult
 
-from core.store import RolloutStore, TraceState
-from polling import until
+from core.session.store import RolloutStore, TraceState
 from tui.transcript import Transcript
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0" / "deltas.jsonl"
@@ -167,7 +167,7 @@ async def test_follow_keeps_the_bottom_in_view_as_turns_arrive():
     async with app.run_test(size=SIZE) as pilot:
         transcript = app.query_one(Transcript)
         transcript.show(trace.key, trace.state)
-        for index in range(12):
+        for _index in range(12):
             trace.turn()
             transcript.refresh_trace()
             await pilot.pause()

@@ -1,4 +1,4 @@
-"""A stand-in for `core.engine.Engine` over a real RolloutStore fed with the recorded
+"""A stand-in for `core.session.engine.Engine` over a real RolloutStore fed with the recorded
 verifiers 0.4.0 deltas, recording what the app asks of it (start, cancel, shutdown)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.store import RolloutStore
+from core.session.store import RolloutStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
 
@@ -40,7 +40,7 @@ def feed(store: RolloutStore, variant: str, copies: int = 1, finish: bool = True
         for item in deltas:
             store.apply(keys[copy, item["request"]], item["delta"], t=base + item["t"])
     if finish:
-        for (copy, run), key in keys.items():
+        for (_copy, run), key in keys.items():
             reply = replies.get(run) or {}
             if reply.get("head"):
                 record = store.rollouts[key].assembly.finish(reply["head"], reply["traces"])

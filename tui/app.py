@@ -12,15 +12,15 @@ from typing import Any
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
 from textual.actions import SkipAction
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
 
-from core.store import Rollout, Status
+from core.session.store import Rollout, Status
 from tui.format import Palette, safe
 from tui.logs_view import LogsView
 from tui.rollout_filter import RowFilter

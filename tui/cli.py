@@ -9,13 +9,17 @@ import asyncio
 import sys
 from pathlib import Path
 
-from core.config import Config, ConfigError, demo_config, load_config
-from core.engine import Engine, Session
-from core.headless import run_headless
-from core.export import export_recording
-from core.recording import SUFFIX, Recorder, RecordingError, default_recording_path
-from core.replay import OpenedRecording, OpenedRun, ReplaySession
-from core.run_dir import RunDirError
+from core.demo.config import demo_config
+from core.paths import default_recording_path
+from core.recordings.export import export_recording
+from core.recordings.format import SUFFIX, RecordingError
+from core.recordings.recorder import Recorder
+from core.recordings.replay import OpenedRecording, OpenedRun, ReplaySession
+from core.recordings.run_dir import RunDirError
+from core.session.config import Config, load_config
+from core.session.config_errors import ConfigError
+from core.session.engine import Engine, Session
+from core.session.headless import run_headless
 
 COMMANDS = ("attach", "replay", "open", "export")
 

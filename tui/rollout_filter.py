@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.store import Rollout
+from core.session.store import Rollout
 
 FIELDS = ("variant", "status", "phase")
 

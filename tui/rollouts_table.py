@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from core.store import PHASES, Rollout, RolloutStore, Status
+from core.session.store import PHASES, Rollout, RolloutStore, Status
 from tui.format import Palette, clock, reward_text, safe
 from tui.rollout_filter import RowFilter
 
@@ -106,7 +106,7 @@ class RolloutsTable(DataTable):
         self.palette = Palette(self.app)
 
     def _add_columns(self) -> None:
-        for key, label, width in COLUMNS:
+        for key, _label, width in COLUMNS:
             if key == "task" and self._narrow:
                 width = TASK_NARROW
             self.add_column(self._header(key), width=width, key=key)

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from core.store import PHASES, Rollout, RolloutStore
+from core.session.store import PHASES, Rollout, RolloutStore
 from tui.format import Palette, safe
 
 LABEL_WIDTH = 11

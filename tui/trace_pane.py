@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Select, Static
 
-from core.store import Rollout, TraceState
+from core.session.store import Rollout, TraceState
 from tui.format import safe
 from tui.transcript import Transcript
 

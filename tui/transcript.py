@@ -26,7 +26,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.store import TraceState
+from core.session.store import TraceState
 from tui.text import wrap
 from tui.transcript_lines import (
     ROLES,

@@ -11,7 +11,7 @@ from textual.containers import Horizontal, HorizontalScroll, Vertical
 from textual.message import Message
 from textual.widgets import Button, Static
 
-from core.store import RolloutStore, Status
+from core.session.store import RolloutStore, Status
 from tui.format import Palette, clock, safe
 
 _STEP = {"cancel-runs": "cancel sent to runs", "sigterm": "SIGTERM sent", "sigkill": "SIGKILL sent"}

@@ -1,6 +1,2 @@
 """The built-in demo env server: the verifiers 0.4.0 wire, realistic multi-turn
 tool-use rollouts, no model and no network. Run it with `python -m core.demo`."""
-
-from core.demo.launch import launch, stop
-
-__all__ = ["launch", "stop"]

@@ -10,7 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.demo.agent import TOOL_SECONDS, Agent, Pace, Tokens
-from core.demo.content import HARNESS_PROMPTS, PROVIDER_ERRORS, SANDBOX_CRASH, TOOLS, judge_steps
+from core.demo.content import (
+    HARNESS_PROMPTS,
+    PROVIDER_ERRORS,
+    SANDBOX_CRASH,
+    TOOLS,
+    judge_steps,
+)
 from core.demo.tasks import DemoTask
 from core.demo.trace import LiveEpisode, LiveTrace, error
 

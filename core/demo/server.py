@@ -22,7 +22,7 @@ from core.demo.scenarios import Run, play
 from core.demo.streamer import DeltaStreamer
 from core.demo.tasks import parse
 from core.demo.trace import LiveEpisode
-from core.wire import (
+from core.wire.protocol import (
     ABORTED_ERROR,
     KIND_DELTA,
     KIND_REPLY,

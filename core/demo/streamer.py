@@ -15,9 +15,9 @@ import copy
 import logging
 from collections.abc import Awaitable, Callable
 
-from core.assembly import LIST_FIELDS
 from core.demo.trace import LiveTrace
-from core.wire import pack
+from core.wire.assembly import LIST_FIELDS
+from core.wire.protocol import pack
 
 logger = logging.getLogger(__name__)
 

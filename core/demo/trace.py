@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from core.assembly import LIST_FIELDS
+from core.wire.assembly import LIST_FIELDS
 
 TRACE_VERSION = 1
 VERIFIERS = {"version": "0.4.0", "commit": None}

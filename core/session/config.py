@@ -16,7 +16,7 @@ import shlex
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any, NamedTuple, get_args
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -28,7 +28,9 @@ from pydantic import (
     model_validator,
 )
 
-from core.wire import ClientConfig, SamplingConfig
+from core.session.config_errors import ConfigError, Problem, problems_of, suggest
+from core.text import short_repr
+from core.wire.protocol import ClientConfig, SamplingConfig
 
 LOOPBACK = "127.0.0.1"
 PLACEHOLDERS = ("address", "port", "python")
@@ -43,25 +45,6 @@ _SECRET_HEADER = re.compile(r"AUTH|KEY|TOKEN|SECRET|PASSWORD|COOKIE", re.IGNOREC
 _TCP = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):([0-9]{1,5})\Z")
 _SAMPLING_KEYS = (*SamplingConfig.model_fields, "max_completion_tokens", "extra_body")
 _MAX_BAD_LINES = 5
-
-
-class Problem(NamedTuple):
-    source: str
-    """The config file, or where a config came from when there is none."""
-    path: str
-    """The field path, e.g. `variants[1].max_concurrent`; empty for the whole file."""
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.source}: {self.path}: {self.message}" if self.path else f"{self.source}: {self.message}"
-
-
-class ConfigError(ValueError):
-    """Every problem found in one config; its str lists them one per line."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(map(str, problems)))
 
 
 class TaskSource(BaseModel):
@@ -108,7 +91,7 @@ class EndpointConfig(BaseModel):
         if not _ENV_NAME.match(value):
             raise ValueError(
                 "expected the NAME of an environment variable that holds the key "
-                f"(e.g. OPENAI_API_KEY), never the key itself; got {_show(value)}"
+                f"(e.g. OPENAI_API_KEY), never the key itself; got {short_repr(value)}"
             )
         return value
 
@@ -129,7 +112,7 @@ class EndpointConfig(BaseModel):
         for name, var in value.items():
             if not _ENV_NAME.match(var):
                 raise ValueError(
-                    f"header {name!r}: expected the NAME of an environment variable, got {_show(var)}"
+                    f"header {name!r}: expected the NAME of an environment variable, got {short_repr(var)}"
                 )
         return value
 
@@ -170,7 +153,7 @@ class VariantConfig(BaseModel):
         if not value.strip():
             raise ValueError("expected a non-empty name")
         if len(value) > 64 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-            raise ValueError(f"expected a short name without control characters, got {_show(value)}")
+            raise ValueError(f"expected a short name without control characters, got {short_repr(value)}")
         return value
 
     @field_validator("command", mode="before")
@@ -183,10 +166,10 @@ class VariantConfig(BaseModel):
                 f"expected a list of arguments, not one string: command = {json.dumps(shlex.split(value))}"
             )
         if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value) or not value[0]:
-            raise ValueError(f"expected a non-empty list of strings (the server's argv), got {_show(value)}")
+            raise ValueError(f"expected a non-empty list of strings (the server's argv), got {short_repr(value)}")
         mentioned = {match for arg in value for match in _PLACEHOLDER.findall(arg)}
         if unknown := sorted(mentioned - set(PLACEHOLDERS)):
-            raise ValueError(f"unknown placeholder {{{unknown[0]}}}; {_suggest(unknown[0], PLACEHOLDERS, '{%s}')}")
+            raise ValueError(f"unknown placeholder {{{unknown[0]}}}; {suggest(unknown[0], PLACEHOLDERS, '{%s}')}")
         if not mentioned & {"address", "port"}:
             raise ValueError(
                 "expected {address} or {port} in the argv, so the app can tell the server where "
@@ -203,7 +186,7 @@ class VariantConfig(BaseModel):
         match = _TCP.match(value) if isinstance(value, str) else None
         if match is None or not 1 <= int(match.group(2)) <= 65535:
             raise ValueError(
-                f"expected tcp://host:port of a running env server (e.g. tcp://10.0.0.5:5000), got {_show(value)}"
+                f"expected tcp://host:port of a running env server (e.g. tcp://10.0.0.5:5000), got {short_repr(value)}"
             )
         return value
 
@@ -230,7 +213,7 @@ class VariantConfig(BaseModel):
                 raise ValueError("expected at least one task, got an empty list")
             return TaskSource(path=None, items=value)
         raise ValueError(
-            f"expected a JSONL file path (relative to the config file) or an inline list of tables, got {_show(value)}"
+            f"expected a JSONL file path (relative to the config file) or an inline list of tables, got {short_repr(value)}"
         )
 
     @field_validator("sampling", mode="before")
@@ -261,7 +244,7 @@ class VariantConfig(BaseModel):
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
             if not _ENV_NAME.match(name):
-                raise ValueError(f"expected environment variable names, got {_show(name)}")
+                raise ValueError(f"expected environment variable names, got {short_repr(name)}")
             if _SECRET_NAME.search(name):
                 raise ValueError(
                     f"{name} looks like a secret, and a config must not hold one: export it in "
@@ -275,7 +258,7 @@ class VariantConfig(BaseModel):
     def _env_from(cls, value: list[str]) -> list[str]:
         for name in value:
             if not _ENV_NAME.match(name):
-                raise ValueError(f"expected environment variable names, got {_show(name)}")
+                raise ValueError(f"expected environment variable names, got {short_repr(name)}")
         return value
 
     @model_validator(mode="after")
@@ -352,7 +335,7 @@ class Config(BaseModel):
         endpoint = {"base_url": base_url, "api_key_var": api_key_var}
         if endpoint := {key: value for key, value in endpoint.items() if value is not None}:
             variant["endpoint"] = endpoint
-        return _build({"variants": [variant]}, "command line", Path.cwd())
+        return build_config({"variants": [variant]}, "command line", Path.cwd())
 
 
 class _File(BaseModel):
@@ -374,32 +357,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError([Problem(source, "", f"cannot be read: {error}")]) from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError([Problem(source, "", f"invalid TOML: {error}")]) from None
-    return _build(raw, source, path.resolve().parent)
-
-
-def demo_config(python: str, speed: float = 1.0) -> Config:
-    """The built-in demo: two demo env servers that differ in seed and temperature,
-    sharing the demo's task list, started with `python` (the app's own interpreter);
-    `speed` divides every wait in the demo's rollouts."""
-    from core.demo.tasks import DEFAULT_TASKS
-
-    if not speed > 0:
-        raise ConfigError([Problem("built-in demo", "speed", f"expected more than 0, got {speed!r}")])
-    variants = [
-        {
-            "name": name,
-            "command": [
-                python, "-m", "core.demo", "--address", "{address}",
-                "--seed", str(seed), "--speed", repr(float(speed)),
-            ],
-            "tasks": DEFAULT_TASKS,
-            "model": "demo-model",
-            "sampling": {"temperature": temperature},
-            "health_timeout": 30.0,
-        }
-        for name, seed, temperature in (("baseline", 1, 0.2), ("candidate", 2, 0.8))
-    ]
-    return _build({"variants": variants}, "built-in demo", Path.cwd())
+    return build_config(raw, source, path.resolve().parent)
 
 
 def _read_tasks(path: Path) -> list[dict[str, Any]]:
@@ -431,13 +389,13 @@ def _read_tasks(path: Path) -> list[dict[str, Any]]:
     return items
 
 
-def _build(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
+def build_config(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
     """Validate parsed config data, every variant on its own so that one bad variant
     does not hide the problems of another."""
     try:
         top = _File.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(_problems(error, source, _File, lambda loc: loc)) from None
+        raise ConfigError(problems_of(error, source, _File, lambda loc: loc)) from None
     problems: list[Problem] = []
     if "name" in top.defaults:
         message = "a name belongs to one variant; expected it in each [[variants]] table, not in [defaults]"
@@ -454,7 +412,7 @@ def _build(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
         try:
             variants.append(VariantConfig.model_validate(merged, context=context))
         except ValidationError as error:
-            problems += [p for p in _problems(error, source, VariantConfig, where) if p not in problems]
+            problems += [p for p in problems_of(error, source, VariantConfig, where) if p not in problems]
         name = own.get("name")
         if isinstance(name, str) and name.strip():
             if name in seen:
@@ -483,90 +441,6 @@ def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> tuple[dict[str, Any
             merged[key] = {**value, **own[key]}
             inherited.update((key, sub) for sub in value if sub not in own[key])
     return merged, inherited
-
-
-_EXPECTED = {
-    "int_type": "an integer",
-    "int_parsing": "an integer",
-    "int_from_float": "a whole number",
-    "float_type": "a number",
-    "float_parsing": "a number",
-    "string_type": "a string",
-    "list_type": "a list",
-    "dict_type": "a table",
-    "model_type": "a table",
-    "string_too_short": "a non-empty string",
-}
-
-
-def _problems(error: ValidationError, source: str, model: type[BaseModel], where) -> list[Problem]:
-    return [
-        Problem(source, _path(where(tuple(detail["loc"]))), _describe(detail, model))
-        for detail in error.errors(include_url=False)
-    ]
-
-
-def _describe(detail: dict, model: type[BaseModel]) -> str:
-    kind, loc, ctx = detail["type"], tuple(detail["loc"]), detail.get("ctx") or {}
-    parent = _model_at(model, loc[:-1])
-    field = parent.model_fields.get(loc[-1]) if parent is not None and loc and isinstance(loc[-1], str) else None
-    wanted = field.description if field is not None else None
-    if kind == "missing":
-        return f"missing; expected {wanted or 'a value'}"
-    if kind == "extra_forbidden":
-        names = list(parent.model_fields) if parent is not None else []
-        return f"unknown key {loc[-1]!r}; {_suggest(str(loc[-1]), names, '%r')}"
-    if kind == "value_error":
-        return str(ctx.get("error", detail["msg"]))
-    got = f", got {_show(detail['input'])}"
-    if kind in ("greater_than_equal", "greater_than"):
-        bound = f"at least {ctx['ge']:g}" if "ge" in ctx else f"more than {ctx['gt']:g}"
-        return f"expected {bound}{got}"
-    if kind == "too_short":
-        return f"expected {wanted or 'at least %s item(s)' % ctx.get('min_length')}{got}"
-    if kind == "list_type" and loc == ("variants",):
-        return f"expected an array of tables, written [[variants]]{got}"
-    if kind in _EXPECTED:
-        return f"expected {_EXPECTED[kind]}{got}"
-    return f"{detail['msg']}{got}"
-
-
-def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
-    """The model a location inside `model` points into, if any (for its field names)."""
-    for part in loc:
-        field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
-        if field is None:
-            return None
-        annotation = field.annotation
-        model = next(
-            (t for t in (annotation, *get_args(annotation)) if isinstance(t, type) and issubclass(t, BaseModel)),
-            None,
-        )
-    return model
-
-
-def _path(loc: tuple) -> str:
-    """`("variants", 1, "endpoint", "base_url")` -> `variants[1].endpoint.base_url`."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            key = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
-            out += f".{key}" if out else key
-    return out
-
-
-def _suggest(word: str, names: list[str] | tuple[str, ...], form: str) -> str:
-    close = difflib.get_close_matches(word, names, n=1)
-    if close:
-        return f"did you mean {form % close[0]}?"
-    return "expected one of: " + ", ".join(form % name for name in names)
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _json_kind(value: Any) -> str:

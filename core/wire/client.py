@@ -20,8 +20,8 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from core.assembly import AssemblyError, EpisodeAssembly
-from core.wire import (
+from core.wire.assembly import AssemblyError, EpisodeAssembly
+from core.wire.protocol import (
     ABORTED_ERROR,
     KIND_DELTA,
     KIND_REPLY,

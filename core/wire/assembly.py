@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from core.text import short_repr
+
 LIST_FIELDS = (
     "nodes",
     "calls",
@@ -50,7 +52,7 @@ class EpisodeAssembly:
         get = delta.get
         trace_id = get("trace")
         if type(trace_id) is not str:
-            raise AssemblyError(f"delta has no 'trace' id: {_preview(delta)}")
+            raise AssemblyError(f"delta has no 'trace' id: {short_repr(delta, 120)}")
         if get("discard"):
             self.unknown.pop(trace_id, None)
             return self.traces.pop(trace_id, {})
@@ -197,8 +199,3 @@ def _repair_final_row(encoded: Any, row: Any, trace_id: str, index: int) -> dict
             f"trace {trace_id}: routing repair of node {index} cannot be applied ({error!r})"
         ) from None
     return {"__nd__": True, "dtype": str(joined.dtype), "shape": list(joined.shape), "data": joined.tobytes()}
-
-
-def _preview(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,6 +1,6 @@
 """Run one command so that it cannot outlive the app that started it.
 
-    python -m core.supervisor --parent-fd N --record PATH \\
+    python core/supervision/supervisor.py --parent-fd N --record PATH \\
         --deadline-seconds S --grace-seconds G -- ARGV...
 
 The app cannot clean up after itself once it is SIGKILLed, so this small process
@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,7 @@ def group_alive(pgid: int) -> bool:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 class _Supervision:
@@ -217,7 +217,7 @@ class _Supervision:
 
 def _parse(args: list[str]) -> tuple[int, str, float, float, list[str]]:
     usage = (
-        "usage: python -m core.supervisor --parent-fd N --record PATH "
+        "usage: python core/supervision/supervisor.py --parent-fd N --record PATH "
         "--deadline-seconds S --grace-seconds G -- ARGV..."
     )
     if "--" not in args:

@@ -18,12 +18,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from core.assembly import AssemblyError
-from core.capture import private_dir, tail_lines
-from core.child import ChildError, ChildOutcome, SupervisedChild
-from core.client import EnvClient, RunFailed, ServerGone, new_request_id
-from core.config import VariantConfig
-from core.store import RolloutStore, Status
+from core.session.config import VariantConfig
+from core.session.store import RolloutStore, Status
+from core.supervision.capture import private_dir, tail_lines
+from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
+from core.wire.assembly import AssemblyError
+from core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
 
 ATTACH_HEALTH_INTERVAL = 5.0
 ATTACH_HEALTH_MISSES = 3

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from core.assembly import EpisodeAssembly
+from core.wire.assembly import EpisodeAssembly
 
 PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 """The timing spans of a trace, in the order a rollout passes through them."""

@@ -11,8 +11,8 @@ import asyncio
 import sys
 from typing import TextIO
 
-from core.engine import Engine, summary_lines
-from core.store import Rollout, Status
+from core.session.engine import Engine, summary_lines
+from core.session.store import Rollout, Status
 
 POLL_SECONDS = 0.2
 

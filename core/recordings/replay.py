@@ -13,13 +13,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from core.assembly import LIST_FIELDS
-from core.engine import Session, new_session_dir
-from core.recording import RecordingIndex, read_recording
-from core.run_dir import open_run
-from core.store import RolloutStore, Status
-from core.variant import Escalation, VariantState
-from core.wire import ABORTED_ERROR
+from core.paths import new_session_dir
+from core.recordings.index import RecordingIndex
+from core.recordings.reader import read_recording
+from core.recordings.run_dir import open_run
+from core.session.engine import Session
+from core.session.store import RolloutStore, Status
+from core.session.variant import Escalation, VariantState
+from core.wire.assembly import LIST_FIELDS
+from core.wire.protocol import ABORTED_ERROR
 
 FAST_BATCH = 200
 """Records applied between yields when replaying as fast as possible, so the app

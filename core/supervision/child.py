@@ -1,7 +1,7 @@
 """One supervised child process as the app sees it: start it, watch it, cancel it,
 and account for how it ended.
 
-The process this class starts is `core.supervisor`, not the command: the supervisor
+The process this class starts is `core.supervision.supervisor`, not the command: the supervisor
 holds the read end of a pipe whose write end only this object holds, so when the app
 dies, even by SIGKILL, the supervisor reads end-of-file and stops the command. The
 command's stdout/stderr go straight to private capture files and never through the
@@ -25,11 +25,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from core import capture, supervisor
+from core.supervision import capture, supervisor
 
 DEFAULT_GRACE_SECONDS = 10.0
 """The app's grace for `terminate()`: keep it above the supervisor's, whose own
@@ -67,7 +67,7 @@ class ChildOutcome:
 
     `exit_code` is shell-style (128+signal when a signal ended it); `signal` names
     that signal. `killed` means SIGKILL was needed, by the supervisor or the app.
-    `reason` is why the supervisor stopped it (see core.supervisor), None if unknown.
+    `reason` is why the supervisor stopped it (see core.supervision.supervisor), None if unknown.
     """
 
     label: str
@@ -117,7 +117,7 @@ class SupervisedChild:
         self._liveness: int | None = None
         self._lock = threading.Lock()  # every reap and every signal to the supervisor
         self._terminating = threading.Lock()  # one escalation at a time
-        self._started_at = datetime.now(timezone.utc)
+        self._started_at = datetime.now(UTC)
         self._started_clock = 0.0
         self._finished_at: datetime | None = None
         self._elapsed = 0.0
@@ -137,7 +137,7 @@ class SupervisedChild:
             )
         self._used = True
         self._check_launchable()
-        self._started_at = datetime.now(timezone.utc)
+        self._started_at = datetime.now(UTC)
         read_end, self._liveness = os.pipe()
         fds: list[int] = []
         try:
@@ -351,7 +351,7 @@ class SupervisedChild:
         if raw is None:
             return None
         if self._finished_at is None:
-            self._finished_at = datetime.now(timezone.utc)
+            self._finished_at = datetime.now(UTC)
             self._elapsed = time.monotonic() - self._started_clock
             self._close_liveness()
         return raw if raw >= 0 else 128 - raw

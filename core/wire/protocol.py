@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 KIND_DELTA = b"delta"
 KIND_REPLY = b"reply"
-METHODS = ("health", "run", "cancel")
 
 ABORTED_ERROR = "Cancelled: rollout aborted"
 """The reply error verifiers' server sends for a run a cancel aborted."""
@@ -25,9 +24,13 @@ def pack(payload: Any) -> bytes:
     return msgpack.packb(payload, use_bin_type=True)
 
 
+UNPACK_OPTIONS: dict[str, Any] = {"raw": False, "strict_map_key": False}
+"""How every msgpack this project reads is decoded: `links` and `routing_repairs`
+are keyed by node index, so map keys may be ints."""
+
+
 def unpack(data: bytes) -> Any:
-    # `links` and `routing_repairs` are keyed by node index: ints as map keys.
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    return msgpack.unpackb(data, **UNPACK_OPTIONS)
 
 
 class WireModel(BaseModel):

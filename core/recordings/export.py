@@ -18,8 +18,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from core.assembly import AssemblyError, EpisodeAssembly
-from core.recording import RecordingIndex, read_recording
+from core.recordings.index import RecordingIndex
+from core.recordings.reader import read_recording
+from core.wire.assembly import AssemblyError, EpisodeAssembly
 
 BYTES_MARKER = "__base64__"
 

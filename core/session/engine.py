@@ -8,18 +8,16 @@ and waits for them, so quitting leaves nothing running.
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.capture import private_dir
-from core.config import Config
-from core.export import episode_json
-from core.recording import tracewatch_home
-from core.store import RolloutStore
-from core.variant import Variant, VariantState
+from core.paths import new_session_dir
+from core.recordings.export import episode_json
+from core.session.config import Config
+from core.session.store import RolloutStore
+from core.session.variant import Variant, VariantState
+from core.supervision.capture import private_dir
 
 
 class Session:
@@ -70,10 +68,6 @@ class Session:
         path = directory / f"{key.replace('/', '-')}.json"
         path.write_text(episode_json(record))
         return path
-
-
-def new_session_dir() -> Path:
-    return tracewatch_home() / "sessions" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 class Engine(Session):

@@ -1,0 +1,192 @@
+"""Writing a recording: appends pack into memory; a writer thread puts batches on disk
+at most `flush_interval` after their first record, so a crash loses at most that last
+batch and the asyncio loop never waits on the disk."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from core.recordings.format import FORMAT, VERSION
+
+
+class Recorder:
+    """Appends records to a new recording file.
+
+    Appends are safe from any thread and never touch the disk. If a write fails
+    (disk full, file system gone) recording stops, `error` says what happened and
+    where, and later appends are dropped: a broken recording must never break the
+    runs it watches. The file then holds every batch written before the failure.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        meta: Mapping[str, Any] | None = None,
+        flush_interval: float = 0.2,
+        max_batch: int = 8 << 20,
+    ) -> None:
+        self.path = Path(path)
+        self.flush_interval = flush_interval
+        self.max_batch = max_batch
+        """A batch this large is written at once, so a burst cannot pile up in memory."""
+        self.error: str | None = None
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # O_EXCL: keeping every stream means never overwriting one.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+        self._fd = os.open(self.path, flags, 0o600)
+        self._packer = msgpack.Packer(use_bin_type=True)
+        header = {"format": FORMAT, "version": VERSION, "created": time.time(), "meta": dict(meta or {})}
+        try:
+            _write_all(self._fd, self._packer.pack(header))
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._cond = threading.Condition()
+        self._buffer = bytearray()
+        self._since = 0.0  # monotonic time of the oldest unwritten append
+        self._appended = 0  # bytes appended, ever
+        self._written = 0  # bytes on disk, ever
+        self._flush_now = False
+        self._closing = False
+        self._thread = threading.Thread(target=self._write_loop, name=f"recorder {self.path.name}", daemon=True)
+        self._thread.start()
+
+    def rollout(
+        self,
+        id: str,
+        variant: str,
+        task_index: int,
+        task_data: Mapping[str, Any],
+        rollout_index: int,
+        t: float | None = None,
+    ) -> None:
+        self._append(
+            {
+                "k": "rollout",
+                "t": _now(t),
+                "id": id,
+                "variant": variant,
+                "task_index": task_index,
+                "task_data": task_data,
+                "rollout_index": rollout_index,
+            }
+        )
+
+    def request(self, id: str, request_id: str, t: float | None = None) -> None:
+        self._append({"k": "request", "t": _now(t), "id": id, "request_id": request_id})
+
+    def delta(self, id: str, delta: Mapping[str, Any], t: float | None = None) -> None:
+        self._append({"k": "delta", "t": _now(t), "id": id, "d": delta})
+
+    def reply(self, id: str, reply: Mapping[str, Any], t: float | None = None) -> None:
+        self._append({"k": "reply", "t": _now(t), "id": id, "r": reply})
+
+    def event(self, variant: str, kind: str, t: float | None = None, **fields: Any) -> None:
+        if "k" in fields:
+            raise ValueError("an event field cannot be named 'k': it holds the record kind")
+        self._append({"k": "event", "t": _now(t), "variant": variant, "kind": kind, **fields})
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything appended so far is on disk (or recording failed);
+        false if `timeout` passed first."""
+        with self._cond:
+            target = self._appended
+            if self._written < target:
+                self._flush_now = True
+                self._cond.notify_all()
+            return self._cond.wait_for(
+                lambda: self._written >= target or self.error is not None or not self._thread.is_alive(),
+                timeout,
+            )
+
+    def close(self) -> None:
+        """Write what is buffered and close the file; later calls do nothing. Blocks
+        on that last write: call it from a worker thread if that matters."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        try:
+            os.fsync(self._fd)
+        except OSError as error:
+            self._fail(error, "syncing")
+        finally:
+            os.close(self._fd)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _append(self, record: dict) -> None:
+        with self._cond:
+            if self._closing:
+                raise ValueError(f"recording {self.path} is closed")
+            if self.error is not None:
+                return
+            # packed now, so a caller may change its dicts once the call returns
+            data = self._packer.pack(record)
+            if not self._buffer:
+                self._since = time.monotonic()
+                self._cond.notify_all()
+            self._buffer += data
+            self._appended += len(data)
+            if len(self._buffer) >= self.max_batch:
+                self._cond.notify_all()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._buffer:
+                        due = self._since + self.flush_interval - time.monotonic()
+                        if due <= 0 or self._closing or self._flush_now or len(self._buffer) >= self.max_batch:
+                            break
+                        self._cond.wait(due)
+                    elif self._closing:
+                        return
+                    else:
+                        self._cond.wait()
+                batch, self._buffer = self._buffer, bytearray()
+                self._flush_now = False
+            try:
+                _write_all(self._fd, batch)
+            except OSError as error:
+                with self._cond:
+                    self._fail(error, f"writing a batch of {len(batch)} bytes")
+                    self._buffer = bytearray()
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._written += len(batch)
+                self._cond.notify_all()
+
+    def _fail(self, error: OSError, doing: str) -> None:
+        if self.error is None:
+            self.error = (
+                f"recording to {self.path} stopped: {error.strerror or error} while {doing}; "
+                "the file keeps everything before it. Free some space or record elsewhere "
+                "(TRACEWATCH_HOME)."
+            )
+
+
+def _now(t: float | None) -> float:
+    return time.time() if t is None else t
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
