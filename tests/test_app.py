@@ -279,3 +279,23 @@ async def test_trace_switcher_for_a_multi_trace_episode() -> None:
         switcher.value = second
         await until(pilot, lambda: app.timing.trace_id == second)
         assert app.trace_pane.trace_id == second
+
+
+INVISIBLE = "\u200b\u200c\u200d\u200e\u200f\ufeff\u061c\u2060\u2066\u2069\u202e\u00ad"
+"""Zero-width and direction characters: they hide text or reorder what is around it."""
+
+
+async def test_zero_width_and_direction_characters_show_visibly(tmp_path: Path) -> None:
+    engine: StandInEngine = make_engine()
+    rollout = engine.store.add_rollout("baseline", 9, {"name": f"rm{INVISIBLE}-rf"}, key="baseline/hidden")
+    engine.store.started(rollout.key, "r-hidden")
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(200, 60)) as pilot:
+        rows = await started(pilot, rows=15)
+        await select(pilot, "baseline/hidden")
+        cell = rows.get_cell("baseline/hidden", "task").plain
+        assert not set(INVISIBLE) & set(cell)
+        assert "rm\\u200b\\u200c\\u200d\\u200e" in cell
+        shot = svg_text(svg(app, tmp_path, "invisible"))
+        assert not set(INVISIBLE) & set(shot)
+        assert "rm\\u200b" in shot

@@ -3,8 +3,9 @@
 Strings from a trace never go through Rich or Textual markup, and no terminal control
 character reaches the terminal: each is shown visibly instead. C0 controls (ESC, BEL,
 backspace, carriage return, ...) become their Unicode control pictures ("\\x1b" shows as
-"␛"), DEL shows as "␡"; C1 controls, bidi overrides, line separators and lone surrogates,
-which have no picture, show as a literal escape ("\\x9b", "\\u202e"). Tabs are expanded.
+"␛"), DEL shows as "␡"; C1 controls, bidi controls, zero-width and other invisible
+format characters, line separators and lone surrogates, which have no picture, show as
+a literal escape ("\\x9b", "\\u202e", "\\u200b"). Tabs are expanded.
 
 The common case (plain text) costs one regex search; only text that holds something
 to escape pays for `str.translate`.
@@ -21,11 +22,14 @@ from rich.text import Text
 TAB_SIZE = 4
 
 _ESCAPED = (
-    [*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F)]
-    + [*range(0x2066, 0x206A), *range(0xD800, 0xE000)]
+    [*range(0x00, 0x20), *range(0x7F, 0xA0), 0x00AD, 0x061C, 0x180E, *range(0x200B, 0x2010)]
+    + [0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x2066, 0x2070)]
+    + [0xFEFF, *range(0xFFF9, 0xFFFC), *range(0xD800, 0xE000)]
 )
-"""Code points that control a terminal or change how the text around them is shown
-(bidi overrides can make a command read as something else); surrogates cannot be
+"""Code points that control a terminal or change how the text around them is shown:
+bidi marks, embeddings, overrides and isolates can make a command read as something
+else, and zero-width characters (ZWSP, ZWJ, word joiner, BOM, soft hyphen, invisible
+operators) hide text or make two different strings look the same; surrogates cannot be
 encoded for the terminal at all."""
 
 
