@@ -48,6 +48,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots
     sys.path.insert(0, str(ROOT))
 
 from core.session.config import demo_config  # noqa: E402
+from core.session.contracts import VariantState  # noqa: E402
 from core.session.engine import Engine  # noqa: E402
 from core.session.store import Rollout, Status  # noqa: E402
 
@@ -141,7 +142,7 @@ async def session(speed: float, out: Path) -> list[Path]:
         try:
             await wait_for(
                 pilot, "both demo servers to answer health",
-                lambda: all(str(v.state) in ("running", "draining") for v in engine.variants.values()), 60,
+                lambda: all(v.state in (VariantState.RUNNING, VariantState.DRAINING) for v in engine.variants.values()), 60,
             )
             for variant in engine.variants.values():
                 started |= {pid for pid in (variant.pid, server_pid(variant)) if pid}
@@ -214,7 +215,7 @@ async def session(speed: float, out: Path) -> list[Path]:
             )
             await shots.settle(0.5)
             shots.shoot("cancel-variant", "tracewatch: cancelling a variant (SIGTERM sent, grace running)")
-            await wait_for(pilot, "the candidate to settle", lambda: str(candidate.state) == "cancelled", 30)
+            await wait_for(pilot, "the candidate to settle", lambda: candidate.state is VariantState.CANCELLED, 30)
             say(f"candidate: {candidate.outcome_text}")
         finally:
             say("shutting the engine down")

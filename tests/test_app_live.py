@@ -19,9 +19,9 @@ from textual import events
 from textual.pilot import Pilot
 
 from core.session.config import load_config
+from core.session.contracts import VariantState
 from core.session.engine import Engine
 from core.session.store import Status
-from core.session.variant import VariantState
 from tui.app import TracewatchApp
 from tui.format import reward_text
 from tui.screens import ConfirmScreen, QuitScreen

@@ -15,9 +15,9 @@ import pytest
 from polling import alive, eventually
 
 from core.session.config import load_config
+from core.session.contracts import VariantState
 from core.session.engine import Engine
 from core.session.store import Status
-from core.session.variant import VariantState
 
 SPEED = 40
 WAIT = 30.0

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.session.contracts import Escalation, ReplayControls, VariantState
 from core.session.store import RolloutStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
@@ -50,15 +51,10 @@ def feed(store: RolloutStore, variant: str, copies: int = 1, finish: bool = True
     return list(keys.values())
 
 
-@dataclass
-class Escalation:
-    t: float
-    kind: str
-    detail: str
-
-
 class StandInVariant:
-    def __init__(self, name: str, store: RolloutStore, state: str = "running") -> None:
+    """A `VariantView` that records the commands it is given."""
+
+    def __init__(self, name: str, store: RolloutStore, state: VariantState = VariantState.RUNNING) -> None:
         self.name = name
         self.store = store
         self.state = state
@@ -73,10 +69,10 @@ class StandInVariant:
         self.lines = [f"{name} server listening", "\x1b[31mred?\x1b[0m [bold]not markup[/bold]"]
         store.add_variant(name)
 
-    def grace_left(self, now: float) -> float | None:
-        return 3.0 if self.state == "cancelling" else None
+    def grace_left(self, now: float | None = None) -> float | None:
+        return 3.0 if self.state is VariantState.CANCELLING else None
 
-    def log_tail(self, n: int) -> list[str]:
+    def log_tail(self, n: int = 200) -> list[str]:
         return self.lines[-n:]
 
     def log_size(self) -> int:
@@ -84,23 +80,23 @@ class StandInVariant:
 
     @property
     def can_start(self) -> bool:
-        return self.state in ("idle", "done", "cancelled", "failed")
+        return not self.state.active and self.state is not VariantState.CANCELLING
 
     @property
     def can_cancel(self) -> bool:
-        return self.state in ("starting", "running", "draining", "cancelling")
+        return self.state.active or self.state is VariantState.CANCELLING
 
     def start(self) -> None:
         self.calls.append("start")
-        self.state = "starting"
+        self.state = VariantState.STARTING
         self.store.touch_variant(self.name)
 
     def cancel(self) -> None:
         self.calls.append("cancel")
-        if self.state == "cancelling":
+        if self.state is VariantState.CANCELLING:
             self.escalation.append(Escalation(time.time(), "sigkill", "now"))
         else:
-            self.state = "cancelling"
+            self.state = VariantState.CANCELLING
             self.escalation = [Escalation(time.time(), "cancel-runs", ""), Escalation(time.time(), "sigterm", "grace 5s")]
         self.store.touch_variant(self.name)
 
@@ -123,18 +119,30 @@ class StandInEngine:
     def recording_note(self) -> str | None:
         return None if self.recording_path is None else str(self.recording_path)
 
+    @property
+    def truncated(self) -> str | None:
+        return None
+
+    @property
+    def replay(self) -> ReplayControls | None:
+        return None
+
+    async def wait(self) -> None:
+        """A stand-in has nothing in flight."""
+
     async def start(self) -> None:
         self.started += 1
 
-    def select(self, key: str) -> None:
-        self.selections.append(key)
+    def select(self, key: str | None) -> None:
+        if key is not None:
+            self.selections.append(key)
 
     def cancel_rollout(self, key: str) -> bool:
         self.cancelled.append(key)
         self.store.cancelling(key)
         return True
 
-    async def shutdown(self, on_progress: Callable[[str], None]) -> None:
+    async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
         self.shutdowns += 1
         for name in self.variants:
             on_progress(f"{name}: cancelling")

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.theme import Theme
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
 
+from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
 from tui.format import Palette, safe
 from tui.logs_view import LogsView
@@ -103,7 +104,7 @@ class TracewatchApp(App[None]):
         ("q", "quit: cancel runs, stop servers, exit"),
     )
 
-    def __init__(self, engine: Any, *, title: str | None = None) -> None:
+    def __init__(self, engine: SessionView, *, title: str | None = None) -> None:
         super().__init__()
         self.engine = engine
         self.store = engine.store
@@ -227,7 +228,7 @@ class TracewatchApp(App[None]):
             text.append(f"  read-only: {safe(self.engine.readonly_reason)}", style=self.palette.warning)
         if (note := self.engine.recording_note) is not None:
             text.append(f"  rec {safe(note)}", style=self.palette.muted)
-        if (cut := getattr(self.engine, "truncated", None)) is not None:
+        if (cut := self.engine.truncated) is not None:
             text.append(f"  {safe(cut)}", style=self.palette.warning)
         self.status.update(text)
 
@@ -296,7 +297,7 @@ class TracewatchApp(App[None]):
             self.notify(safe(reason), title="Read-only", severity="warning")
         return not reason
 
-    def _target_variant(self) -> Any:
+    def _target_variant(self) -> VariantView | None:
         """The focused card's variant, else the selected rollout's."""
         node = self.focused
         while node is not None and not isinstance(node, VariantCard):
@@ -306,7 +307,7 @@ class TracewatchApp(App[None]):
         rollout = self._rollout()
         return self.engine.variants.get(rollout.variant) if rollout else None
 
-    def action_start_variant(self, variant: Any = None) -> None:
+    def action_start_variant(self, variant: VariantView | None = None) -> None:
         if not self._writable():
             return
         variant = variant or self._target_variant()
@@ -318,18 +319,18 @@ class TracewatchApp(App[None]):
             variant.start()
             self.notify(f"Starting {safe(variant.name)}…")
 
-    def action_cancel_variant(self, variant: Any = None) -> None:
+    def action_cancel_variant(self, variant: VariantView | None = None) -> None:
         if not self._writable():
             return
-        variant = variant or self._target_variant()
-        if variant is None:
+        target = variant or self._target_variant()
+        if target is None:
             self.notify("Select a rollout or focus a variant card first.", severity="warning")
             return
-        if not variant.can_cancel:
-            self.notify(f"{safe(variant.name)} is {variant.state}: nothing to cancel.", severity="warning")
+        if not target.can_cancel:
+            self.notify(f"{safe(target.name)} is {target.state}: nothing to cancel.", severity="warning")
             return
-        name = safe(variant.name)
-        if str(variant.state) == "cancelling":
+        name = safe(target.name)
+        if target.state is VariantState.CANCELLING:
             question = Text(f"Kill {name} now with SIGKILL?\n\nIts grace period is still running.")
         else:
             question = Text(
@@ -339,8 +340,8 @@ class TracewatchApp(App[None]):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                variant.cancel()
-                self._redraw_cards([variant.name])
+                target.cancel()
+                self._redraw_cards([target.name])
 
         self.push_screen(ConfirmScreen(question), answered)
 
@@ -433,24 +434,33 @@ class TracewatchApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action.startswith("replay_"):
-            return hasattr(self.engine, "toggle_pause")
+            return self.engine.replay is not None
         return True
 
+    def _replay(self) -> ReplayControls:
+        """The replay's controls; the replay keys exist only in a replay."""
+        replay = self.engine.replay
+        if replay is None:
+            raise SkipAction()
+        return replay
+
     def action_replay_pause(self) -> None:
-        paused = self.engine.toggle_pause()
+        paused = self._replay().toggle_pause()
         self.notify("Replay paused: n steps one record." if paused else "Replay playing.")
 
     def action_replay_step(self) -> None:
-        if not self.engine.paused:
-            self.engine.toggle_pause()
-        if not self.engine.step():
+        replay = self._replay()
+        if not replay.paused:
+            replay.toggle_pause()
+        if not replay.step():
             self.notify("The end of the recording.")
 
     def action_replay_seek(self) -> None:
+        replay = self._replay()
         if self.selected is None:
             self.notify("Select a rollout to seek to.", severity="warning")
             return
-        self.engine.seek(self.selected)
+        replay.seek(self.selected)
         self.notify(f"Playing fast until {self.selected} ends.")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

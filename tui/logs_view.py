@@ -3,6 +3,7 @@ file reads never block the loop), with how much arrived while the tab was hidden
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from textual import on, work
@@ -11,6 +12,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Log, Select
 
+from core.session.contracts import VariantView
 from tui.format import safe, size_text
 
 TAIL_LINES = 300
@@ -20,7 +22,7 @@ class LogsView(Vertical):
     class Unread(Message):
         """The unread count changed: the app relabels the tab."""
 
-    def __init__(self, variants: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(self, variants: Mapping[str, VariantView], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.variants = variants
         self.unread = 0

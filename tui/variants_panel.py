@@ -11,13 +11,13 @@ from textual.containers import Horizontal, HorizontalScroll, Vertical
 from textual.message import Message
 from textual.widgets import Button, Static
 
+from core.session.contracts import VariantState, VariantView
 from core.session.store import RolloutStore, Status
 from tui.format import Palette, clock, safe
 
 _STEP = {"cancel-runs": "cancel sent to runs", "sigterm": "SIGTERM sent", "sigkill": "SIGKILL sent"}
 """A step's short label on the card; its full detail goes to the card's tooltip, so the
 grace left (what the user acts on) is never cut off the card's last line."""
-_STATES = ("idle", "starting", "running", "draining", "done", "cancelling", "cancelled", "failed")
 _STATE_LOOK = {"idle": "boot", "starting": "setup", "running": "scoring", "draining": "scoring"}
 """A state's colour, named by the phase that shares it (see `Palette`)."""
 
@@ -33,7 +33,7 @@ class VariantCard(Horizontal, can_focus=True):
             self.name = name
             self.action = action
 
-    def __init__(self, variant: Any, store: RolloutStore, readonly: bool) -> None:
+    def __init__(self, variant: VariantView, store: RolloutStore, readonly: bool) -> None:
         super().__init__(classes="variant-card")
         self.variant = variant
         self.store = store
@@ -59,29 +59,28 @@ class VariantCard(Horizontal, can_focus=True):
 
     def redraw(self, now: float, palette: Palette) -> None:
         variant = self.variant
-        state = str(variant.state)
-        for name in _STATES:
-            self.set_class(name == state, f"-{name}")
+        for state in VariantState:
+            self.set_class(state is variant.state, f"-{state.value}")
         self.body.update(self._body(now, palette))
         start, cancel = self.start, self.cancel
         start.disabled = self.readonly or not variant.can_start
         cancel.disabled = self.readonly or not variant.can_cancel
-        cancel.label = "Kill" if state == "cancelling" else "Cancel"
+        cancel.label = "Kill" if variant.state is VariantState.CANCELLING else "Cancel"
 
     def _body(self, now: float, palette: Palette) -> Text:
         variant = self.variant
-        state = str(variant.state)
-        style = palette.phase(_STATE_LOOK.get(state, state))
+        state = variant.state
+        style = palette.phase(_STATE_LOOK.get(state, state.value))
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(variant.name), style="bold")
         text.append("  ")
-        text.append(state, style=style)
-        if state == "starting" and variant.health_left is not None:
+        text.append(state.value, style=style)
+        if state is VariantState.STARTING and variant.health_left is not None:
             text.append(f" · health {variant.health_left:.0f}s", style=palette.muted)
         text.append("\n")
         server = f"pid {variant.pid}" if variant.pid is not None else safe(variant.address or "no server")
         text.append(server)
-        if variant.server_started_at is not None and state in ("running", "draining", "cancelling"):
+        if variant.server_started_at is not None and state in (VariantState.RUNNING, VariantState.DRAINING, VariantState.CANCELLING):
             text.append(f" · up {clock(now - variant.server_started_at)}", style=palette.muted)
         stats = self.store.stats(variant.name)
         detail = self._detail(now, palette)

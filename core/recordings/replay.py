@@ -17,9 +17,9 @@ from core.paths import new_session_dir
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.run_dir import open_run
+from core.session.contracts import Escalation, VariantState
 from core.session.engine import Session
 from core.session.store import RolloutStore, Status
-from core.session.variant import Escalation, VariantState
 from core.wire.assembly import LIST_FIELDS
 from core.wire.protocol import ABORTED_ERROR
 
@@ -132,10 +132,15 @@ class ReplaySession(Session):
         self._resume = asyncio.Event()
         self._player: asyncio.Task | None = None
         self._seek: str | None = None
+        self.variants: dict[str, RecordedVariant] = {}
 
     @property
     def truncated(self) -> str | None:
         return self.recording.truncated
+
+    @property
+    def replay(self) -> ReplaySession:
+        return self
 
     async def start(self) -> None:
         self._resume.set()
@@ -217,6 +222,7 @@ class OpenedRun(Session):
 
     def __init__(self, path: Path) -> None:
         super().__init__(RolloutStore(), new_session_dir(), None)
+        self.variants: dict[str, RecordedVariant] = {}
         self.run = open_run(path)
         name = (self.run.run_dir or path).name
         self.readonly_reason = f"an offline view of {name}: nothing is running"
@@ -267,6 +273,7 @@ class OpenedRecording(Session):
     def __init__(self, path: Path) -> None:
         self.clock = ReplayClock()
         super().__init__(RolloutStore(clock=self.clock), new_session_dir(), path)
+        self.variants: dict[str, RecordedVariant] = {}
         self.index = RecordingIndex.build(path)
         self.readonly_reason = f"a recording opened offline ({path.name}): nothing is running"
         self.loaded: set[str] = set()
@@ -289,8 +296,8 @@ class OpenedRecording(Session):
     def truncated(self) -> str | None:
         return self.index.truncated
 
-    def select(self, key: str) -> None:
-        if key in self.loaded or key not in self.index.rollouts:
+    def select(self, key: str | None) -> None:
+        if key is None or key in self.loaded or key not in self.index.rollouts:
             return
         self.loaded.add(key)
         self.store.reset_rollout(key)

@@ -8,21 +8,22 @@ and waits for them, so quitting leaves nothing running.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from core.paths import new_session_dir
 from core.recordings.export import episode_json
 from core.session.config import Config
+from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
 from core.session.store import RolloutStore
-from core.session.variant import Variant, VariantState
+from core.session.variant import Variant
 from core.supervision.capture import private_dir
 
 
 class Session:
-    """What the app and the headless runner need from any source of rollouts: live
-    servers, a replayed recording, or a finished run opened offline."""
+    """The common part of every `SessionView` (core.session.contracts): live servers,
+    a replayed recording, or a finished run opened offline."""
 
     readonly_reason: str | None = None
     """Why start and cancel do nothing here (a replay or an offline run), if so."""
@@ -31,7 +32,16 @@ class Session:
         self.store = store
         self.session_dir = session_dir
         self.recording_path = recording_path
-        self.variants: dict[str, Any] = {}
+        self.variants: Mapping[str, VariantView] = {}
+
+    @property
+    def truncated(self) -> str | None:
+        """Why a recording read ends early; nothing is read here."""
+        return None
+
+    @property
+    def replay(self) -> ReplayControls | None:
+        return None
 
     async def start(self) -> None:
         for name in self.variants:
@@ -46,7 +56,7 @@ class Session:
     def cancel_rollout(self, key: str) -> bool:
         return False
 
-    def select(self, key: str) -> None:
+    def select(self, key: str | None) -> None:
         """The user looks at this rollout now; a session that loads on demand loads it."""
 
     @property
@@ -85,7 +95,7 @@ class Engine(Session):
         )
         self.config = config
         self.recorder = recorder
-        self.variants = {
+        self.variants: dict[str, Variant] = {
             variant.name: Variant(variant, self.store, self.session_dir, recorder)
             for variant in config.variants
         }
@@ -137,7 +147,7 @@ class Engine(Session):
         return "; ".join(parts)
 
 
-def summary_lines(engine: Session) -> list[str]:
+def summary_lines(engine: SessionView) -> list[str]:
     lines = []
     for name, variant in engine.variants.items():
         stats = engine.store.stats(name)

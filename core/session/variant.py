@@ -13,12 +13,11 @@ import contextlib
 import os
 import socket
 import time
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from core.session.config import VariantConfig
+from core.session.contracts import Escalation, VariantState
 from core.session.store import RolloutStore, Status
 from core.supervision.capture import private_dir, tail_lines
 from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
@@ -34,29 +33,6 @@ in-flight rollouts are failed: no supervisor tells us it died."""
 CANCEL_REPLY_WAIT = 2.0
 """How long a variant cancel waits for aborted runs' replies before it stops the
 server regardless."""
-
-
-class VariantState(StrEnum):
-    IDLE = "idle"
-    STARTING = "starting"
-    RUNNING = "running"
-    DRAINING = "draining"
-    DONE = "done"
-    CANCELLING = "cancelling"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
-    @property
-    def active(self) -> bool:
-        return self in (VariantState.STARTING, VariantState.RUNNING, VariantState.DRAINING)
-
-
-@dataclass
-class Escalation:
-    t: float
-    kind: str
-    """"cancel-runs", "sigterm", "sigkill" or "exited"."""
-    detail: str
 
 
 class ServerExited(RuntimeError):

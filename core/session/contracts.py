@@ -1,0 +1,129 @@
+"""What the screen (and the headless runner) read of a session and its variants.
+
+Live servers (`Engine`, `Variant`), a replayed recording (`ReplaySession`), an opened
+run or recording (`OpenedRun`, `OpenedRecording`, `RecordedVariant`) and the tests'
+stand-ins all fill these shapes; the app is typed against them, never against one
+implementation, so a new source of rollouts (a tap) is checked by mypy rather than
+found out at run time. This module imports nothing heavy: the tui reads it freely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from core.session.store import RolloutStore
+
+
+class VariantState(StrEnum):
+    """A variant's lifecycle; `start` and `cancel` are safe in any state."""
+
+    IDLE = "idle"
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    DONE = "done"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def active(self) -> bool:
+        return self in (VariantState.STARTING, VariantState.RUNNING, VariantState.DRAINING)
+
+
+@dataclass
+class Escalation:
+    """One step of stopping a server, as the card shows it."""
+
+    t: float
+    kind: str
+    """"cancel-runs", "sigterm", "sigkill" or "exited"."""
+    detail: str
+
+
+class VariantView(Protocol):
+    """One variant as a card, the logs tab and the summary read it, and the two
+    commands the user may give it (which a read-only variant ignores)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> VariantState: ...
+    @property
+    def reason(self) -> str | None:
+        """Why it failed, if it did."""
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def address(self) -> str | None: ...
+    @property
+    def server_started_at(self) -> float | None: ...
+    @property
+    def health_left(self) -> float | None:
+        """Seconds left for the server to answer health while starting."""
+    @property
+    def escalation(self) -> Sequence[Escalation]: ...
+    @property
+    def outcome_text(self) -> str | None:
+        """How the server exited, once it has."""
+    @property
+    def can_start(self) -> bool: ...
+    @property
+    def can_cancel(self) -> bool: ...
+
+    def grace_left(self, now: float | None = None) -> float | None: ...
+    def log_tail(self, n: int = 200) -> list[str]: ...
+    def log_size(self) -> int: ...
+    def start(self) -> None: ...
+    def cancel(self) -> None:
+        """First call cancels; a second while cancelling kills at once."""
+
+
+class ReplayControls(Protocol):
+    """Pause, step and seek: only a replay has them."""
+
+    @property
+    def paused(self) -> bool: ...
+    def toggle_pause(self) -> bool:
+        """Pause or play; true when now paused."""
+    def step(self) -> bool:
+        """Apply the next record; false at the end."""
+    def seek(self, rollout_key: str) -> None:
+        """Play fast until that rollout has ended, then pause."""
+
+
+class SessionView(Protocol):
+    """A source of rollouts as the app and the headless runner drive it."""
+
+    @property
+    def store(self) -> RolloutStore: ...
+    @property
+    def variants(self) -> Mapping[str, VariantView]: ...
+    @property
+    def readonly_reason(self) -> str | None:
+        """Why start and cancel do nothing here (a replay or an offline run), if so."""
+    @property
+    def recording_path(self) -> Path | None: ...
+    @property
+    def recording_note(self) -> str | None:
+        """Where this session is recorded, or why recording stopped."""
+    @property
+    def truncated(self) -> str | None:
+        """Why a recording read ends early (cut short or damaged), if it does."""
+    @property
+    def replay(self) -> ReplayControls | None:
+        """The replay's controls, or None when this session is not a replay."""
+
+    async def start(self) -> None: ...
+    async def wait(self) -> None:
+        """Until nothing more will arrive."""
+    async def shutdown(self, on_progress: Callable[[str], None] = ...) -> None:
+        """Cancel every run, stop every server, and wait for them."""
+    def cancel_rollout(self, key: str) -> bool: ...
+    def select(self, key: str | None) -> None:
+        """The user looks at this rollout now (None: at nothing)."""
+    def export_episode(self, key: str, directory: Path | None = None) -> Path: ...
