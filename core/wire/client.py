@@ -42,6 +42,14 @@ logger = logging.getLogger(__name__)
 CLOSE_LINGER_MS = 500
 """How long closing waits for queued cancels to leave the socket."""
 
+BATCH_FRAMES = 256
+BATCH_SECONDS = 0.004
+"""The receive loop hands the event loop back after this many queued frames or this
+long, whichever comes first: pyzmq answers `recv` at once while frames are queued, so
+a loop that drains a backlog in one go starves the screen's tick and the keys for as
+long as the source keeps ahead of it. A few ms keeps a key's round trip short while
+the per-yield overhead stays a small part of each batch."""
+
 
 class RunFailed(RuntimeError):
     """The server replied that the run did not succeed."""
@@ -60,11 +68,17 @@ class ServerGone(ConnectionError):
 
 
 class _Run:
-    __slots__ = ("assembly", "on_delta")
+    __slots__ = ("assembly", "on_delta", "on_frame")
 
-    def __init__(self, assembly: EpisodeAssembly, on_delta: Callable[[dict], None] | None):
+    def __init__(
+        self,
+        assembly: EpisodeAssembly,
+        on_delta: Callable[[dict], None] | None,
+        on_frame: Callable[[bytes], None] | None,
+    ):
         self.assembly = assembly
         self.on_delta = on_delta
+        self.on_frame = on_frame
 
 
 def new_request_id() -> str:
@@ -80,6 +94,8 @@ class EnvClient:
         self._socket.setsockopt(zmq.SNDHWM, 0)
         self._socket.setsockopt(zmq.RCVHWM, 0)
         self._socket.connect(address)
+        # the same socket, read without a future: how the loop takes what is queued
+        self._queued = zmq.Socket.shadow(self._socket.underlying)
         self._replies: dict[str, asyncio.Future[Any]] = {}
         self._runs: dict[str, _Run] = {}
         self._cancels: set[asyncio.Task] = set()
@@ -131,11 +147,13 @@ class EnvClient:
         *,
         request_id: str | None = None,
         assembly: EpisodeAssembly | None = None,
+        on_frame: Callable[[bytes], None] | None = None,
     ) -> dict:
         """Run one rollout and return its episode record (head joined with the
         assembled traces). Pass `request_id` (see `new_request_id`) to know the wire id
         before the run starts, so it can be cancelled; pass `assembly` to read the live
-        traces while it runs. `on_delta` sees each delta after it is applied."""
+        traces while it runs. `on_delta` sees each delta after it is applied, then
+        `on_frame` its bytes as they came (a recorder keeps them without packing again)."""
         request = RunRequest(
             task_data=task_data,
             client=ClientConfig.model_validate(client),
@@ -144,7 +162,7 @@ class EnvClient:
         )
         assembly = assembly if assembly is not None else EpisodeAssembly()
         request_id = request_id or new_request_id()
-        self._runs[request_id] = _Run(assembly, on_delta)
+        self._runs[request_id] = _Run(assembly, on_delta, on_frame)
         try:
             reply = await self._request(request, request_id=request_id)
         finally:
@@ -238,9 +256,24 @@ class EnvClient:
         task.add_done_callback(self._cancels.discard)
 
     async def _receive_loop(self) -> None:
+        queued = self._queued
         while True:
             try:
                 frames = await self._socket.recv_multipart()
+                # Take what else is queued, bounded, then yield so the loop's other
+                # tasks (a UI's tick, its keys, its compositor) get their turn.
+                deadline = time.monotonic() + BATCH_SECONDS
+                handled = 0
+                while True:
+                    self._handle(frames)
+                    handled += 1
+                    if handled >= BATCH_FRAMES or time.monotonic() >= deadline:
+                        break
+                    try:
+                        frames = queued.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                await asyncio.sleep(0)
             except (zmq.ZMQError, asyncio.CancelledError) as error:
                 if self._closed:
                     raise
@@ -249,10 +282,12 @@ class EnvClient:
                 logger.error("env server %s: %s", self.address, reason)
                 self.abandon_all(reason)
                 return
-            try:
-                self._dispatch(frames)
-            except Exception as error:  # one bad frame must not stop every other run
-                self._drop(f"unexpected error handling a frame: {error!r}")
+
+    def _handle(self, frames: list[bytes]) -> None:
+        try:
+            self._dispatch(frames)
+        except Exception as error:  # one bad frame must not stop every other run
+            self._drop(f"unexpected error handling a frame: {error!r}")
 
     def _dispatch(self, frames: list[bytes]) -> None:
         if len(frames) != 3:
@@ -297,11 +332,12 @@ class EnvClient:
         except Exception as error:
             self._fail(request_id, f"a delta could not be applied: {error}")
             return
-        if run.on_delta is not None:
-            try:
-                run.on_delta(delta)
-            except Exception:
-                logger.exception("on_delta consumer failed for run %s", request_id)
+        for consumer, value in ((run.on_delta, delta), (run.on_frame, data)):
+            if consumer is not None:
+                try:
+                    consumer(value)
+                except Exception:
+                    logger.exception("a delta consumer failed for run %s", request_id)
 
     def _fail(self, request_id: str, reason: str) -> None:
         """A request whose stream broke: fail it here and, if it is a run, stop it on
