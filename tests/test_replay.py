@@ -23,6 +23,7 @@ from core.session.config import load_config
 from core.session.engine import Engine
 from core.session.headless import run_headless
 from core.session.store import RolloutStore, Status
+from tui.rollout_filter import RowFilter
 
 
 def snapshot(store: RolloutStore) -> dict:
@@ -145,6 +146,33 @@ def test_an_opened_recording_loads_a_rollout_only_when_selected(recorded):
     assert session.loaded == {key}
     assert snapshot(store)[key] == live[key]
     assert all(not r.traces for k, r in store.rollouts.items() if k != key)
+
+
+def test_an_opened_recordings_rows_read_the_same_before_a_rollout_is_loaded(recorded):
+    """Issue 11 item 2: the index carries what a row shows (phase, turns, tokens,
+    reward, elapsed, errors), so unselected rows are right and a filter finds them."""
+    path, live = recorded
+    session = OpenedRecording(path)
+    store = session.store
+    now = session.clock()
+
+    def rows() -> dict[str, tuple]:
+        return {
+            key: (r.status, r.phase, r.turns, r.tokens, r.reward, r.errors, round(r.elapsed(now), 6))
+            for key, r in store.rollouts.items()
+        }
+
+    before = rows()
+    assert {key: row[1:4] + row[5:6] for key, row in before.items()} == {
+        key: (v["phase"], v["turns"], v["tokens"], v["errors"]) for key, v in live.items()
+    }
+    for phase in {row[1] for row in before.values()}:
+        wanted = RowFilter.parse(f"phase:{phase}")
+        shown = {key for key, r in store.rollouts.items() if wanted.matches(r, now, store.stall_seconds)}
+        assert shown >= {key for key, row in before.items() if row[1] == phase}
+    for key in list(store.rollouts):
+        session.select(key)
+    assert rows() == before
 
 
 def test_a_cancelled_variant_replays_cancelled(tmp_path):

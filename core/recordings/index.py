@@ -11,13 +11,32 @@ from typing import Any
 import msgpack
 
 from core.recordings.reader import Scan, read_header
-from core.session.store import episode_reward
+from core.session.store import RolloutFacts, episode_reward, trace_phase
 from core.wire.protocol import ABORTED_ERROR, UNPACK_OPTIONS
 
 
+class _TraceCounts:
+    """What a table row needs of one trace, counted from its deltas without keeping
+    them: sampled nodes (turns), errors and failed calls, and its latest scalars."""
+
+    __slots__ = ("turns", "errors", "scalars")
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.errors = 0
+        self.scalars: dict[str, Any] = {}
+
+    def add(self, delta: dict) -> None:
+        self.turns += delta.get("sampled", 0)
+        self.errors += delta.get("errors", 0) + delta.get("failed_calls", 0)
+        scalars = delta.get("set")
+        if isinstance(scalars, dict):
+            self.scalars.update(scalars)
+
+
 class RolloutSummary:
-    """What the index keeps of one rollout: its announcement, counts, outcome, and
-    where its records are (not the records)."""
+    """What the index keeps of one rollout: its announcement, counts, outcome, what
+    its row shows (`facts`), and where its records are (not the records)."""
 
     __slots__ = (
         "id",
@@ -26,8 +45,10 @@ class RolloutSummary:
         "deltas",
         "first_t",
         "last_t",
+        "started_t",
+        "ended_t",
         "reply",
-        "_rewards",
+        "_traces",
         "_offsets",
         "_lengths",
     )
@@ -39,9 +60,12 @@ class RolloutSummary:
         self.deltas = 0
         self.first_t: float | None = None
         self.last_t: float | None = None
+        self.started_t: float | None = None
+        """When its (latest) run was requested; `ended_t` when that run replied."""
+        self.ended_t: float | None = None
         self.reply: dict | None = None
         """The reply's outcome: `success`, `error`, and `ok` from its head."""
-        self._rewards: dict[str, Any] = {}  # trace id -> its latest `rewards`
+        self._traces: dict[str, _TraceCounts] = {}
         self._offsets = array("q")
         self._lengths = array("L")
 
@@ -63,7 +87,23 @@ class RolloutSummary:
     @property
     def reward(self) -> float | None:
         """As the store computes it for a loaded rollout (`episode_reward`)."""
-        return episode_reward(self._rewards.values())
+        return episode_reward(trace.scalars.get("rewards") for trace in self._traces.values())
+
+    @property
+    def facts(self) -> RolloutFacts:
+        """What the store would show once this rollout's records are loaded."""
+        traces = list(self._traces.values())
+        primary = traces[0] if traces else None
+        phase = None
+        if primary is not None:
+            phase = trace_phase(primary.scalars.get("timing") or {}, primary.scalars.get("ok"), primary.errors > 0)
+        return RolloutFacts(
+            phase=phase,
+            turns=sum(trace.turns for trace in traces),
+            tokens=sum(int(trace.scalars.get("num_total_tokens") or 0) for trace in traces),
+            reward=self.reward,
+            errors=sum(trace.errors for trace in traces),
+        )
 
     def _add(self, offset: int, length: int, record: dict) -> None:
         self._offsets.append(offset)
@@ -77,13 +117,18 @@ class RolloutSummary:
             self.announce = record
         elif kind == "request":
             self.request_ids.append(record.get("request_id"))
+            self._traces = {}  # a fresh run: the store starts a fresh assembly too
+            self.started_t, self.ended_t, self.reply = t, None, None
         elif kind == "delta":
             self.deltas += 1
             delta = record.get("d") or {}
-            scalars = delta.get("set")
-            if isinstance(scalars, dict) and "rewards" in scalars:
-                self._rewards[delta.get("trace")] = scalars["rewards"]
+            trace = delta.get("trace")
+            if delta.get("discard"):
+                self._traces.pop(trace, None)
+            else:
+                self._traces.setdefault(trace, _TraceCounts()).add(delta)
         elif kind == "reply":
+            self.ended_t = t
             reply = record.get("r") or {}
             head = reply.get("head")
             self.reply = {
@@ -94,22 +139,58 @@ class RolloutSummary:
 
 
 def _read_for_index(unpacker: msgpack.Unpacker) -> dict:
-    """A record with only what the index keeps decoded: a delta's `trace` and `set`;
-    its node and call lists, the bulk of a recording, are skipped undecoded."""
+    """A record with only what the index keeps decoded: a delta's `trace`, `discard`
+    and `set`, and counts of its sampled nodes, errors and failed calls; the node and
+    call contents, the bulk of a recording, are skipped undecoded."""
     record = {}
     for _ in range(unpacker.read_map_header()):
         key = unpacker.unpack()
         if key != "d":
             record[key] = unpacker.unpack()
             continue
-        delta = record[key] = {}
+        delta: dict[str, Any] = {}
+        record[key] = delta
         for _ in range(unpacker.read_map_header()):
             field = unpacker.unpack()
-            if field in ("trace", "set"):
+            if field in ("trace", "set", "discard"):
                 delta[field] = unpacker.unpack()
+            elif field == "nodes":
+                delta["sampled"] = _count_items(unpacker, "sampled", lambda sampled: bool(sampled))
+            elif field == "calls":
+                delta["failed_calls"] = _count_items(unpacker, "node", lambda node: node is None)
+            elif field == "errors":
+                delta["errors"] = _count_items(unpacker, None, None)
             else:
                 unpacker.skip()
     return record
+
+
+def _count_items(unpacker: msgpack.Unpacker, key: str | None, wanted: Any) -> int:
+    """How many items of the list under the read position have `wanted(item[key])`
+    (every item when `key` is None), decoding only that one field of each; a value
+    that is not a list of maps (the store rejects it) counts 0."""
+    try:
+        items = unpacker.read_array_header()
+    except ValueError:  # not a list: nothing consumed yet
+        unpacker.skip()
+        return 0
+    count = 0
+    for _ in range(items):
+        if key is None:
+            unpacker.skip()
+            count += 1
+            continue
+        try:
+            fields = unpacker.read_map_header()
+        except ValueError:
+            unpacker.skip()
+            continue
+        for _ in range(fields):
+            if unpacker.unpack() == key:
+                count += bool(wanted(unpacker.unpack()))
+            else:
+                unpacker.skip()
+    return count
 
 
 class RecordingIndex:

@@ -287,9 +287,9 @@ class OpenedRecording(Session):
                 variant, announce.get("task_index", 0), announce.get("task_data") or {},
                 announce.get("rollout_index", 0), key=key,
             )
-            rollout.status = Status(self.STATUS[summary.status])
-            rollout.summary_reward = summary.reward
-            rollout.started_at, rollout.ended_at = summary.first_t, summary.last_t
+            rollout.status = Status(self.STATUS[summary.status]) if summary.request_ids else Status.QUEUED
+            rollout.facts = summary.facts
+            rollout.started_at, rollout.ended_at = summary.started_t, summary.ended_t
             self.clock.now = max(self.clock.now, summary.last_t or 0.0)
 
     @property

@@ -91,6 +91,19 @@ class TraceState:
         return trace_phase(self.timing, self.record.get("ok"), bool(self.errors))
 
 
+@dataclass(frozen=True)
+class RolloutFacts:
+    """What a row shows of a rollout whose records are not loaded: an index's summary
+    of them, so an opened recording reads the same before and after a row is selected."""
+
+    phase: str | None
+    """The first trace's phase (None: no trace opened)."""
+    turns: int = 0
+    tokens: int = 0
+    reward: float | None = None
+    errors: int = 0
+
+
 @dataclass
 class Rollout:
     key: str
@@ -111,8 +124,8 @@ class Rollout:
     """Why it failed or was cancelled, in words a user can act on."""
     record: dict | None = None
     """The finished episode record, once the reply landed."""
-    summary_reward: float | None = None
-    """The reward an index reported for a rollout whose records are not loaded."""
+    facts: RolloutFacts | None = None
+    """An index's summary, read while no trace is loaded."""
 
     @property
     def task_label(self) -> str:
@@ -124,21 +137,31 @@ class Rollout:
         return next(iter(self.traces.values()), None)
 
     @property
+    def _summary(self) -> RolloutFacts | None:
+        return self.facts if not self.traces else None
+
+    @property
     def turns(self) -> int:
+        if summary := self._summary:
+            return summary.turns
         return sum(trace.turns for trace in self.traces.values())
 
     @property
     def tokens(self) -> int:
+        if summary := self._summary:
+            return summary.tokens
         return sum(trace.tokens for trace in self.traces.values())
 
     @property
     def errors(self) -> int:
+        if summary := self._summary:
+            return summary.errors
         return sum(len(trace.errors) + len(trace.failed_calls) for trace in self.traces.values())
 
     @property
     def reward(self) -> float | None:
-        if not self.traces:
-            return self.summary_reward
+        if summary := self._summary:
+            return summary.reward
         return episode_reward(t.record.get("rewards") for t in self.traces.values())
 
     @property
@@ -146,9 +169,10 @@ class Rollout:
         if self.status in (Status.QUEUED, Status.CANCELLED, Status.CANCELLING):
             return self.status.value
         primary = self.primary
-        if primary is None:
+        phase = primary.phase if primary is not None else self.facts.phase if self.facts else None
+        if phase is None:
             return "failed" if self.status is Status.FAILED else "starting"
-        return "error" if self.status is Status.FAILED else primary.phase
+        return "error" if self.status is Status.FAILED else phase
 
     def elapsed(self, now: float) -> float:
         if self.started_at is None:
