@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import stat
@@ -10,18 +11,25 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from polling import eventually
+from test_engine import demo_variant, write_config
 from verifiers.v1.episode import WireEpisode
 
 from core.recordings.export import (
     BYTES_MARKER,
+    ORIGIN_KEY,
     episode_json,
     export_recording,
     rebuild_episodes,
 )
 from core.recordings.reader import read_recording
 from core.recordings.recorder import Recorder
+from core.recordings.replay import OpenedRun
 from core.recordings.run_dir import open_run
+from core.session.config import load_config
+from core.session.engine import Engine
 from core.wire.assembly import AssemblyError, EpisodeAssembly
+from tui.cli import main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
 
@@ -108,7 +116,8 @@ def test_export_writes_every_record_as_one_json_line(tmp_path):
     out = tmp_path / "out" / "records.jsonl"
     out.parent.mkdir()
 
-    lines, note = export_recording(path, out)
+    exported = export_recording(path, out)
+    lines, note = exported.lines, exported.truncated
     assert note is None
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     text = out.read_text(encoding="utf-8").splitlines()
@@ -129,14 +138,18 @@ def test_export_of_episodes_opens_as_a_verifiers_traces_file(tmp_path):
     path = tmp_path / "fixture.twrec"
     record_fixture(path)
     out = tmp_path / "traces.jsonl"
-    lines, note = export_recording(path, out, episodes=True)
-    assert (lines, note) == (6, None)
+    exported = export_recording(path, out, episodes=True)
+    assert (exported.lines, exported.truncated, exported.skipped) == (7, None, [])
+    assert exported.partial == {"cancelled": ["fixture/cancel"]}
     episodes = verifiers_episodes()
     run = open_run(out)
     assert run.skipped == []
     announced = [f"fixture/{run['request']}" for run in fixture_stream()[0]]
-    assert [e["id"] for e in run.episodes] == [episodes[k]["id"] for k in announced if k in episodes]
-    for episode in run.episodes:
+    whole = [e for e in run.episodes if not e.get("partial")]
+    assert [e["id"] for e in whole] == [episodes[k]["id"] for k in announced if k in episodes]
+    for episode in whole:
+        assert episode["env"]["name"] == "fixture" == episode[ORIGIN_KEY]["variant"]
+        episode["env"]["name"] = None  # the variant, stamped on; the rest is verifiers' episode
         assert WireEpisode.model_validate(episode).model_dump(mode="json") in episodes.values()
 
 
@@ -145,11 +158,13 @@ def test_export_of_a_cut_recording_says_where_it_stopped(tmp_path):
     record_fixture(path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 100])  # inside the last reply
-    lines, note = export_recording(path, tmp_path / "records.jsonl")
-    assert "cut at byte" in note
-    assert lines == len(list(read_recording(path))) + 1
-    lines, note = export_recording(path, tmp_path / "episodes.jsonl", episodes=True)
-    assert lines == 5 and "cut at byte" in note  # the last run's reply was lost
+    exported = export_recording(path, tmp_path / "records.jsonl")
+    assert "cut at byte" in exported.truncated
+    assert exported.lines == len(list(read_recording(path))) + 1
+    exported = export_recording(path, tmp_path / "episodes.jsonl", episodes=True)
+    assert exported.lines == 7 and "cut at byte" in exported.truncated
+    last = f"fixture/{fixture_stream()[2][-1]['request']}"
+    assert last in exported.partial["running"]  # its reply was lost: written as far as it got
 
 
 def test_a_stream_that_lost_a_delta_names_its_rollout(tmp_path):
@@ -178,3 +193,47 @@ def test_a_rerun_rollout_starts_a_fresh_episode(tmp_path):
     failed = [*run0[:3], {"k": "reply", "id": "fixture/run0", "r": {"success": False, "error": "server gone"}}]
     rebuilt = rebuild_episodes(failed + [r for r in records if r.get("id") == "fixture/run0"])
     assert rebuilt == {"fixture/run0": assembled_directly()["fixture/run0"]}
+
+
+def test_export_of_episodes_keeps_variants_and_cancelled_runs_and_says_what_it_skipped(tmp_path, capsys):
+    """Issue 11 item 3: a live session of two variants, one cancelled mid-run, exported
+    with --episodes and opened again: every started rollout is there under its own
+    variant, the cancelled one partial; what never started is named as skipped."""
+    config = load_config(
+        write_config(tmp_path, [demo_variant("stuck", ["stuck", "normal"], max_concurrent=1), demo_variant("other", ["normal"])])
+    )
+    recording = tmp_path / "session.twrec"
+    engine = Engine(config, recorder=Recorder(recording), session_dir=tmp_path / "session")
+
+    async def live() -> None:
+        await engine.start()
+        await eventually(lambda: engine.store.rollouts["stuck/0"].turns > 0, timeout=30, what="the stuck turn")
+        await eventually(lambda: engine.store.rollouts["other/0"].status.finished, timeout=30, what="other/0")
+        engine.variants["stuck"].cancel()
+        await asyncio.wait_for(engine.wait(), 30)
+        await engine.shutdown()
+
+    asyncio.run(live())
+    out = tmp_path / "episodes.jsonl"
+    assert main(["export", str(recording), str(out), "--episodes"]) == 0
+    printed = capsys.readouterr().out
+    assert "wrote 2 episodes" in printed
+    assert "1 cancelled without an episode, written partial (traces so far): stuck/0" in printed
+    assert "skipped 1 that never started (nothing to write): stuck/1" in printed
+
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    origins = {e[ORIGIN_KEY]["rollout"]: e[ORIGIN_KEY] for e in lines}
+    assert origins == {
+        "stuck/0": {"rollout": "stuck/0", "variant": "stuck", "task_index": 0, "rollout_index": 0, "ended": "cancelled"},
+        "other/0": {"rollout": "other/0", "variant": "other", "task_index": 0, "rollout_index": 0, "ended": "ok"},
+    }
+    assert [e.get("partial", False) for e in lines] == [True, False]
+
+    opened = OpenedRun(out)
+    assert set(opened.variants) == {"stuck", "other"}
+    live_store, store = engine.store, opened.store
+    assert set(store.rollouts) == {"stuck/0", "other/0"}
+    for key, rollout in store.rollouts.items():
+        assert (rollout.variant, rollout.status, rollout.turns) == (
+            live_store.rollouts[key].variant, live_store.rollouts[key].status, live_store.rollouts[key].turns,
+        )

@@ -85,11 +85,20 @@ def export_parser() -> argparse.ArgumentParser:
 
 
 def export(args: argparse.Namespace) -> int:
-    lines, truncated = export_recording(args.recording, args.output, episodes=args.episodes)
-    print(f"wrote {lines} lines to {args.output}")
-    if truncated:
-        print(f"note: {truncated}", file=sys.stderr)
+    result = export_recording(args.recording, args.output, episodes=args.episodes)
+    what = "episodes" if args.episodes else "lines"
+    print(f"wrote {result.lines} {what} to {args.output}")
+    for ended, ids in result.partial.items():
+        print(f"  {len(ids)} {ended} without an episode, written partial (traces so far): {_some(ids)}")
+    if result.skipped:
+        print(f"  skipped {len(result.skipped)} that never started (nothing to write): {_some(result.skipped)}")
+    if result.truncated:
+        print(f"note: {result.truncated}", file=sys.stderr)
     return 0
+
+
+def _some(ids: list[str], shown: int = 5) -> str:
+    return ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 def _recorder(args: argparse.Namespace, meta: dict) -> Recorder | None:

@@ -15,6 +15,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ from core.recordings.reader import read_recording
 from core.wire.assembly import AssemblyError, EpisodeAssembly
 
 BYTES_MARKER = "__base64__"
+ORIGIN_KEY = "tracewatch"
+"""An exported episode's own key for where it came from: rollout id, variant, task
+and rollout index, and how it ended. Verifiers' `Episode` ignores keys it does not
+know; the variant is also `env.name`, the field verifiers keeps for the name a
+consumer runs an env under."""
 
 
 def json_safe(value: Any) -> Any:
@@ -69,45 +75,111 @@ def rebuild_episodes(records: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
     return episodes
 
 
+def partial_episode(task_data: Mapping[str, Any], traces: Iterable[Mapping[str, Any]], reason: str | None) -> dict:
+    """A rollout that ended without an episode (cancelled, failed, still running): the
+    traces assembled so far, marked `partial`, with why."""
+    return {"task": {"data": task_data}, "partial": True, "ok": False, "error": reason, "traces": list(traces)}
+
+
+def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], ended: str) -> dict | None:
+    """One rollout's records as the line `export --episodes` writes: its (last) run's
+    episode, or a partial one; stamped with where it came from (`ORIGIN_KEY`, and the
+    variant as `env.name`). None for a rollout that never started."""
+    announce: Mapping[str, Any] = {}
+    assembly: EpisodeAssembly | None = None
+    episode: dict | None = None
+    reason: str | None = "no reply: it was still running when the recording ended"
+    for record in records:
+        kind = record.get("k")
+        try:
+            if kind == "rollout":
+                announce = record
+            elif kind == "request":
+                assembly, episode = EpisodeAssembly(), None
+            elif kind == "delta":
+                assembly = assembly or EpisodeAssembly()
+                assembly.apply(record["d"])
+            elif kind == "reply":
+                reply = record["r"]
+                if reply.get("success") and reply.get("head") is not None:
+                    assembly = assembly or EpisodeAssembly()
+                    episode = assembly.finish(reply["head"], reply.get("traces") or ())
+                else:
+                    reason = str(reply.get("error") or "no reply")
+        except AssemblyError as error:
+            raise AssemblyError(f"rollout {rollout_id}: {error}") from error
+    if assembly is None:
+        return None
+    if episode is None:
+        episode = partial_episode(announce.get("task_data") or {}, assembly.traces.values(), reason)
+    variant = announce.get("variant") or rollout_id.partition("/")[0]
+    episode["env"] = {**(episode.get("env") or {}), "name": variant}
+    episode[ORIGIN_KEY] = {
+        "rollout": rollout_id,
+        "variant": variant,
+        "task_index": announce.get("task_index", 0),
+        "rollout_index": announce.get("rollout_index", 0),
+        "ended": ended,
+    }
+    return episode
+
+
+@dataclass
+class Exported:
+    """What `export_recording` wrote and what it could not."""
+
+    lines: int = 0
+    truncated: str | None = None
+    """The reader's note when the recording was cut short."""
+    partial: dict[str, list[str]] = field(default_factory=dict)
+    """Rollout ids written as partial episodes, by how they ended (cancelled, ...)."""
+    skipped: list[str] = field(default_factory=list)
+    """Rollouts not written: they never started, so there is nothing to write."""
+
+
 def export_recording(
     path_in: str | os.PathLike[str], path_out: str | os.PathLike[str], *, episodes: bool = False
-) -> tuple[int, str | None]:
-    """Write a recording as JSONL and return (lines written, the reader's note if the
-    recording was cut short).
+) -> Exported:
+    """Write a recording as JSONL.
 
     By default every record, in order, after the header line. With `episodes`, one
-    assembled episode per line instead (rollouts that replied with one), the shape
-    of a verifiers `traces.jsonl`; rollouts are rebuilt one at a time from the
-    index, so memory holds one rollout, not the recording. The output appears only
-    when complete (written beside it, then renamed) and is private (0600), as the
+    episode per rollout that started (the shape of a verifiers `traces.jsonl`; a run
+    that ended without one is written partial), rebuilt one at a time from the index,
+    so memory holds one rollout, not the recording. The output appears only when
+    complete (written beside it, then renamed) and is private (0600), as the
     recording is.
     """
     path_out = Path(path_out)
     partial = path_out.with_name(f".{path_out.name}.partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    lines = 0
+    result = Exported()
     try:
         with open(fd, "w", encoding="utf-8") as out:
             if episodes:
                 index = RecordingIndex.build(path_in)
-                note = index.truncated
-                for rollout_id in index.rollouts:
-                    for episode in rebuild_episodes(index.load(rollout_id)).values():
-                        out.write(episode_json(episode) + "\n")
-                        lines += 1
+                result.truncated = index.truncated
+                for rollout_id, summary in index.rollouts.items():
+                    episode = rollout_episode(rollout_id, index.load(rollout_id), summary.status)
+                    if episode is None:
+                        result.skipped.append(rollout_id)
+                        continue
+                    if episode.get("partial"):
+                        result.partial.setdefault(summary.status, []).append(rollout_id)
+                    out.write(episode_json(episode) + "\n")
+                    result.lines += 1
             else:
                 recording = read_recording(path_in)
                 out.write(_dumps(recording.header) + "\n")
-                lines += 1
+                result.lines += 1
                 for record in recording:
                     out.write(_dumps(record) + "\n")
-                    lines += 1
-                note = recording.truncated
+                    result.lines += 1
+                result.truncated = recording.truncated
         os.replace(partial, path_out)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    return lines, note
+    return result
 
 
 def _dumps(value: Any) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.paths import new_session_dir
+from core.recordings.export import ORIGIN_KEY
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.run_dir import open_run
@@ -218,7 +219,9 @@ class ReplaySession(Session):
 
 
 class OpenedRun(Session):
-    """A finished verifiers run: every episode at once, browsable offline."""
+    """A finished verifiers run: every episode at once, browsable offline. An episode
+    that `tracewatch export --episodes` wrote names its variant (`env.name`); others
+    belong to one variant named after the run."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(RolloutStore(), new_session_dir(), None)
@@ -226,24 +229,36 @@ class OpenedRun(Session):
         self.run = open_run(path)
         name = (self.run.run_dir or path).name
         self.readonly_reason = f"an offline view of {name}: nothing is running"
-        variant = self.variants[name] = RecordedVariant(name)
-        variant.state = VariantState.DONE
         for index, episode in enumerate(self.run.episodes):
-            load_episode(self.store, name, index, episode)
+            origin = episode.get(ORIGIN_KEY)
+            variant = str((episode.get("env") or {}).get("name") or name) if isinstance(origin, dict) else name
+            if variant not in self.variants:
+                self.variants[variant] = RecordedVariant(variant)
+                self.variants[variant].state = VariantState.DONE
+            load_episode(self.store, variant, index, episode)
 
 
 def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[str, Any]) -> None:
     """A whole episode into the store as if it had streamed: each trace as one delta
-    (its header, every list item, every scalar), then the reply."""
+    (its header, every list item, every scalar), then the reply; an exported partial
+    one ends as it ended (cancelled, failed, or still running)."""
     task = episode.get("task") or {}
-    rollout = store.add_rollout(variant, index, task.get("data") or task, 0)
+    origin = episode.get(ORIGIN_KEY)
+    origin = origin if isinstance(origin, dict) else {}
+    rollout = store.add_rollout(
+        variant, origin.get("task_index", index), task.get("data") or task, origin.get("rollout_index", 0),
+        key=origin.get("rollout") if isinstance(origin.get("rollout"), str) else None,
+    )
     timing = [t.get("timing") or {} for t in episode.get("traces") or []]
     start = min((t.get("start") or 0.0 for t in timing), default=0.0) or None
     end = max((span.get("end") or 0.0 for t in timing for span in t.values() if isinstance(span, dict)), default=0.0)
     store.started(rollout.key, str(episode.get("id") or rollout.key), start)
     for trace in episode.get("traces") or []:
         store.apply(rollout.key, trace_as_delta(trace), end or start)
-    store.finished(rollout.key, episode, end or start)
+    if not episode.get("partial"):
+        store.finished(rollout.key, episode, end or start)
+    elif origin.get("ended") != "running":
+        store.failed(rollout.key, str(episode.get("error")), cancelled=origin.get("ended") == "cancelled", t=end or start)
 
 
 HEADER_KEYS = ("version", "id", "verifiers", "task")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.paths import new_session_dir
-from core.recordings.export import episode_json
+from core.recordings.export import episode_json, partial_episode
 from core.session.config import Config
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
 from core.session.store import RolloutStore
@@ -68,11 +68,7 @@ class Session:
         """Write one rollout's episode as JSON: the finished record when the run
         replied, else the traces as assembled so far."""
         rollout = self.store.rollouts[key]
-        record = rollout.record or {
-            "task": rollout.task_data,
-            "partial": True,
-            "traces": list(rollout.assembly.traces.values()),
-        }
+        record = rollout.record or partial_episode(rollout.task_data, rollout.assembly.traces.values(), rollout.reason)
         directory = directory or self.session_dir / "exports"
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{key.replace('/', '-')}.json"
