@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from core.session.engine import Engine, summary_lines
 from core.session.store import Rollout, Status
+from core.session.variant import VariantState
 
 POLL_SECONDS = 0.2
 
@@ -42,15 +43,22 @@ async def run_headless(
     await engine.start()
     settle = asyncio.get_running_loop().create_task(engine.wait())
 
+    def report_variants(names: set[str], settled: bool) -> None:
+        for name in sorted(names):
+            variant = engine.variants.get(name)
+            if variant is None or states.get(name) == variant.state.value or _settled(variant) != settled:
+                continue
+            states[name] = variant.state.value
+            reason = f" · {variant.reason}" if variant.reason else ""
+            print(f"{name}: {variant.state.value}{reason}", file=out, flush=True)
+
     def report() -> None:
+        """What changed since the last look, in the order it happened: a variant that
+        began something (starting, cancelling) before its rollouts' lines, one that
+        settled (done, cancelled, failed) after them."""
         changes = store.take_changes()
         now = store.clock()
-        for name in sorted(changes.variants):
-            variant = engine.variants.get(name)
-            if variant is not None and states.get(name) != variant.state.value:
-                states[name] = variant.state.value
-                reason = f" · {variant.reason}" if variant.reason else ""
-                print(f"{name}: {variant.state.value}{reason}", file=out, flush=True)
+        report_variants(changes.variants, settled=False)
         for key in changes.rollouts:
             rollout = store.rollouts[key]
             if rollout.status is Status.QUEUED or seen.get(key) == rollout.status:
@@ -67,6 +75,7 @@ async def run_headless(
                 cancelled.add(rollout.key)
                 engine.cancel_rollout(rollout.key)
                 print(f"{label} cancelling: silent for {idle:.0f}s", file=out, flush=True)
+        report_variants(changes.variants, settled=True)
 
     try:
         while not settle.done():
@@ -79,3 +88,10 @@ async def run_headless(
         print(line, file=out, flush=True)
     ok = store.rollouts and all(r.status is Status.DONE for r in store.rollouts.values())
     return 0 if ok else 1
+
+
+SETTLED = (VariantState.DONE, VariantState.CANCELLED, VariantState.FAILED)
+
+
+def _settled(variant: Any) -> bool:
+    return variant.state in SETTLED
