@@ -11,9 +11,9 @@ import asyncio
 import sys
 from typing import Any, TextIO
 
+from core.session.contracts import VariantState
 from core.session.engine import Engine, summary_lines
 from core.session.store import Rollout, Status
-from core.session.variant import VariantState
 
 POLL_SECONDS = 0.2
 
