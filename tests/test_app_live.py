@@ -64,11 +64,11 @@ async def live(tmp_path: Path, *variants: str, size: tuple[int, int] = (120, 40)
 
 
 def cell(app: TracewatchApp, key: str, column: str) -> str:
-    return app.table.get_cell(key, column).plain
+    return app.table.cell_text(key, column)
 
 
 def row_keys(app: TracewatchApp) -> list[str]:
-    return [row.key.value for row in app.table.ordered_rows]
+    return list(app.table.ordered_keys)
 
 
 async def rows_shown(pilot: Pilot, app: TracewatchApp, engine: Engine, count: int) -> None:

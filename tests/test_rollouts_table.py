@@ -10,7 +10,7 @@ from tui_standin import feed
 
 from core.session.store import RolloutStore
 from tui.rollout_filter import RowFilter
-from tui.rollouts_table import ROWS_PER_TICK, RolloutsTable
+from tui.rollouts_table import RolloutsTable
 
 
 class TableApp(App[None]):
@@ -22,21 +22,26 @@ class TableApp(App[None]):
         yield RolloutsTable(self.store, self.store.clock)
 
 
-def instrument(table: RolloutsTable) -> list[tuple[str, str]]:
-    """Record every `update_cell` as (row, column) and forbid rebuilds."""
-    calls: list[tuple[str, str]] = []
-    update_cell = table.update_cell
+def instrument(table: RolloutsTable) -> list[str]:
+    """Record every row drawn from the store and forbid rebuilding the index."""
+    drawn: list[str] = []
+    row_strip = table._row_strip
 
-    def counting(row_key, column_key, value, **kwargs):
-        calls.append((str(row_key), str(column_key)))
-        return update_cell(row_key, column_key, value, **kwargs)
+    def counting(key, layer):
+        drawn.append(key)
+        return row_strip(key, layer)
 
-    def no_clear(*args, **kwargs):
+    def no_rebuild(*args, **kwargs):
         raise AssertionError("the table was rebuilt for a delta")
 
-    table.update_cell = counting
-    table.clear = no_clear
-    return calls
+    table._row_strip = counting
+    table.rebuild = no_rebuild
+    return drawn
+
+
+def draw(table: RolloutsTable) -> list[str]:
+    """Every line on screen, as the compositor would ask for them."""
+    return [table.render_line(y).text for y in range(table.scrollable_content_region.height)]
 
 
 @pytest.fixture
@@ -49,38 +54,39 @@ def store() -> RolloutStore:
 
 
 def column(table: RolloutsTable, name: str) -> list[str]:
-    return [table.get_cell(row.key, name).plain for row in table.ordered_rows]
+    return [table.cell_text(key, name) for key in table.ordered_keys]
 
 
-async def test_a_delta_rewrites_only_the_changed_cells_of_its_row(store: RolloutStore) -> None:
+async def test_a_delta_redraws_only_its_row(store: RolloutStore) -> None:
     app = TableApp(store)
     async with app.run_test(size=(140, 30)):
         table = app.query_one(RolloutsTable)
         table.rebuild()
         assert table.row_count == 14
-        calls = instrument(table)
+        draw(table)
+        drawn = instrument(table)
         key = "candidate/run0/0"
         store.failed(key, "boom")
         table.sync(store.take_changes().rollouts)
-        assert calls and {row for row, _ in calls} == {key}
-        assert {col for _, col in calls} <= {"phase", "activity", "elapsed"}
-        assert table.get_cell(key, "phase").plain == "error"
-        calls.clear()
-        table.sync([key])  # nothing changed since: nothing written
-        assert calls == []
+        lines = draw(table)
+        assert set(drawn) <= {key, table.selected_key} and key in drawn
+        assert "error" in lines[1 + table.get_row_index(key)]
 
 
-async def test_a_burst_is_spread_over_ticks(store: RolloutStore) -> None:
+async def test_a_burst_of_new_rows_joins_in_one_sync(store: RolloutStore) -> None:
     app = TableApp(store)
     async with app.run_test(size=(140, 30)):
         table = app.query_one(RolloutsTable)
         table.rebuild()
-        for i in range(ROWS_PER_TICK + 10):
+        table.select("baseline/run2/0")
+        for i in range(1000):
             store.add_rollout("extra", 0, {"name": f"extra {i}"}, key=f"extra/{i}")
         table.sync(store.take_changes().added)
-        assert table.row_count == 14 + ROWS_PER_TICK
-        table.sync([])  # the next tick draws the rest
-        assert table.row_count == 14 + ROWS_PER_TICK + 10
+        assert table.row_count == 1014
+        assert table.selected_key == "baseline/run2/0"
+        drawn = instrument(table)
+        draw(table)
+        assert len(drawn) <= table.size.height  # drawing costs the rows on screen
 
 
 async def test_filter_rebuilds_once_and_follows_changes(store: RolloutStore) -> None:
@@ -98,6 +104,24 @@ async def test_filter_rebuilds_once_and_follows_changes(store: RolloutStore) -> 
         assert table.row_count == 6  # run0, error and cancel of both variants share the task
 
 
+async def test_the_cursor_stays_on_its_rollout_through_filter_and_inserts(store: RolloutStore) -> None:
+    app = TableApp(store)
+    async with app.run_test(size=(140, 30)):
+        table = app.query_one(RolloutsTable)
+        table.rebuild()
+        table.select("candidate/run2/0")
+        table.set_filter(RowFilter.parse("variant:cand"))
+        assert table.selected_key == "candidate/run2/0"
+        table.sort_by("tokens")
+        store.add_rollout("candidate", 0, {"name": "late"}, key="candidate/late")
+        table.sync(store.take_changes().added)
+        table.tick()  # the once-a-second re-sort
+        assert "candidate/late" in table.ordered_keys
+        assert table.selected_key == "candidate/run2/0"
+        table.set_filter(RowFilter())
+        assert table.selected_key == "candidate/run2/0" and table.row_count == 15
+
+
 async def test_sort_by_column_keeps_the_selected_rollout(store: RolloutStore) -> None:
     app = TableApp(store)
     async with app.run_test(size=(140, 30)):
@@ -111,10 +135,10 @@ async def test_sort_by_column_keeps_the_selected_rollout(store: RolloutStore) ->
         table.sort_by("tokens")  # again: reversed
         tokens = [int(t.replace(",", "")) for t in column(table, "tokens")]
         assert tokens == sorted(tokens, reverse=True)
-        assert table.columns["tokens"].label.plain.endswith("▼")
+        assert table.header_label("tokens").endswith("▼")
 
 
-async def test_tick_advances_only_running_rows_on_screen(store: RolloutStore) -> None:
+async def test_tick_redraws_only_running_rows_on_screen(store: RolloutStore) -> None:
     clock = [time.time()]
     store.clock = lambda: clock[0]
     for i in range(200):
@@ -125,12 +149,14 @@ async def test_tick_advances_only_running_rows_on_screen(store: RolloutStore) ->
         table = app.query_one(RolloutsTable)
         table.rebuild()
         table.sort_by("variant")
-        calls = instrument(table)
+        draw(table)
+        drawn = instrument(table)
         clock[0] += 5
         table.tick()
-        rows = {row for row, _ in calls}
-        assert 0 < len(rows) <= table.size.height
-        assert {col for _, col in calls} <= {"elapsed", "activity"}
+        lines = draw(table)
+        assert 0 < len(drawn) <= table.size.height
+        assert set(drawn) <= set(table.ordered_keys[: table.size.height])
+        assert any("0:05" in line for line in lines)
 
 
 def test_row_filter_parses_fields_and_words() -> None:

@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
@@ -34,9 +34,6 @@ from tui.variants_panel import VariantCard, VariantsPanel
 TICK = 1 / 30
 CARD_EVERY = 4
 """Cards redraw every fourth tick at most: their counts scan the variant's rollouts."""
-TABLE_EVERY = 3
-"""Rows redraw every third tick (10 Hz): any cell update makes the DataTable re-render
-every visible cell, which costs a fixed few tens of ms at 200x60 (bench/table.py)."""
 
 ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("start_variant", "Start variant", "Start the selected rollout's variant (or the focused card's)"),
@@ -170,15 +167,15 @@ class TracewatchApp(App[None]):
     # -- the tick ------------------------------------------------------------------
 
     def _tick(self) -> None:
-        """Read what changed since the last tick and redraw only that."""
+        """Read what changed since the last tick and redraw only that; nothing once the
+        app is shutting down (its widgets are being removed)."""
+        if not self.is_running:
+            return
         changes = self.store.take_changes()
         self._ticks += 1
         now = self.store.clock()
         with self.batch_update():
-            self.table.mark([*changes.added, *changes.rollouts])
-            if self._ticks % TABLE_EVERY == 0:
-                self.table.sync()
-                self._follow_cursor()
+            self.table.sync([*changes.added, *changes.rollouts])
             if self.selected in changes.rollouts:
                 self.trace_pane.refresh_trace(changes.traces)
                 self._show_timing(now)
@@ -237,17 +234,11 @@ class TracewatchApp(App[None]):
     def _rollout(self) -> Rollout | None:
         return self.store.rollouts.get(self.selected) if self.selected else None
 
-    @on(DataTable.RowHighlighted, "#rollouts")
-    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self._select(event.row_key.value)
-
-    def _follow_cursor(self) -> None:
-        """Rows filtered out or removed under a cursor that stays at its index send no
-        RowHighlighted: the selection follows the row the cursor is on, so `c` and
-        `x` act on the row the user sees, never on a hidden one."""
-        table = self.table
-        if 0 <= table.cursor_row < table.row_count:
-            self._select(table.selected_key)
+    @on(RolloutsTable.RowHighlighted, "#rollouts")
+    def _row_highlighted(self, event: RolloutsTable.RowHighlighted) -> None:
+        """The selection follows the rollout under the cursor (the table says when that
+        changes, filtering included), so `c` and `x` act on the row the user sees."""
+        self._select(event.key)
 
     def _select(self, key: str | None) -> None:
         if key != self.selected:
@@ -256,7 +247,7 @@ class TracewatchApp(App[None]):
             self.trace_pane.show(self._rollout())
             self._show_timing(self.store.clock())
 
-    @on(DataTable.RowSelected, "#rollouts")
+    @on(RolloutsTable.RowSelected, "#rollouts")
     def _row_selected(self) -> None:
         self.action_open_trace()
 
@@ -279,7 +270,6 @@ class TracewatchApp(App[None]):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.table.set_filter(RowFilter.parse(event.value))
-        self._follow_cursor()
 
     @on(Input.Submitted, "#filter")
     def action_leave_filter(self) -> None:

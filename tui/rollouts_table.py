@@ -1,9 +1,12 @@
-"""Every rollout of every variant, one keyed row each.
+"""Every rollout of every variant, one row each, drawn from the store on demand.
 
-The app's tick hands over the keys the store says changed; only cells whose value
-changed are written (`update_cell`), so a tick costs the same at 100 rows and 5,000.
-Elapsed and activity tick once a second for the running rows on screen. Only a new
-filter or a theme change rebuilds the rows.
+The table holds an index, not cells: the keys of the rollouts its filter lets through,
+in sort order. Building it (a filter keystroke, a sort, the first draw of 5,000 rows)
+is one pass of plain Python over the store; drawing reads the store for the rows on
+screen only, through the Line API (`render_line`) and a per-row strip cache, so a tick
+costs the rows that changed and are visible, however many rows there are. The cursor
+belongs to a rollout key: rows inserted, sorted or filtered around it leave the same
+rollout selected.
 """
 
 from __future__ import annotations
@@ -11,10 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from textual import events
 from textual.binding import Binding
-from textual.widgets import DataTable
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from core.session.store import PHASES, Rollout, RolloutStore, Status
 from tui.format import Palette, clock, reward_text, safe
@@ -35,31 +43,16 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
 """What a glance needs first (what runs, where it is, what it does now) on the left, so
 an 80-column terminal shows it without scrolling; the trace id, a cross-reference, last."""
 COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
+PADDING = 1
+"""Blank cells each side of a column's text."""
 NARROW = 110
 """Below this width the Task column gives up its extra width (`TASK_NARROW`)."""
 TASK_NARROW = 12
 TICKING = ("elapsed", "activity")
-ROWS_PER_TICK = 500
-"""A burst touching more rows than this is spread over the next ticks, so a tick never
-holds the loop long enough to delay a key press."""
 
 _PHASE_ORDER = {p: i for i, p in enumerate(("queued", "starting", *PHASES, "done", "error"))}
 
 Cell = tuple[str, Style]
-
-
-class KeyCell(Text):
-    """The first cell of a row; it carries its rollout key so `DataTable.sort` can
-    sort by live store values rather than by what the cells show."""
-
-    def __init__(self, text: str, style: Style, key: str) -> None:
-        super().__init__(text, style=style, no_wrap=True, overflow="ellipsis", end="")
-        self.rollout_key = key
-
-
-def _cell(text: str, style: Style) -> Text:
-    """A cell too narrow for its text ends in "…", so a cut name reads as cut."""
-    return Text(text, style=style, no_wrap=True, overflow="ellipsis", end="")
 
 
 def sort_value(column: str, rollout: Rollout, now: float) -> Any:
@@ -82,60 +75,143 @@ def sort_value(column: str, rollout: Rollout, now: float) -> Any:
             return getattr(rollout, column)
 
 
-class RolloutsTable(DataTable):
+def fit(text: str, width: int) -> str:
+    """`text` in exactly `width` cells: padded, or cut with "…" so a cut name reads as cut."""
+    size = len(text) if text.isascii() else cell_len(text)
+    if size <= width:
+        return text + " " * (width - size)
+    return set_cell_size(text, width - 1) + "…" if width > 0 else ""
+
+
+class RolloutsTable(ScrollView, can_focus=True):
+    """The rollouts table. The app's tick calls `mark`/`sync` with the keys the store
+    says changed and `tick` once a second; the filter and sort rebuild the index."""
+
+    DEFAULT_CSS = """
+    RolloutsTable {
+        background: $surface;
+        color: $foreground;
+        & > .rollouts-table--header { text-style: bold; background: $panel; color: $foreground; }
+        & > .rollouts-table--cursor {
+            background: $block-cursor-background;
+            color: $block-cursor-foreground;
+            text-style: $block-cursor-text-style;
+        }
+        &:blur > .rollouts-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+    }
+    """
+    COMPONENT_CLASSES = {"rollouts-table--header", "rollouts-table--cursor"}
+
     BINDINGS = [
+        Binding("enter", "select_cursor", "Select", show=False),
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "first", "First row", show=False),
+        Binding("end", "last", "Last row", show=False),
+        Binding("left", "scroll_left", "Scroll left", show=False),
+        Binding("right", "scroll_right", "Scroll right", show=False),
         Binding("o", "cycle_sort", "Sort", show=False, tooltip="Sort by the next column"),
         Binding("O", "reverse_sort", "Reverse sort", show=False),
     ]
 
+    class RowHighlighted(Message):
+        """The cursor is on another rollout (or on none: `key` is None)."""
+
+        def __init__(self, table: RolloutsTable, key: str | None) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+        @property
+        def control(self) -> RolloutsTable:
+            return self.table
+
+    class RowSelected(Message):
+        """Enter, or a click on the row the cursor is on."""
+
+        def __init__(self, table: RolloutsTable, key: str) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+        @property
+        def control(self) -> RolloutsTable:
+            return self.table
+
     def __init__(self, store: RolloutStore, clock_fn: Callable[[], float], **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", **kwargs)
+        super().__init__(**kwargs)
         self.store = store
         self.now = clock_fn
         self.row_filter = RowFilter()
         self.sort_column: str | None = None
         self.sort_reverse = False
         self.palette: Palette
-        self._shown: dict[str, dict[str, Cell]] = {}
+        self._keys: list[str] = []
+        """The index: shown rollouts' keys in display order."""
+        self._rows: dict[str, int] = {}
+        """Key -> position in `_keys`."""
         self._dirty: dict[str, None] = {}
         self._resort = False
-        self._narrow = False
+        self._cursor_row = 0
+        self._cursor_key: str | None = None
+        self._widths = self._column_widths(narrow=False)
+        self._strips: dict[str, Strip] = {}
+        """Each drawn row without the cursor, full width; dropped when its rollout changes."""
+        self._styles: dict[tuple[Style, str | None], Style] = {}
+        self.rows_drawn = 0
+        """How many rows were drawn from the store (to check a tick costs what changed)."""
 
-    def on_mount(self) -> None:
-        self._add_columns()
-        self.palette = Palette(self.app)
+    # -- what the app and tests read ---------------------------------------------------
 
-    def _add_columns(self) -> None:
-        for key, _label, width in COLUMNS:
-            if key == "task" and self._narrow:
-                width = TASK_NARROW
-            self.add_column(self._header(key), width=width, key=key)
+    @property
+    def row_count(self) -> int:
+        return len(self._keys)
 
-    def on_resize(self) -> None:
-        """Crossing `NARROW` re-lays the columns (rare: a terminal resize), never a tick."""
-        narrow = self.size.width < NARROW
-        if narrow != self._narrow:
-            self._narrow = narrow
-            selected = self.selected_key
-            self.clear(columns=True)
-            self._add_columns()
-            self.rebuild()
-            if selected is not None:
-                self.select(selected)
+    @property
+    def ordered_keys(self) -> list[str]:
+        """The shown rollouts, top to bottom (do not change it)."""
+        return self._keys
+
+    @property
+    def cursor_row(self) -> int:
+        return self._cursor_row
 
     @property
     def selected_key(self) -> str | None:
-        if not self.row_count:
-            return None
-        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return self._keys[self._cursor_row] if self._keys else None
+
+    def get_row_index(self, key: str) -> int:
+        return self._rows[key]
+
+    def cell_text(self, key: str, column: str) -> str:
+        """The text the row of `key` draws in `column` now, before it is fitted to the
+        column's width."""
+        return self._cells(self.store.rollouts[key], self.now(), (column,))[column][0]
+
+    def header_label(self, column: str) -> str:
+        label = next(label for key, label, _ in COLUMNS if key == column)
+        if column == self.sort_column:
+            label += " ▼" if self.sort_reverse else " ▲"
+        return label
+
+    # -- the app's API -------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.palette = Palette(self.app)
 
     def select(self, key: str) -> None:
-        if key in self._shown:
-            self.move_cursor(row=self.get_row_index(key))
+        if key in self._rows:
+            self._move_cursor(self._rows[key])
 
     def set_palette(self, palette: Palette) -> None:
         self.palette = palette
-        self.rebuild()
+        self._forget_drawing()
 
     def set_filter(self, row_filter: RowFilter) -> None:
         if row_filter != self.row_filter:
@@ -143,66 +219,78 @@ class RolloutsTable(DataTable):
             self.rebuild()
 
     def rebuild(self) -> None:
-        """Every row from scratch: once per filter or theme change, never per delta."""
-        selected = self.selected_key
-        self.clear()
-        self._shown.clear()
-        self._dirty.clear()
+        """The index from scratch, one pass over the store: a filter change or the
+        first draw, never a delta."""
         now = self.now()
-        for rollout in self.store.rollouts.values():
-            if self._wanted(rollout, now):
-                self._add(rollout, now)
-        self._apply_sort()
-        if selected is not None:
-            self.select(selected)
+        self._dirty.clear()
+        self._keys = [key for key, rollout in self.store.rollouts.items() if self._wanted(rollout, now)]
+        self._strips.clear()
+        self._reindex(sort=True)
 
     def mark(self, keys: Iterable[str]) -> None:
         """Rollouts whose rows the next `sync` redraws."""
         self._dirty.update(dict.fromkeys(keys))
 
     def sync(self, keys: Iterable[str] = ()) -> None:
-        """Redraw the rows of changed rollouts, at most `ROWS_PER_TICK` of them now."""
+        """Bring the changed rollouts' rows up to date: rows join or leave the index
+        as the filter says, changed rows on screen are redrawn."""
         self.mark(keys)
         if not self._dirty:
             return
         now = self.now()
-        batch = list(self._dirty)[:ROWS_PER_TICK]
-        for key in batch:
-            del self._dirty[key]
-            rollout = self.store.rollouts.get(key)
-            shown = key in self._shown
+        rollouts, rows, strips = self.store.rollouts, self._rows, self._strips
+        visible = set(self._visible_keys())
+        gone: set[str] = set()
+        added: list[str] = []
+        redraw = False
+        for key in self._dirty:
+            rollout = rollouts.get(key)
+            shown = key in rows
             if rollout is None or not self._wanted(rollout, now):
                 if shown:
-                    self.remove_row(key)
-                    del self._shown[key]
+                    gone.add(key)
             elif shown:
-                self._update(rollout, now, COLUMN_KEYS)
+                redraw = redraw or key in visible
+                strips.pop(key, None)
+                self._resort = self._resort or self.sort_column is not None
             else:
-                self._add(rollout, now)
-                self._resort = self.sort_column is not None
+                added.append(key)
+        self._dirty.clear()
+        if gone:
+            self._keys = [key for key in self._keys if key not in gone]
+            for key in gone:
+                strips.pop(key, None)
+        if added:
+            self._keys.extend(added)
+            self._resort = self._resort or self.sort_column is not None
+        if gone or added:
+            self._reindex(sort=False)
+        elif redraw:
+            self.refresh()
 
     def tick(self) -> None:
         """Once a second: advance elapsed/activity on the running rows on screen, and
         re-sort if sorted values changed since (never more often, so rows hold still)."""
+        running = False
+        rollouts = self.store.rollouts
+        for key in self._visible_keys():
+            rollout = rollouts.get(key)
+            if rollout is not None and not rollout.status.finished:
+                self._strips.pop(key, None)
+                running = True
+        if self.sort_column in TICKING and running:
+            self._resort = True
         if self._resort:
             self._resort = False
-            self._apply_sort()
-        if not self.row_count:
-            return
-        now = self.now()
-        first = int(self.scroll_y)
-        for row in self.ordered_rows[first : first + self.size.height]:
-            rollout = self.store.rollouts.get(row.key.value)
-            if rollout is not None and not rollout.status.finished:
-                self._update(rollout, now, TICKING)
+            self._reindex(sort=True)
+        elif running:
+            self.refresh()
 
     def sort_by(self, column: str, reverse: bool | None = None) -> None:
         if reverse is None:
             reverse = not self.sort_reverse if column == self.sort_column else False
-        previous, self.sort_column, self.sort_reverse = self.sort_column, column, reverse
-        for key in {previous, column} - {None}:
-            self.columns[key].label = self._header(key)
-        self._apply_sort()
+        self.sort_column, self.sort_reverse = column, reverse
+        self._reindex(sort=True)
 
     def action_cycle_sort(self) -> None:
         index = COLUMN_KEYS.index(self.sort_column) + 1 if self.sort_column else 0
@@ -211,51 +299,161 @@ class RolloutsTable(DataTable):
     def action_reverse_sort(self) -> None:
         self.sort_by(self.sort_column or COLUMN_KEYS[0], reverse=not self.sort_reverse)
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        event.stop()
-        self.sort_by(event.column_key.value)
-
-    def _header(self, column: str) -> Text:
-        label = next(label for key, label, _ in COLUMNS if key == column)
-        if column == self.sort_column:
-            label += " ▼" if self.sort_reverse else " ▲"
-        return Text(label)
-
-    def _apply_sort(self) -> None:
-        if self.sort_column is None or not self.row_count:
-            return
-        selected, column, now = self.selected_key, self.sort_column, self.now()
-        rollouts = self.store.rollouts
-        self.sort(
-            "variant",
-            key=lambda cell: sort_value(column, rollouts[cell.rollout_key], now),
-            reverse=self.sort_reverse,
-        )
-        if selected is not None:
-            self.select(selected)
+    # -- the index and the cursor ----------------------------------------------------------
 
     def _wanted(self, rollout: Rollout, now: float) -> bool:
         return not self.row_filter or self.row_filter.matches(rollout, now, self.store.stall_seconds)
 
-    def _add(self, rollout: Rollout, now: float) -> None:
-        cells = self._cells(rollout, now, COLUMN_KEYS)
-        self._shown[rollout.key] = cells
-        first, *rest = (cells[key] for key in COLUMN_KEYS)
-        self.add_row(
-            KeyCell(*first, rollout.key),
-            *(_cell(text, style) for text, style in rest),
-            key=rollout.key,
-        )
+    def _reindex(self, sort: bool) -> None:
+        """After the index changed: sort it if asked, find every key's row again, keep
+        the cursor on its rollout (or, when that one left, at its place)."""
+        if sort and self.sort_column is not None:
+            column, now, rollouts = self.sort_column, self.now(), self.store.rollouts
+            self._keys.sort(key=lambda key: sort_value(column, rollouts[key], now), reverse=self.sort_reverse)
+        self._rows = {key: row for row, key in enumerate(self._keys)}
+        self.virtual_size = Size(sum(self._widths), len(self._keys) + 1)
+        row = self._rows.get(self._cursor_key) if self._cursor_key is not None else None
+        self._move_cursor(self._cursor_row if row is None else row)
+        self.refresh()
 
-    def _update(self, rollout: Rollout, now: float, columns: tuple[str, ...]) -> None:
-        shown = self._shown[rollout.key]
-        for column, cell in self._cells(rollout, now, columns).items():
-            if shown[column] != cell:
-                shown[column] = cell
-                if column == self.sort_column:
-                    self._resort = True
-                value = KeyCell(*cell, rollout.key) if column == "variant" else _cell(*cell)
-                self.update_cell(rollout.key, column, value)
+    def _move_cursor(self, row: int) -> None:
+        self._cursor_row = max(0, min(row, len(self._keys) - 1))
+        key = self.selected_key
+        if key != self._cursor_key:
+            self._cursor_key = key
+            self.post_message(self.RowHighlighted(self, key))
+        self._scroll_to_cursor()
+        self.refresh()
+
+    def _scroll_to_cursor(self) -> None:
+        if not self.is_mounted:
+            return
+        height = self._body_height()
+        top = int(self.scroll_y)
+        if self._cursor_row < top:
+            self.scroll_to(y=self._cursor_row, animate=False, immediate=True)
+        elif height > 0 and self._cursor_row >= top + height:
+            self.scroll_to(y=self._cursor_row - height + 1, animate=False, immediate=True)
+
+    def _body_height(self) -> int:
+        """Rows that fit under the header."""
+        return max(0, self.scrollable_content_region.height - 1)
+
+    def _visible_keys(self) -> list[str]:
+        top = int(self.scroll_y)
+        return self._keys[top : top + self._body_height()]
+
+    # -- keys and mouse ------------------------------------------------------------------
+
+    def action_cursor(self, step: int) -> None:
+        self._move_cursor(self._cursor_row + step)
+
+    def action_page(self, step: int) -> None:
+        self._move_cursor(self._cursor_row + step * max(1, self._body_height()))
+
+    def action_first(self) -> None:
+        self._move_cursor(0)
+
+    def action_last(self) -> None:
+        self._move_cursor(len(self._keys) - 1)
+
+    def action_select_cursor(self) -> None:
+        if self._keys:
+            self.post_message(self.RowSelected(self, self.selected_key))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        if offset.y == 0:
+            column = self._column_at(offset.x + int(self.scroll_x))
+            if column is not None:
+                self.sort_by(column)
+            return
+        row = int(self.scroll_y) + offset.y - 1
+        if row < len(self._keys):
+            if row == self._cursor_row:
+                self.action_select_cursor()
+            else:
+                self._move_cursor(row)
+
+    def _column_at(self, x: int) -> str | None:
+        for key, width in zip(COLUMN_KEYS, self._widths, strict=True):
+            if x < width:
+                return key
+            x -= width
+        return None
+
+    # -- drawing ---------------------------------------------------------------------------
+
+    def on_resize(self) -> None:
+        """Crossing `NARROW` re-lays the columns (rare: a terminal resize), never a tick."""
+        widths = self._column_widths(narrow=self.size.width < NARROW)
+        if widths != self._widths:
+            self._widths = widths
+            self.virtual_size = Size(sum(widths), len(self._keys) + 1)
+            self._forget_drawing()
+        self._scroll_to_cursor()
+
+    @staticmethod
+    def _column_widths(narrow: bool) -> list[int]:
+        """Each column's width on screen, its padding included."""
+        return [(TASK_NARROW if key == "task" and narrow else width) + 2 * PADDING for key, _, width in COLUMNS]
+
+    def notify_style_update(self) -> None:
+        """A theme or CSS change: styles are resolved again, rows redrawn."""
+        super().notify_style_update()
+        self._forget_drawing()
+
+    def _forget_drawing(self) -> None:
+        self._styles.clear()
+        self._strips.clear()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        x = int(self.scroll_x)
+        if y == 0:
+            strip = self._header_strip()
+        else:
+            row = int(self.scroll_y) + y - 1
+            if row >= len(self._keys):
+                return Strip.blank(width, self.rich_style)
+            key = self._keys[row]
+            if row == self._cursor_row:
+                strip = self._row_strip(key, "cursor")
+            else:
+                strip = self._strips.get(key) or self._strips.setdefault(key, self._row_strip(key, None))
+        return strip.crop_extend(x, x + width, self.rich_style)
+
+    def _header_strip(self) -> Strip:
+        style = self._style(Style(), "header")
+        pad = " " * PADDING
+        texts = (pad + fit(self.header_label(key), width - 2 * PADDING) + pad for key, width in zip(COLUMN_KEYS, self._widths, strict=True))
+        return Strip([Segment("".join(texts), style)], sum(self._widths))
+
+    def _row_strip(self, key: str, layer: str | None) -> Strip:
+        rollout = self.store.rollouts.get(key)
+        if rollout is None:
+            return Strip.blank(sum(self._widths), self.rich_style)
+        self.rows_drawn += 1
+        cells = self._cells(rollout, self.now(), COLUMN_KEYS)
+        pad = " " * PADDING
+        segments = [
+            Segment(pad + fit(text, width - 2 * PADDING) + pad, self._style(style, layer))
+            for (text, style), width in zip(cells.values(), self._widths, strict=True)
+        ]
+        return Strip(segments, sum(self._widths))
+
+    def _style(self, cell: Style, layer: str | None) -> Style:
+        """A cell's style over the widget's, under the cursor's or the header's."""
+        cached = self._styles.get((cell, layer))
+        if cached is None:
+            cached = self.rich_style + cell
+            if layer is not None:
+                cached += self.get_component_rich_style(f"rollouts-table--{layer}")
+            self._styles[(cell, layer)] = cached
+        return cached
 
     def _cells(self, rollout: Rollout, now: float, columns: tuple[str, ...]) -> dict[str, Cell]:
         palette = self.palette
