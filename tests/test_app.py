@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from polling import until
 from textual.pilot import Pilot
-from textual.widgets import Button, Select, TabbedContent
+from textual.widgets import Button, Input, Static, TabbedContent
 from tui_standin import StandInEngine, load_fixture, make_engine
 
-from tui.app import ACTIONS, TracewatchApp
+from tui.app import TracewatchApp
+from tui.keys import KEYS
 from tui.rollouts_table import COLUMNS, RolloutsTable
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.timing_view import TimingView
@@ -71,6 +72,41 @@ async def test_filter_narrows_the_table() -> None:
         await until(pilot, lambda: rows.row_count == 1)
         await pilot.press("escape")
         assert app.focused is rows
+
+
+async def test_escape_clears_the_filter_from_the_field_or_the_table() -> None:
+    """Issue 11 item 6: Escape clears the filter and returns to the table."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        rows = await started(pilot)
+        field = app.query_one("#filter", Input)
+        await pilot.press("slash", *"status:failed")
+        await until(pilot, lambda: rows.row_count == 2)
+        await pilot.press("escape")
+        await until(pilot, lambda: rows.row_count == 14)
+        assert app.focused is rows and field.value == "" and not field.display
+        await pilot.press("slash", *"status:failed", "enter")
+        await until(pilot, lambda: rows.row_count == 2)
+        assert app.focused is rows and field.display, "enter keeps the filter"
+        await pilot.press("escape")
+        await until(pilot, lambda: rows.row_count == 14)
+        assert field.value == "" and not field.display
+
+
+async def test_a_filter_value_that_cannot_match_says_which_values_exist() -> None:
+    """Issue 11 item 21: `status:bogus` names the statuses rather than showing 0 rows."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        rows = await started(pilot)
+        hint = app.query_one("#filter-hint", Static)
+        await pilot.press("slash", *"status:bogus")
+        await until(pilot, lambda: rows.row_count == 0 and hint.display)
+        text = str(hint.render())
+        assert "status:bogus matches nothing" in text and "running" in text and "stalled" in text
+        await pilot.press(*["backspace"] * 5, *"fail")
+        await until(pilot, lambda: rows.row_count == 2 and not hint.display)
+        await pilot.press("ctrl+u", *"variant:nobody")
+        await until(pilot, lambda: hint.display and "baseline, candidate" in str(hint.render()))
 
 
 async def test_header_click_and_key_sort() -> None:
@@ -141,9 +177,10 @@ async def test_help_palette_and_readonly() -> None:
         await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
-        titles = {command.title for command in app.get_system_commands(app.screen)}
-        live_actions = {title for action, title, _ in ACTIONS if not action.startswith("replay_")}
-        assert live_actions <= titles
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        live_actions = {key.title for key in KEYS if key.palette and key.where != "replay"}
+        assert live_actions <= set(titles)
+        assert titles.count("Quit") == 1, "one Quit: ours, which stops the servers"
         assert not any(title.startswith("Replay") for title in titles), "no replay controls on a live session"
         assert all(button.disabled for button in app.query(Button).results() if button.has_class("start", "cancel"))
         await pilot.press("c", "x", "s")
@@ -236,7 +273,7 @@ async def test_main_screens_render_at_small_and_large_sizes(size: tuple[int, int
         assert "agent" in svg_text(svg(app, tmp_path, f"timing-{size[0]}"))
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen))
-        assert "cancel variant" in svg_text(svg(app, tmp_path, f"help-{size[0]}"))
+        assert "cancel a variant" in svg_text(svg(app, tmp_path, f"help-{size[0]}"))
 
 
 async def test_copy_the_selected_message_and_switch_panes() -> None:
@@ -271,10 +308,16 @@ async def test_trace_switcher_for_a_multi_trace_episode() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot, rows=15)
         await select(pilot, "baseline/multi")
-        switcher = app.query_one("#trace-switcher", Select)
-        await until(pilot, lambda: switcher.display)
+        switcher = await until(pilot, lambda: app.trace_pane.switcher)
         first, second = list(rollout.traces)
         assert app.trace_pane.trace_id == first
+        assert [value for _label, value in switcher._options] == [first, second], "no blank entry"
+        await pilot.press("tab")
+        assert app.focused is switcher, "tab reaches the switcher, before the transcript"
+        await pilot.press("tab")
+        assert app.focused is app.trace_pane.transcript
+        await pilot.press("shift+tab", "shift+tab")
+        assert app.focused is app.table
         switcher.value = second
         await until(pilot, lambda: app.timing.trace_id == second)
         assert app.trace_pane.trace_id == second
@@ -298,3 +341,14 @@ async def test_zero_width_and_direction_characters_show_visibly(tmp_path: Path) 
         shot = svg_text(svg(app, tmp_path, "invisible"))
         assert not set(INVISIBLE) & set(shot)
         assert "rm\\u200b" in shot
+
+
+async def test_g_and_G_go_to_the_first_and_last_rows() -> None:
+    """Issue 11 item 18: Home/End and g/G move rows, not columns."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        rows = await started(pilot)
+        for key, row in (("G", -1), ("g", 0), ("end", -1), ("home", 0)):
+            await pilot.press(key)
+            await until(pilot, lambda row=row: app.selected == rows.ordered_keys[row])
+            assert rows.scroll_x == 0

@@ -14,15 +14,16 @@ from rich.text import Text
 from textual import on, work
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
 from tui.format import Palette, safe
+from tui.keys import KEYS, bindings
 from tui.logs_view import LogsView
 from tui.rollout_filter import RowFilter
 from tui.rollouts_table import RolloutsTable
@@ -35,71 +36,10 @@ TICK = 1 / 30
 CARD_EVERY = 4
 """Cards redraw every fourth tick at most: their counts scan the variant's rollouts."""
 
-ACTIONS: tuple[tuple[str, str, str], ...] = (
-    ("start_variant", "Start variant", "Start the selected rollout's variant (or the focused card's)"),
-    ("cancel_variant", "Cancel variant", "Cancel every run, then stop the server (asks to confirm)"),
-    ("cancel_rollout", "Cancel rollout", "Send a cancel for the selected rollout"),
-    ("filter", "Filter rollouts", "Filter: variant:NAME status:running phase:agent TEXT"),
-    ("open_trace", "Open trace", "Show the selected rollout's transcript"),
-    ("switch_pane", "Switch pane", "Move focus: table, details, variants"),
-    ("toggle_follow", "Toggle follow", "Keep the transcript at its newest turn, or stop"),
-    ("export", "Export episode", "Write the selected episode as JSON"),
-    ("copy", "Copy message", "Copy the selected message or tool result (OSC 52)"),
-    ("show_tab('tab-trace')", "Show trace tab", "Details: the transcript"),
-    ("show_tab('tab-timing')", "Show timing tab", "Details: phase waterfall and per-variant p50/p95"),
-    ("show_tab('tab-logs')", "Show logs tab", "Details: the variant servers' output"),
-    ("cycle_sort", "Sort by next column", "Sort the rollouts table by the next column"),
-    ("reverse_sort", "Reverse sort", "Reverse the rollouts table's order"),
-    ("replay_pause", "Replay: pause or play", "Pause or resume a replay"),
-    ("replay_step", "Replay: step", "Apply the next recorded record"),
-    ("replay_seek", "Replay: seek to rollout", "Play fast until the selected rollout ends, then pause"),
-    ("help", "Help", "Every key"),
-    ("quit", "Quit", "Cancel runs, stop servers, exit"),
-)
-
-TABLE_ACTIONS = ("cycle_sort", "reverse_sort")
-
-
 class TracewatchApp(App[None]):
     CSS_PATH = "app.tcss"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (180, "-wide")]
-    BINDINGS = [
-        Binding("s", "start_variant", "Start"),
-        Binding("x", "cancel_variant", "Cancel var"),
-        Binding("c", "cancel_rollout", "Cancel run"),
-        Binding("slash", "filter", "Filter", priority=True),
-        Binding("enter", "open_trace", "Trace", show=False),
-        Binding("tab", "switch_pane", "Pane", show=False, priority=True),
-        Binding("f", "toggle_follow", "Follow"),
-        Binding("e", "export", "Export"),
-        Binding("ctrl+y,w", "copy", "Copy", show=False),
-        Binding("1", "show_tab('tab-trace')", "Trace", show=False),
-        Binding("2", "show_tab('tab-timing')", "Timing", show=False),
-        Binding("3", "show_tab('tab-logs')", "Logs", show=False),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
-        Binding("escape", "leave_filter", show=False),
-        Binding("space", "replay_pause", "Pause/play"),
-        Binding("n", "replay_step", "Step"),
-        Binding("g", "replay_seek", "Seek here"),
-    ]
-    KEYS_HELP = (
-        ("s", "start variant (selected rollout's, or the focused card's)"),
-        ("x", "cancel variant: confirm with y; again while cancelling: SIGKILL now"),
-        ("c", "cancel the selected rollout"),
-        ("/", "filter: variant:NAME status:running,failed phase:agent TEXT"),
-        ("enter", "open the selected rollout's trace"),
-        ("tab", "switch pane: table, details, variants"),
-        ("1 2 3", "details tab: trace, timing, logs"),
-        ("o / O", "sort by the next column / reverse the order"),
-        ("f", "follow the transcript's newest turn (toggle)"),
-        ("e", "export the selected episode as JSON"),
-        ("ctrl+y, w", "copy the selected message or tool result"),
-        ("ctrl+p", "command palette: every action"),
-        ("space n g", "replays: pause/play, step one record, play fast to the selected rollout's end"),
-        ("?", "this help"),
-        ("q", "quit: cancel runs, stop servers, exit"),
-    )
+    BINDINGS = bindings("app", "replay")
 
     def __init__(self, engine: SessionView, *, title: str | None = None) -> None:
         super().__init__()
@@ -120,6 +60,7 @@ class TracewatchApp(App[None]):
         with Vertical(id="body"):
             with Vertical(id="table-pane"):
                 yield Input(placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True, select_on_focus=False)
+                yield Static(markup=False, id="filter-hint")
                 yield RolloutsTable(self.store, self.store.clock, id="rollouts")
             with TabbedContent(id="detail", initial="tab-trace"):
                 with TabPane("Trace", id="tab-trace"):
@@ -269,15 +210,35 @@ class TracewatchApp(App[None]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self.table.set_filter(RowFilter.parse(event.value))
+        row_filter = RowFilter.parse(event.value)
+        self.table.set_filter(row_filter)
+        self._show_filter_hint(row_filter)
+
+    def _show_filter_hint(self, row_filter: RowFilter) -> None:
+        """Say why a filter shows nothing: a value no rollout can have (and which exist),
+        or no match; never an empty table without a word."""
+        hint = self.query_one("#filter-hint", Static)
+        problems = row_filter.problems(self.store.variants)
+        if not problems and row_filter and not self.table.row_count:
+            problems = ["no rollout matches (Esc clears the filter)"]
+        hint.update("; ".join(problems))
+        hint.display = bool(problems)
 
     @on(Input.Submitted, "#filter")
-    def action_leave_filter(self) -> None:
-        """Back to the table; an empty filter hides its input."""
+    def _filter_submitted(self) -> None:
+        """Enter keeps the filter and goes back to the table; an empty one hides."""
         field = self.query_one("#filter", Input)
-        if self.focused is field:
-            field.set_class(bool(field.value), "-visible")
-            self.table.focus()
+        field.set_class(bool(field.value), "-visible")
+        self.table.focus()
+
+    def action_clear_filter(self) -> None:
+        """Escape in the filter or the table clears the filter, back on the table."""
+        field = self.query_one("#filter", Input)
+        if self.focused is not field and not (self.focused is self.table and field.value):
+            raise SkipAction()
+        field.value = ""
+        field.remove_class("-visible")
+        self.table.focus()
 
     # -- commands ----------------------------------------------------------------------
 
@@ -364,19 +325,25 @@ class TracewatchApp(App[None]):
         self.detail.active = tab
         self._second()
 
-    def action_switch_pane(self) -> None:
-        """Cycle focus over the three panes (table, details, variants), not every button."""
+    def action_switch_pane(self, step: int = 1) -> None:
+        """Cycle focus over the panes (table, the trace switcher when there is one, the
+        details, the variant cards), not every button; shift+tab goes back."""
+        if self.screen is not self.screen_stack[0]:
+            raise SkipAction()
         panel = self.query_one(VariantsPanel)
-        panes = (self.table, self.detail, panel)
+        pane = self.detail.get_pane(self.detail.active)
+        details: list[Widget] = []
+        if pane.id == "tab-trace":
+            if (switcher := self.trace_pane.switcher) is not None:
+                details.append(switcher)
+            details.append(self.trace_pane.transcript)
+        else:
+            details.append(next((w for w in pane.query("*") if w.focusable and w.display), self.detail))
+        panes: list[Widget] = [self.table, *details, panel]
         focused = self.focused
         current = next((i for i, p in enumerate(panes) if focused is p or (focused and p in focused.ancestors)), -1)
-        target = panes[(current + 1) % len(panes)]
-        if target is self.detail:
-            pane = self.detail.get_pane(self.detail.active)
-            target = self.trace_pane.transcript if pane.id == "tab-trace" else next(
-                (w for w in pane.query("*") if w.focusable and w.display), self.detail
-            )
-        elif target is panel:
+        target = panes[(current + step) % len(panes)]
+        if target is panel:
             target = next(iter(self.cards.values()), self.table)
         target.focus()
 
@@ -409,7 +376,7 @@ class TracewatchApp(App[None]):
             self.call_from_thread(self.notify, safe(str(path)), title="Exported")
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(list(self.KEYS_HELP)))
+        self.push_screen(HelpScreen(KEYS))
 
     async def action_quit(self) -> None:
         if not self._quitting:
@@ -454,9 +421,13 @@ class TracewatchApp(App[None]):
         self.notify(f"Playing fast until {self.selected} ends.")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        for action, title, help_text in ACTIONS:
-            if not self.check_action(action, ()):
-                continue
-            target = self.table if action in TABLE_ACTIONS else self
-            yield SystemCommand(title, help_text, lambda action=action, target=target: self.run_action(action, target))
+        """Every key's action, then Textual's own commands less those we already list
+        (its Quit would skip stopping the servers)."""
+        ours = [key for key in KEYS if key.palette and self.check_action(key.action.partition("(")[0], ())]
+        titles = {key.title for key in ours}
+        for key in ours:
+            target = self.table if key.where == "table" else self
+            yield SystemCommand(key.title, key.help, lambda key=key, target=target: self.run_action(key.action, target))
+        for command in super().get_system_commands(screen):
+            if command.title not in titles:
+                yield command

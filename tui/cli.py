@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 from core.demo.config import demo_config
@@ -33,12 +34,27 @@ def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
         parser.add_argument("--cancel-stalled", type=float, metavar="SECONDS", help="headless: cancel a rollout that sent nothing for this long")
 
 
+class _ShowDefaults(argparse.HelpFormatter):
+    """--help names each option's default, where it has one worth naming."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _parser(prog: str, description: str, **kwargs: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=_ShowDefaults, **kwargs)
+
+
 def main_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tracewatch",
-        description="Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
+    parser = _parser(
+        "tracewatch",
+        "Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
         epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('tracewatch')}")
     parser.add_argument("config", nargs="?", type=Path, help="a TOML config of variants (see README)")
     parser.add_argument("--speed", type=float, default=1.0, help="demo only: scale the demo servers' pace (2 = twice as fast)")
     _common(parser)
@@ -46,7 +62,7 @@ def main_parser() -> argparse.ArgumentParser:
 
 
 def attach_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tracewatch attach", description="Dispatch tasks to an env server that already runs (an EnvServer or EnvServerPool).")
+    parser = _parser("tracewatch attach", "Dispatch tasks to an env server that already runs (an EnvServer or EnvServerPool).")
     parser.add_argument("address", help="tcp://host:port of the server")
     parser.add_argument("--tasks", type=Path, required=True, help="JSONL file, one task_data object per line")
     parser.add_argument("--rollouts", type=int, default=1, help="rollouts per task")
@@ -59,7 +75,7 @@ def attach_parser() -> argparse.ArgumentParser:
 
 
 def replay_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tracewatch replay", description="Replay a recorded session in the same app.")
+    parser = _parser("tracewatch replay", "Replay a recorded session in the same app.")
     parser.add_argument("file", type=Path)
     parser.add_argument("--speed", type=float, default=1.0, help="recorded pace times X; 0 replays as fast as possible")
     _common(parser, live=False)
@@ -67,9 +83,9 @@ def replay_parser() -> argparse.ArgumentParser:
 
 
 def open_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tracewatch open",
-        description="Browse offline: a finished verifiers run directory, a traces JSONL file, or a recording (*.twrec, loaded one rollout at a time).",
+    parser = _parser(
+        "tracewatch open",
+        "Browse offline: a finished verifiers run directory, a traces JSONL file, or a recording (*.twrec, loaded one rollout at a time).",
     )
     parser.add_argument("path", type=Path)
     _common(parser, live=False)
@@ -77,7 +93,7 @@ def open_parser() -> argparse.ArgumentParser:
 
 
 def export_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tracewatch export", description="Write a whole recording as JSONL: every record, or with --episodes one assembled episode per line (the shape of a verifiers traces.jsonl).")
+    parser = _parser("tracewatch export", "Write a whole recording as JSONL: every record, or with --episodes one assembled episode per line (the shape of a verifiers traces.jsonl).")
     parser.add_argument("recording", type=Path)
     parser.add_argument("output", type=Path)
     parser.add_argument("--episodes", action="store_true", help="one assembled episode per line instead of every record")

@@ -7,11 +7,15 @@ picks rollouts with no delta for longer than the store's stall threshold.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from core.session.store import Rollout
+from core.session.store import PHASES, Rollout, Status
 
 FIELDS = ("variant", "status", "phase")
+STATUSES = (*(status.value for status in Status), "stalled")
+PHASE_NAMES = ("queued", "starting", *PHASES, "done", "error", "failed", "cancelling", "cancelled")
+"""Every value `Rollout.phase` takes."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,17 @@ class RowFilter:
 
     def __bool__(self) -> bool:
         return bool(self.variants or self.statuses or self.phases or self.words)
+
+    def problems(self, variants: Iterable[str]) -> list[str]:
+        """A value no rollout can match, with the values there are: `status:bogus`
+        shows why the table is empty rather than just an empty table."""
+        known = {"variant": tuple(v.lower() for v in variants), "status": STATUSES, "phase": PHASE_NAMES}
+        found = []
+        for name, values in (("variant", self.variants), ("status", self.statuses), ("phase", self.phases)):
+            for value in values:
+                if not _any_in((value,), " ".join(known[name])):
+                    found.append(f"{name}:{value} matches nothing; {name} is one of {', '.join(known[name]) or '(none yet)'}")
+        return found
 
     def matches(self, rollout: Rollout, now: float, stall_seconds: float) -> bool:
         if self.variants and not _any_in(self.variants, rollout.variant.lower()):

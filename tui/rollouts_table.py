@@ -18,7 +18,6 @@ from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -26,6 +25,7 @@ from textual.strip import Strip
 
 from core.session.store import PHASES, Rollout, RolloutStore, Status
 from tui.format import Palette, clock, reward_text, safe
+from tui.keys import bindings
 from tui.rollout_filter import RowFilter
 
 COLUMNS: tuple[tuple[str, str, int], ...] = (
@@ -106,19 +106,7 @@ class RolloutsTable(ScrollView, can_focus=True):
     """
     COMPONENT_CLASSES = {"rollouts-table--header", "rollouts-table--cursor"}
 
-    BINDINGS = [
-        Binding("enter", "select_cursor", "Select", show=False),
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "first", "First row", show=False),
-        Binding("end", "last", "Last row", show=False),
-        Binding("left", "scroll_left", "Scroll left", show=False),
-        Binding("right", "scroll_right", "Scroll right", show=False),
-        Binding("o", "cycle_sort", "Sort", show=False, tooltip="Sort by the next column"),
-        Binding("O", "reverse_sort", "Reverse sort", show=False),
-    ]
+    BINDINGS = bindings("table")
 
     class RowHighlighted(Message):
         """The cursor is on another rollout (or on none: `key` is None)."""

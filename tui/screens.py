@@ -3,7 +3,7 @@ the engine stops every run and child."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from rich.text import Text
 from textual import on
@@ -14,22 +14,30 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from tui.format import safe
+from tui.keys import WHERE, Key
 
 
 class HelpScreen(ModalScreen[None]):
+    """Every key from `tui.keys.KEYS`, by where it works; as wide as the terminal lets."""
+
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
 
-    def __init__(self, keys: list[tuple[str, str]]) -> None:
+    def __init__(self, keys: Iterable[Key]) -> None:
         super().__init__(classes="modal")
-        self.keys = keys
+        self.keys = list(keys)
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
-        text.append("tracewatch keys\n\n", style="bold")
-        width = max(len(key) for key, _ in self.keys)
-        for key, description in self.keys:
-            text.append(f"{key:>{width}}  ", style="bold")
-            text.append(f"{description}\n")
+        text.append("tracewatch keys", style="bold")
+        width = max(len(key.shown) for key in self.keys)
+        for where, heading in WHERE.items():
+            keys = [key for key in self.keys if key.where == where]
+            if not keys:
+                continue
+            text.append(f"\n\n{heading}\n", style="bold underline")
+            for key in keys:
+                text.append(f"{key.shown:>{width}}  ", style="bold")
+                text.append(f"{key.help}\n")
         text.append("\nMouse: click a row, a column header to sort, a card's buttons, a tab.", style="dim")
         with VerticalScroll(classes="dialog", id="help"):
             yield Static(text, markup=False)

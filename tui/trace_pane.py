@@ -38,15 +38,17 @@ class TracePane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(markup=False, id="trace-title")
-        yield Select([], allow_blank=True, compact=True, id="trace-switcher", prompt="trace")
         yield Transcript(id="transcript", clock=self.clock)
 
     @property
     def transcript(self) -> Transcript:
         return self.query_one(Transcript)
 
-    def on_mount(self) -> None:
-        self.query_one("#trace-switcher").display = False
+    @property
+    def switcher(self) -> Select[str] | None:
+        """The trace switcher, there only while the rollout has more than one trace."""
+        found = self.query("#trace-switcher")
+        return found.first(Select) if found else None
 
     def show(self, rollout: Rollout | None) -> None:
         """Switch to another rollout (its first trace)."""
@@ -83,13 +85,22 @@ class TracePane(Vertical):
         return text
 
     def _fill_switcher(self, rollout: Rollout) -> None:
-        switcher = self.query_one("#trace-switcher", Select)
+        """A switcher with one entry per trace and no blank one (a blank pick would
+        leave the old transcript under a bare label); none for a single trace."""
         options = [(trace_label(i, trace), trace.id) for i, trace in enumerate(rollout.traces.values())]
+        switcher = self.switcher
+        if len(options) < 2:
+            if switcher is not None:
+                switcher.remove()
+            return
+        value = self.trace_id if self.trace_id in rollout.traces else options[0][1]
+        if switcher is None:
+            switcher = Select(options, value=value, allow_blank=False, compact=True, id="trace-switcher")
+            self.mount(switcher, before=self.transcript)
+            return
         with switcher.prevent(Select.Changed):
             switcher.set_options(options)
-            if self.trace_id in rollout.traces:
-                switcher.value = self.trace_id
-        switcher.display = len(options) > 1
+            switcher.value = value
 
     def _pick(self, trace_id: str | None) -> None:
         self.trace_id = trace_id
@@ -97,9 +108,9 @@ class TracePane(Vertical):
         if rollout is None or trace_id is None:
             self.transcript.show(None, None)
             return
-        switcher = self.query_one("#trace-switcher", Select)
-        with switcher.prevent(Select.Changed):
-            switcher.value = trace_id
+        if (switcher := self.switcher) is not None and switcher.value != trace_id:
+            with switcher.prevent(Select.Changed):
+                switcher.value = trace_id
         self.transcript.show(rollout.key, rollout.traces[trace_id])
 
     @on(Select.Changed, "#trace-switcher")

@@ -19,7 +19,6 @@ from typing import Any
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.reactive import var
@@ -27,6 +26,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.session.store import TraceState
+from tui.keys import bindings
 from tui.text import wrap
 from tui.transcript_lines import (
     ROLES,
@@ -105,12 +105,7 @@ class Transcript(ScrollView, can_focus=True):
         )
     }
 
-    BINDINGS = [
-        Binding("up,left_square_bracket", "cursor(-1)", "Previous message", show=False),
-        Binding("down,right_square_bracket", "cursor(1)", "Next message", show=False),
-        Binding("escape", "clear_cursor", "Clear selection", show=False),
-        Binding("end", "jump_end", "Follow", show=False),
-    ]
+    BINDINGS = bindings("transcript")
 
     following: var[bool] = var(True)
     """The view sticks to the bottom as lines arrive."""

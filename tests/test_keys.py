@@ -1,0 +1,60 @@
+"""Issue 11 item 17: one table of keys (`tui.keys.KEYS`) behind the bindings, the
+command palette, the help screen and the README; each checked against it here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from polling import until
+from textual.widgets import Static
+from tui_standin import make_engine
+
+from tui.app import TracewatchApp
+from tui.keys import KEYS, WHERE
+from tui.rollouts_table import RolloutsTable
+from tui.screens import HelpScreen
+from tui.transcript import Transcript
+
+README = Path(__file__).parent.parent / "README.md"
+WIDGETS = {"app": TracewatchApp, "replay": TracewatchApp, "table": RolloutsTable, "transcript": Transcript}
+
+
+def bound(widget: type) -> set[tuple[str, str]]:
+    return {(key, binding.action) for binding in widget.BINDINGS for key in binding.key.split(",")}
+
+
+def test_every_key_is_bound_where_the_table_says() -> None:
+    for key in KEYS:
+        if key.action == "command_palette":
+            continue  # Textual's own binding
+        for name in key.keys.split(","):
+            assert (name, key.action) in bound(WIDGETS[key.where]), f"{key.shown} is not bound to {key.action}"
+
+
+def test_every_binding_is_in_the_table() -> None:
+    listed = {(name, key.action) for key in KEYS for name in key.keys.split(",")}
+    for where in ("app", "transcript", "table"):
+        missing = bound(WIDGETS[where]) - listed
+        assert not missing, f"{where} binds keys the help does not list: {missing}"
+
+
+def test_the_readme_key_table_is_the_key_table() -> None:
+    rows = ["| key | action |", "|---|---|"]
+    for where in WHERE:
+        rows += [f"| `{key.shown}` | {key.help} |" for key in KEYS if key.where == where]
+    assert "\n".join(rows) in README.read_text()
+
+
+@pytest.mark.parametrize("width", [80, 160])
+async def test_help_lists_every_key_and_fits_the_terminal(width: int) -> None:
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(width, 60)) as pilot:
+        await pilot.press("question_mark")
+        screen = await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
+        text = str(screen.query_one(Static).render())
+        for key in KEYS:
+            assert f"{key.shown}  {key.help}" in text
+        dialog = screen.query_one("#help")
+        assert dialog.size.width <= width
+        assert dialog.outer_size.width >= min(width - 4, 100)

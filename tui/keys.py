@@ -1,0 +1,105 @@
+"""Every key, once: the bindings, the command palette, the help screen and the
+README's key table are all read from `KEYS` (tests/test_keys.py holds them to it), so
+a key cannot exist in one and be missing or different in another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class Key:
+    keys: str
+    """Textual key names, comma-separated: `ctrl+y,w`."""
+    action: str
+    title: str
+    """The command palette's entry."""
+    help: str
+    """The help screen's and the README's description."""
+    where: str = "app"
+    """Which widget binds it: app, table, transcript, or replay (app keys that only a
+    replay enables)."""
+    footer: str = ""
+    """Its footer label; empty: not in the footer (the help has every key)."""
+    priority: bool = False
+    palette: bool = True
+
+    @property
+    def shown(self) -> str:
+        """The keys as a user reads them: `ctrl+y / w`."""
+        return " / ".join(_NAMES.get(key, key) for key in self.keys.split(","))
+
+    def binding(self) -> Binding:
+        return Binding(self.keys, self.action, self.footer or self.title, show=bool(self.footer), priority=self.priority)
+
+
+_NAMES = {
+    "slash": "/",
+    "question_mark": "?",
+    "greater_than_sign": ">",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+    "up": "↑",
+    "down": "↓",
+    "escape": "Esc",
+    "end": "End",
+    "home": "Home",
+    "pageup": "PgUp",
+    "pagedown": "PgDn",
+    "left": "←",
+    "right": "→",
+}
+
+WHERE = {
+    "app": "Anywhere",
+    "table": "Rollouts table",
+    "transcript": "Trace (when the transcript has focus)",
+    "replay": "Replays only",
+}
+"""Help sections, in the order shown."""
+
+KEYS: tuple[Key, ...] = (
+    # Footer first, in the order a narrow footer keeps them: help and quit never drop off.
+    Key("question_mark", "help", "Help", "help: every key, by where it works", footer="Help"),
+    Key("q", "quit", "Quit", "quit: cancel every run, stop every server, exit", footer="Quit"),
+    Key("slash", "filter", "Filter rollouts", "filter: variant:NAME status:running,failed phase:agent TEXT", footer="Filter", priority=True),
+    Key("escape", "clear_filter", "Clear filter", "clear the filter and go back to the table"),
+    Key("s", "start_variant", "Start variant", "start the selected rollout's variant (or the focused card's)", footer="Start"),
+    Key("x", "cancel_variant", "Cancel variant", "cancel a variant: confirm with y; again while cancelling: SIGKILL now", footer="Stop var"),
+    Key("c", "cancel_rollout", "Cancel rollout", "cancel the selected rollout (a cancel goes over the wire)", footer="Cancel"),
+    Key("e", "export", "Export episode", "export the selected episode as JSON (the path is shown)", footer="Export"),
+    Key("enter", "open_trace", "Open trace", "open the selected rollout's trace"),
+    Key("tab", "switch_pane(1)", "Next pane", "next pane: table, trace switcher, details, variant cards", priority=True),
+    Key("shift+tab", "switch_pane(-1)", "Previous pane", "previous pane", priority=True),
+    Key("1", "show_tab('tab-trace')", "Show trace tab", "details: the transcript"),
+    Key("2", "show_tab('tab-timing')", "Show timing tab", "details: phase waterfall and per-variant p50/p95"),
+    Key("3", "show_tab('tab-logs')", "Show logs tab", "details: the variant servers' output"),
+    Key("f", "toggle_follow", "Toggle follow", "follow the transcript's newest turn (toggle)"),
+    Key("ctrl+y,w", "copy", "Copy message", "copy the selected message or tool result (OSC 52)"),
+    Key("ctrl+p", "command_palette", "Command palette", "command palette: every action", palette=False),
+    Key("up", "cursor(-1)", "Row up", "table: previous row", where="table", palette=False),
+    Key("down", "cursor(1)", "Row down", "table: next row", where="table", palette=False),
+    Key("pageup", "page(-1)", "Page up", "table: a page up", where="table", palette=False),
+    Key("pagedown", "page(1)", "Page down", "table: a page down", where="table", palette=False),
+    Key("home,g", "first", "First row", "table: the first row", where="table"),
+    Key("end,G", "last", "Last row", "table: the last row", where="table"),
+    Key("left", "scroll_left", "Scroll left", "table: scroll left", where="table", palette=False),
+    Key("right", "scroll_right", "Scroll right", "table: scroll right", where="table", palette=False),
+    Key("enter", "select_cursor", "Open trace", "table: open the row's trace", where="table", palette=False),
+    Key("o", "cycle_sort", "Sort by next column", "table: sort by the next column", where="table"),
+    Key("O", "reverse_sort", "Reverse sort", "table: reverse the order", where="table"),
+    Key("up,left_square_bracket", "cursor(-1)", "Previous message", "trace: select the previous message", where="transcript", palette=False),
+    Key("down,right_square_bracket", "cursor(1)", "Next message", "trace: select the next message", where="transcript", palette=False),
+    Key("end", "jump_end", "Follow the newest", "trace: go to the newest turn and follow it", where="transcript", palette=False),
+    Key("escape", "clear_cursor", "Clear selection", "trace: clear the message selection", where="transcript", palette=False),
+    Key("space", "replay_pause", "Replay: pause or play", "replays: pause or play", where="replay", footer="Pause/play"),
+    Key("n", "replay_step", "Replay: step", "replays: step one record", where="replay", footer="Step"),
+    Key("greater_than_sign", "replay_seek", "Replay: seek to rollout", "replays: play fast to the selected rollout's end, then pause", where="replay", footer="Seek"),
+)
+
+
+def bindings(*where: str) -> list[Binding]:
+    """The bindings of the keys bound in those places."""
+    return [key.binding() for key in KEYS if key.where in where]
