@@ -85,6 +85,18 @@ class Recorder:
     def delta(self, id: str, delta: Mapping[str, Any], t: float | None = None) -> None:
         self._append({"k": "delta", "t": _now(t), "id": id, "d": delta})
 
+    def delta_frame(self, id: str, frame: bytes, t: float | None = None) -> None:
+        """A delta as the wire carried it: `frame` is one msgpack map (the client
+        decoded it whole before handing it on), spliced in as the record's `d`, so a
+        reader sees the same record `delta` writes without the delta being packed
+        again."""
+        with self._cond:  # the packer is shared; the lock is re-entrant
+            packer = self._packer
+            head = b"".join(
+                (packer.pack_map_header(4), *map(packer.pack, ("k", "delta", "t", _now(t), "id", id, "d")))
+            )
+            self._append_bytes(head, frame)
+
     def reply(self, id: str, reply: Mapping[str, Any], t: float | None = None) -> None:
         self._append({"k": "reply", "t": _now(t), "id": id, "r": reply})
 
@@ -130,17 +142,21 @@ class Recorder:
 
     def _append(self, record: dict) -> None:
         with self._cond:
+            # packed now, so a caller may change its dicts once the call returns
+            self._append_bytes(self._packer.pack(record))
+
+    def _append_bytes(self, *parts: bytes) -> None:
+        with self._cond:
             if self._closing:
                 raise ValueError(f"recording {self.path} is closed")
             if self.error is not None:
                 return
-            # packed now, so a caller may change its dicts once the call returns
-            data = self._packer.pack(record)
             if not self._buffer:
                 self._since = time.monotonic()
                 self._cond.notify_all()
-            self._buffer += data
-            self._appended += len(data)
+            for data in parts:
+                self._buffer += data
+                self._appended += len(data)
             if len(self._buffer) >= self.max_batch:
                 self._cond.notify_all()
 

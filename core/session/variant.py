@@ -264,8 +264,9 @@ class Variant:
 
         def on_delta(delta: dict) -> None:
             self.store.observe(key, delta)
-            if self.recorder is not None:
-                self.recorder.delta(key, delta)
+
+        def on_frame(frame: bytes) -> None:
+            self.recorder.delta_frame(key, frame)
 
         try:
             record = await client.run(
@@ -276,6 +277,7 @@ class Variant:
                 on_delta,
                 request_id=request_id,
                 assembly=rollout.assembly,
+                on_frame=on_frame if self.recorder is not None else None,
             )
         except (RunFailed, ServerGone, AssemblyError) as error:
             reason = error.error if isinstance(error, RunFailed) else str(error)
