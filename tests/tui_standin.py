@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.session.contracts import Escalation, ReplayControls, VariantState
 from core.session.store import RolloutStore
@@ -16,7 +17,7 @@ from core.session.store import RolloutStore
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
 
 
-def load_fixture() -> tuple[list[dict], dict[str, dict], dict[str, dict]]:
+def load_fixture() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """(deltas in arrival order, task_data per run label, reply per run label)."""
     deltas = [json.loads(line) for line in (FIXTURE / "deltas.jsonl").read_text().splitlines()]
     requests = json.loads((FIXTURE / "requests.json").read_text())

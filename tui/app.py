@@ -15,6 +15,7 @@ from textual import on, work
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Vertical, VerticalScroll
+from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.widget import Widget
@@ -250,7 +251,7 @@ class TracewatchApp(App[None]):
 
     def _target_variant(self) -> VariantView | None:
         """The focused card's variant, else the selected rollout's."""
-        node = self.focused
+        node: DOMNode | None = self.focused
         while node is not None and not isinstance(node, VariantCard):
             node = node.parent
         if isinstance(node, VariantCard):

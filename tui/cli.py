@@ -44,8 +44,8 @@ class _ShowDefaults(argparse.HelpFormatter):
         return text
 
 
-def _parser(prog: str, description: str, **kwargs: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=_ShowDefaults, **kwargs)
+def _parser(prog: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=_ShowDefaults)
 
 
 def main_parser() -> argparse.ArgumentParser:

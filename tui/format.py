@@ -48,7 +48,7 @@ def reward_text(reward: float | None) -> str:
     return "" if reward is None else f"{reward:.2f}"
 
 
-def size_text(size: int) -> str:
+def size_text(size: float) -> str:
     for unit in ("B", "kB", "MB"):
         if size < 1000:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"

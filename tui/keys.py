@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,6 @@ KEYS: tuple[Key, ...] = (
 )
 
 
-def bindings(*where: str) -> list[Binding]:
+def bindings(*where: str) -> list[BindingType]:
     """The bindings of the keys bound in those places."""
     return [key.binding() for key in KEYS if key.where in where]

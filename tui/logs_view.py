@@ -78,7 +78,7 @@ class LogsView(Vertical):
         if unread != self.unread:
             self.unread = unread
             self.post_message(self.Unread())
-        if tail is not None and shown == self.shown:
+        if tail is not None and shown is not None and shown == self.shown:
             self._tail_size = sizes.get(shown)
             log = self.query_one(Log)
             log.clear()

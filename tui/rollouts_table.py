@@ -346,8 +346,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._move_cursor(len(self._keys) - 1)
 
     def action_select_cursor(self) -> None:
-        if self._keys:
-            self.post_message(self.RowSelected(self, self.selected_key))
+        if (key := self.selected_key) is not None:
+            self.post_message(self.RowSelected(self, key))
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)

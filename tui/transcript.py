@@ -217,7 +217,7 @@ class Transcript(ScrollView, can_focus=True):
             added += self._add_failed(failed[self._failed_done][1])
         errors = state.errors
         for error in errors[self._errors :]:
-            self._insert(self._committed + self._errors, self._render("error", error, [], error_lines(error)))
+            self._insert(self._committed + self._errors, self._block("error", error, [], error_lines(error)))
             self._errors += 1
             added += 1
         pending = state.record.get("pending")
@@ -233,7 +233,7 @@ class Transcript(ScrollView, can_focus=True):
 
     def _add_failed(self, call: dict) -> int:
         self._failed_done += 1
-        return self._add_committed(self._render("failed", call, [], failed_lines(call)))
+        return self._add_committed(self._block("failed", call, [], failed_lines(call)))
 
     def _node_block(self, index: int, nodes: list[dict]) -> _Block:
         """A node's block; the first node after a sampled one opens a turn."""
@@ -242,7 +242,7 @@ class Transcript(ScrollView, can_focus=True):
         if index == 0 or nodes[index - 1].get("sampled"):
             self._turn += 1
             turn = self._turn
-        block = self._render("node", (index, node, turn), [], node_body(node.get("message") or {}))
+        block = self._block("node", (index, node, turn), [], node_body(node.get("message") or {}))
         block.head = self._node_head(block)
         return block
 
@@ -272,7 +272,7 @@ class Transcript(ScrollView, can_focus=True):
         block.head_rows = len(rows)
         self._place(position, block)
 
-    def _render(self, kind: str, source: Any, head: list[Logical], body: list[Logical], tint: str | None = None) -> _Block:
+    def _block(self, kind: str, source: Any, head: list[Logical], body: list[Logical], tint: str | None = None) -> _Block:
         self.blocks_rendered += 1
         return _Block(kind, source, head, body, tint)
 
@@ -284,7 +284,7 @@ class Transcript(ScrollView, can_focus=True):
             return
         if not messages:
             return
-        block = self._render("pending", (messages, since), [pending_title(since, self.clock())], pending_body(messages), "pending")
+        block = self._block("pending", (messages, since), [pending_title(since, self.clock())], pending_body(messages), "pending")
         if self._pending is None:
             self._insert(len(self._blocks), block)
         else:

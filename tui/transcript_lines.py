@@ -52,7 +52,7 @@ def _content_text(content: Any) -> tuple[str, list[str]]:
 
 
 def _tool_call_parts(call: dict) -> tuple[str, Any]:
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    function = call["function"] if isinstance(call.get("function"), dict) else call
     return str(function.get("name") or "?"), function.get("arguments")
 
 
@@ -162,7 +162,7 @@ def failed_lines(call: dict) -> list[Logical]:
 def error_lines(error: Any) -> list[Logical]:
     title, message = _error_text(error)
     gutter = _gutter("error")
-    lines = [(gutter, [("✗ trace error · ", "error"), (safe(title), "error")], SPACE)]
+    lines: list[Logical] = [(gutter, [("✗ trace error · ", "error"), (safe(title), "error")], SPACE)]
     lines += _text_lines(message, "error-text", gutter)
     if isinstance(error, dict) and error.get("traceback"):
         lines += _text_lines(str(error["traceback"]), "meta", gutter)

@@ -42,8 +42,13 @@ async def serve(args: argparse.Namespace) -> str:
     loop = asyncio.get_running_loop()
     serving = loop.create_task(server.serve())
     caught: list[str] = []
+
+    def stop(sig: signal.Signals) -> None:
+        caught.append(sig.name)
+        serving.cancel()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda sig=sig: (caught.append(sig.name), serving.cancel()))
+        loop.add_signal_handler(sig, stop, sig)
     print(server.address, flush=True)
     try:
         await serving

@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from core.demo.content import Step, ToolRun
 from core.demo.trace import LiveTrace, error, node
@@ -60,7 +61,7 @@ class Tokens:
         return ids, mask, mask[:], self._logprobs[start : start + len(ids) - scaffold]
 
 
-def estimate(message: dict) -> int:
+def estimate(message: dict[str, Any]) -> int:
     """Roughly what a tokenizer would count: four characters a token."""
     text = (message.get("content") or "") + (message.get("reasoning_content") or "")
     text += "".join(call["arguments"] for call in message.get("tool_calls") or [])
@@ -75,7 +76,7 @@ class Agent:
         *,
         system: str,
         prompt: str,
-        tools: list[dict],
+        tools: list[dict[str, Any]],
         model_seconds: tuple[float, float] = MODEL_SECONDS,
         tokens: Tokens | None = None,
     ) -> None:
@@ -87,12 +88,13 @@ class Agent:
         self.unsent = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
         self.context = len(json.dumps(tools)) // 4
         self.turn = 0
-        self.pending_calls: list[dict] = []
+        self.pending_calls: list[dict[str, Any]] = []
         self.last_reply = ""
 
     @property
-    def agent_config(self) -> dict:
-        return self.trace.scalars["agent"]["config"]
+    def agent_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = self.trace.scalars["agent"]["config"]
+        return config
 
     async def start(self) -> None:
         """Boot the box, then set up the task and harness."""
@@ -129,7 +131,7 @@ class Agent:
         self.request()
         await asyncio.get_running_loop().create_future()
 
-    async def provider_error(self, kind: tuple[int, str]) -> dict:
+    async def provider_error(self, kind: tuple[int, str]) -> dict[str, Any]:
         """A model call the provider refused: a call record with no node, the
         preview cleared (the harness may retry it)."""
         started = self.request()
@@ -180,7 +182,7 @@ class Agent:
             for call, run in zip(self.pending_calls, runs, strict=True)
         ]
 
-    def node(self, message: dict, parent: int, *, sampled: bool) -> dict:
+    def node(self, message: dict[str, Any], parent: int, *, sampled: bool) -> dict[str, Any]:
         root = parent < 0
         return node(
             None if root else parent,
@@ -190,10 +192,10 @@ class Agent:
             tokens=self.tokens.span(sampled) if self.tokens else None,
         )
 
-    def count(self, built: dict) -> int:
+    def count(self, built: dict[str, Any]) -> int:
         return len(built["token_ids"]) or estimate(built["message"])
 
-    def call(self, started: float, usage: dict | None, err: dict | None, finish: str | None = None) -> dict:
+    def call(self, started: float, usage: dict[str, Any] | None, err: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
         return {
             "node": None,
             "model": self.agent_config["model"],
@@ -231,7 +233,7 @@ class Agent:
         trace.mark("scoring", "end")
         trace.notify()
 
-    async def fail(self, err: dict, stop_condition: str) -> None:
+    async def fail(self, err: dict[str, Any], stop_condition: str) -> None:
         """The error that ends the agent: recorded, agent span closed, no scoring."""
         await self.end_agent()
         self.trace.fail(err, stop_condition)

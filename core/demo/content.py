@@ -9,12 +9,13 @@ import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
 class ToolRun:
     name: str
-    arguments: dict
+    arguments: dict[str, Any]
     output: str
 
     @property
@@ -42,7 +43,7 @@ class Problem:
     script: Callable[[random.Random], list[Step]]
 
 
-def tool(name: str, description: str, **params: str) -> dict:
+def tool(name: str, description: str, **params: str) -> dict[str, Any]:
     """A function tool as verifiers records it; every parameter is a required string."""
     return {
         "type": "function",

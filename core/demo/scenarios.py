@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from core.demo.agent import TOOL_SECONDS, Agent, Pace, Tokens
 from core.demo.content import (
@@ -34,11 +35,11 @@ class Run:
     rng: random.Random
     watch: Callable[[LiveTrace], None]
     model: str
-    client: dict
-    sampling: dict
+    client: dict[str, Any]
+    sampling: dict[str, Any]
 
     def agent(self, name: str = "solver", kind: str | None = None, prompt: str | None = None,
-              trainable: bool = True, **options) -> Agent:
+              trainable: bool = True, **options: Any) -> Agent:
         """Mint a trace for one agent, add it to the live set and start streaming it."""
         kind = kind or self.task.problem.kind
         system = HARNESS_PROMPTS[kind] + ("" if kind == "judge" else "\n\n" + self.task.system_prompt)
@@ -47,7 +48,7 @@ class Run:
         self.watch(trace)
         return Agent(trace, self.pace, system=system, prompt=prompt or self.task.prompt, tools=TOOLS[kind], **options)
 
-    def agent_record(self, name: str, trainable: bool) -> dict:
+    def agent_record(self, name: str, trainable: bool) -> dict[str, Any]:
         return {
             "config": {
                 "harness": {"id": "demo-harness", "env": {}, "forward_env": [], "mcp_header_env": {},
@@ -74,7 +75,7 @@ class Run:
 CORRECT = {"correct": (1.0, 1.0)}
 
 
-async def normal(run: Run, **options) -> None:
+async def normal(run: Run, **options: Any) -> None:
     agent = run.agent(**options)
     await agent.start()
     for step in run.task.problem.script(run.rng):

@@ -55,7 +55,7 @@ class DemoServer:
             raise ValueError(f"speed must be positive, got {speed}")
         self.speed = speed
         self.seed = seed
-        self._running: dict[str, asyncio.Task] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
         self._context = zmq.asyncio.Context()
         self.socket = self._context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -69,7 +69,7 @@ class DemoServer:
     async def serve(self) -> None:
         """Dispatch frames until cancelled; then abort every run and close."""
         logger.info("demo env server up: %s (speed %g, seed %d)", self.address, self.speed, self.seed)
-        tasks: set[asyncio.Task] = set()
+        tasks: set[asyncio.Task[None]] = set()
         try:
             while True:
                 frames = await self.socket.recv_multipart()

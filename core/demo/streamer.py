@@ -14,6 +14,8 @@ import asyncio
 import copy
 import logging
 from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
 
 from core.demo.trace import LiveTrace
 from core.wire.assembly import LIST_FIELDS
@@ -41,13 +43,15 @@ class DeltaStreamer:
         self.send = send
         self.cursors: dict[str, Cursor] = {}
         self._scheduled: asyncio.Handle | None = None
-        self._flushes: set[asyncio.Task] = set()
+        self._flushes: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
 
     async def __aenter__(self) -> DeltaStreamer:
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._scheduled is not None:
             self._scheduled.cancel()
             self._scheduled = None
@@ -109,7 +113,7 @@ class DeltaStreamer:
             if trace_id not in live
         ]
         for trace in traces:
-            delta: dict = {"trace": trace.id}
+            delta: dict[str, Any] = {"trace": trace.id}
             sent = self.cursors.get(trace.id)
             cursor = copy.deepcopy(sent) if sent is not None else Cursor()
             if sent is None:

@@ -49,7 +49,7 @@ class TaskDataError(ValueError):
 
 @dataclass(frozen=True)
 class DemoTask:
-    data: dict
+    data: dict[str, Any]
     scenario: str
     problem: Problem
     turns: int
@@ -70,7 +70,7 @@ class DemoTask:
         return self.data.get("system_prompt") or self.problem.system_prompt
 
     @property
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """The trace's `task`: type, full data, and verifiers' content hash as key."""
         digest = hashlib.sha256(json.dumps(_drop_none(self.data), sort_keys=True).encode()).hexdigest()
         return {"type": TASK_TYPE, "data": self.data, "key": digest, "hash": digest}
@@ -98,7 +98,7 @@ def parse(task_data: Any) -> DemoTask:
     )
 
 
-def _bounded(task_data: dict, field: str, default: int, most: int) -> int:
+def _bounded(task_data: dict[str, Any], field: str, default: int, most: int) -> int:
     value = task_data.get(field, default)
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
         raise TaskDataError(f"{field} must be an integer from 0 to {most}, got {value!r}")
@@ -112,7 +112,7 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
-def _task(idx: int, scenario: str, kind: str, variant: int = 0) -> dict:
+def _task(idx: int, scenario: str, kind: str, variant: int = 0) -> dict[str, Any]:
     problem = PROBLEMS[kind][variant % len(PROBLEMS[kind])]
     return {
         "idx": idx,
@@ -126,7 +126,7 @@ def _task(idx: int, scenario: str, kind: str, variant: int = 0) -> dict:
     }
 
 
-DEFAULT_TASKS: list[dict] = [
+DEFAULT_TASKS: list[dict[str, Any]] = [
     _task(0, "normal", "coding"),
     _task(1, "normal", "math", 0),
     _task(2, "normal", "search"),

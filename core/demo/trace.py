@@ -19,21 +19,20 @@ VERIFIERS = {"version": "0.4.0", "commit": None}
 PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 
 
-def new_timing() -> dict:
-    span = lambda: {"start": 0.0, "end": 0.0}  # noqa: E731 - one shape, five copies
-    timing = {"start": time.time(), **{phase: span() for phase in PHASES}}
+def new_timing() -> dict[str, Any]:
+    timing: dict[str, Any] = {"start": time.time(), **{phase: {"start": 0.0, "end": 0.0} for phase in PHASES}}
     timing["agent"].update(model={"duration": 0.0}, harness={"duration": 0.0})
     return timing
 
 
 def node(
     parent: int | None,
-    message: dict,
+    message: dict[str, Any],
     *,
     sampled: bool = False,
-    tools: list[dict] | None = None,
+    tools: list[dict[str, Any]] | None = None,
     tokens: tuple[list[int], list[bool], list[bool], list[float]] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """A `MessageNode` dump; `tools` only on a root, `tokens` (ids, mask, is_content,
     logprobs) only when the rollout is tokenized, as training rollouts are."""
     token_ids, mask, is_content, logprobs = tokens or ([], [], [], [])
@@ -58,7 +57,7 @@ def node(
     }
 
 
-def error(kind: str, message: str, status_code: int | None = None, traceback: str | None = None) -> dict:
+def error(kind: str, message: str, status_code: int | None = None, traceback: str | None = None) -> dict[str, Any]:
     return {"type": kind, "message": message, "status_code": status_code, "traceback": traceback}
 
 
@@ -67,7 +66,7 @@ class LiveTrace:
     are re-sent whole when they change, `pending` is the preview of the request in
     flight that no node holds yet."""
 
-    def __init__(self, task: dict, agent: dict) -> None:
+    def __init__(self, task: dict[str, Any], agent: dict[str, Any]) -> None:
         self.id = uuid.uuid4().hex
         self.header = {"version": TRACE_VERSION, "id": self.id, "verifiers": VERIFIERS, "task": task}
         self.scalars: dict[str, Any] = {
@@ -87,21 +86,22 @@ class LiveTrace:
             "num_output_tokens": 0,
             "num_total_tokens": 0,
         }
-        self.lists: dict[str, list[dict]] = {field: [] for field in LIST_FIELDS}
-        self.pending: list[dict] = []
+        self.lists: dict[str, list[dict[str, Any]]] = {field: [] for field in LIST_FIELDS}
+        self.pending: list[dict[str, Any]] = []
         self._on_change: Callable[[LiveTrace], None] | None = None
 
     @property
-    def nodes(self) -> list[dict]:
+    def nodes(self) -> list[dict[str, Any]]:
         return self.lists["nodes"]
 
     @property
-    def calls(self) -> list[dict]:
+    def calls(self) -> list[dict[str, Any]]:
         return self.lists["calls"]
 
     @property
-    def timing(self) -> dict:
-        return self.scalars["timing"]
+    def timing(self) -> dict[str, Any]:
+        timing: dict[str, Any] = self.scalars["timing"]
+        return timing
 
     def watch(self, on_change: Callable[[LiveTrace], None]) -> None:
         self._on_change = on_change
@@ -118,11 +118,11 @@ class LiveTrace:
         if edge == "end" and following < len(PHASES) and phase != "agent":
             self.timing[PHASES[following]]["start"] = now
 
-    def preview(self, messages: list[dict]) -> None:
+    def preview(self, messages: list[dict[str, Any]]) -> None:
         self.pending = list(messages)
         self.notify()
 
-    def commit(self, inputs: list[dict], reply: dict, call: dict) -> None:
+    def commit(self, inputs: list[dict[str, Any]], reply: dict[str, Any], call: dict[str, Any]) -> None:
         """A turn lands whole: its input nodes, the sampled node, its call record."""
         self.nodes.extend(inputs)
         self.nodes.append(reply)
@@ -134,13 +134,13 @@ class LiveTrace:
         self.pending = []
         self.notify()
 
-    def abandon(self, call: dict) -> None:
+    def abandon(self, call: dict[str, Any]) -> None:
         """A model call that committed nothing: its record, and the preview cleared."""
         self.calls.append(call)
         self.pending = []
         self.notify()
 
-    def fail(self, err: dict, stop_condition: str) -> None:
+    def fail(self, err: dict[str, Any], stop_condition: str) -> None:
         self.lists["errors"].append(err)
         self.scalars.update(ok=False, is_completed=True)
         self.scalars["stop_condition"] = self.scalars["stop_condition"] or stop_condition
@@ -164,26 +164,26 @@ class LiveTrace:
             previous = usage["prompt_tokens"] + usage["completion_tokens"]
         self.scalars.update(num_input_tokens=fed, num_output_tokens=out, num_total_tokens=fed + out)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"id": self.id, "nodes": len(self.nodes), "calls": len(self.calls)}
 
 
 class LiveEpisode:
     """The run's live set of traces (what the streamer diffs) and its standing."""
 
-    def __init__(self, task: dict, env_id: str) -> None:
+    def __init__(self, task: dict[str, Any], env_id: str) -> None:
         self.id = uuid.uuid4().hex
         self.task = task
         self.env = {"id": env_id, "name": None}
         self.traces: list[LiveTrace] = []
-        self.errors: list[dict] = []
+        self.errors: list[dict[str, Any]] = []
 
     def discard(self, trace: LiveTrace) -> None:
         """A retried attempt abandons its trace; the next flush sends `discard`."""
         self.traces.remove(trace)
         trace.notify()
 
-    def head(self) -> dict:
+    def head(self) -> dict[str, Any]:
         """The episode without its traces, as the run reply carries it."""
         totals = {
             field: sum(trace.scalars[field] for trace in self.traces)

@@ -50,16 +50,16 @@ def episode_json(record: Mapping[str, Any]) -> str:
     return _dumps(record)
 
 
-def rebuild_episodes(records: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
+def rebuild_episodes(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Replay recorded deltas and replies through `EpisodeAssembly`: the episode of
     every rollout whose run replied with one, by rollout id, in reply order. A
     `request` record starts a fresh episode (a rollout run again). A stream that does
     not assemble raises `AssemblyError` naming the rollout."""
     assemblies: dict[str, EpisodeAssembly] = {}
-    episodes: dict[str, dict] = {}
+    episodes: dict[str, dict[str, Any]] = {}
     for record in records:
         kind = record.get("k")
-        rollout_id = record.get("id")
+        rollout_id = str(record.get("id"))
         try:
             if kind == "request":
                 assemblies[rollout_id] = EpisodeAssembly()
@@ -75,19 +75,19 @@ def rebuild_episodes(records: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
     return episodes
 
 
-def partial_episode(task_data: Mapping[str, Any], traces: Iterable[Mapping[str, Any]], reason: str | None) -> dict:
+def partial_episode(task_data: Mapping[str, Any], traces: Iterable[Mapping[str, Any]], reason: str | None) -> dict[str, Any]:
     """A rollout that ended without an episode (cancelled, failed, still running): the
     traces assembled so far, marked `partial`, with why."""
     return {"task": {"data": task_data}, "partial": True, "ok": False, "error": reason, "traces": list(traces)}
 
 
-def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], ended: str) -> dict | None:
+def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], ended: str) -> dict[str, Any] | None:
     """One rollout's records as the line `export --episodes` writes: its (last) run's
     episode, or a partial one; stamped with where it came from (`ORIGIN_KEY`, and the
     variant as `env.name`). None for a rollout that never started."""
     announce: Mapping[str, Any] = {}
     assembly: EpisodeAssembly | None = None
-    episode: dict | None = None
+    episode: dict[str, Any] | None = None
     reason: str | None = "no reply: it was still running when the recording ended"
     for record in records:
         kind = record.get("k")

@@ -26,7 +26,7 @@ class _TraceCounts:
         self.errors = 0
         self.scalars: dict[str, Any] = {}
 
-    def add(self, delta: dict) -> None:
+    def add(self, delta: dict[str, Any]) -> None:
         self.turns += delta.get("sampled", 0)
         self.errors += delta.get("errors", 0) + delta.get("failed_calls", 0)
         scalars = delta.get("set")
@@ -55,7 +55,7 @@ class RolloutSummary:
 
     def __init__(self, id: str) -> None:
         self.id = id
-        self.announce: dict | None = None
+        self.announce: dict[str, Any] | None = None
         self.request_ids: list[str] = []
         self.deltas = 0
         self.first_t: float | None = None
@@ -63,7 +63,7 @@ class RolloutSummary:
         self.started_t: float | None = None
         """When its (latest) run was requested; `ended_t` when that run replied."""
         self.ended_t: float | None = None
-        self.reply: dict | None = None
+        self.reply: dict[str, Any] | None = None
         """The reply's outcome: `success`, `error`, and `ok` from its head."""
         self._traces: dict[str, _TraceCounts] = {}
         self._offsets = array("q")
@@ -105,7 +105,7 @@ class RolloutSummary:
             errors=sum(trace.errors for trace in traces),
         )
 
-    def _add(self, offset: int, length: int, record: dict) -> None:
+    def _add(self, offset: int, length: int, record: dict[str, Any]) -> None:
         self._offsets.append(offset)
         self._lengths.append(length)
         t = record.get("t")
@@ -116,13 +116,13 @@ class RolloutSummary:
         if kind == "rollout":
             self.announce = record
         elif kind == "request":
-            self.request_ids.append(record.get("request_id"))
+            self.request_ids.append(str(record.get("request_id")))
             self._traces = {}  # a fresh run: the store starts a fresh assembly too
             self.started_t, self.ended_t, self.reply = t, None, None
         elif kind == "delta":
             self.deltas += 1
             delta = record.get("d") or {}
-            trace = delta.get("trace")
+            trace = str(delta.get("trace"))
             if delta.get("discard"):
                 self._traces.pop(trace, None)
             else:
@@ -138,7 +138,7 @@ class RolloutSummary:
             }
 
 
-def _read_for_index(unpacker: msgpack.Unpacker) -> dict:
+def _read_for_index(unpacker: msgpack.Unpacker) -> dict[str, Any]:
     """A record with only what the index keeps decoded: a delta's `trace`, `discard`
     and `set`, and counts of its sampled nodes, errors and failed calls; the node and
     call contents, the bulk of a recording, are skipped undecoded."""
@@ -198,12 +198,12 @@ class RecordingIndex:
     recording far larger than memory opens at once and loads a rollout on demand.
     Per record it keeps an offset and a length (12 bytes)."""
 
-    def __init__(self, path: Path, header: dict) -> None:
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = path
         self.header = header
         self.rollouts: dict[str, RolloutSummary] = {}
         """By rollout id, in the order they were announced."""
-        self.events: list[dict] = []
+        self.events: list[dict[str, Any]] = []
         self.records = 0
         self.truncated: str | None = None
 
@@ -229,7 +229,7 @@ class RecordingIndex:
         index.truncated = scan.note
         return index
 
-    def load(self, rollout_id: str) -> list[dict]:
+    def load(self, rollout_id: str) -> list[dict[str, Any]]:
         """That rollout's records in order, read from the file now."""
         summary = self.rollouts[rollout_id]
         with open(self.path, "rb") as file:

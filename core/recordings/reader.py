@@ -14,7 +14,7 @@ from core.recordings.format import FORMAT, MAGIC, VERSION, RecordingError, open_
 from core.text import short_repr
 
 
-def read_header(path: Path) -> tuple[dict, int, str | None]:
+def read_header(path: Path) -> tuple[dict[str, Any], int, str | None]:
     """The header, the offset of the first record, and a note if the file ends
     inside the header."""
     try:
@@ -103,7 +103,7 @@ class Recording:
     shows what has landed). After a pass, `truncated` says where a cut or damaged
     file stopped, or is None."""
 
-    def __init__(self, path: Path, header: dict, start: int, truncated: str | None) -> None:
+    def __init__(self, path: Path, header: dict[str, Any], start: int, truncated: str | None) -> None:
         self.path = path
         self.header = header
         self.truncated = truncated
@@ -111,7 +111,7 @@ class Recording:
         self._start = start
         self._header_cut = truncated is not None
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         if self._header_cut:
             return
         scan = Scan(self.path, self._start, msgpack.Unpacker.unpack)

@@ -140,7 +140,7 @@ class Recorder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _append(self, record: dict) -> None:
+    def _append(self, record: dict[str, Any]) -> None:
         with self._cond:
             # packed now, so a caller may change its dicts once the call returns
             self._append_bytes(self._packer.pack(record))

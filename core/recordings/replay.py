@@ -61,7 +61,7 @@ class RecordedVariant:
     def cancel(self) -> None:
         pass
 
-    def apply(self, event: dict) -> None:
+    def apply(self, event: dict[str, Any]) -> None:
         kind = str(event.get("kind"))
         t = float(event.get("t") or 0.0)
         if kind in VariantState.__members__.values():
@@ -78,7 +78,7 @@ class RecordedVariant:
             self.outcome_text = f"exit code {event.get('code')} · {event.get('status', 'exited')}"
 
 
-def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], record: dict) -> None:
+def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], record: dict[str, Any]) -> None:
     """One recorded record into the store, exactly as the live engine put it there."""
     kind = record.get("k")
     t = record.get("t")
@@ -129,9 +129,9 @@ class ReplaySession(Session):
         self.paused = False
         self.finished = False
         self.applied = 0
-        self._records: Iterator[dict] = iter(self.recording)
+        self._records: Iterator[dict[str, Any]] = iter(self.recording)
         self._resume = asyncio.Event()
-        self._player: asyncio.Task | None = None
+        self._player: asyncio.Task[None] | None = None
         self._seek: str | None = None
         self.variants: dict[str, RecordedVariant] = {}
 
@@ -181,7 +181,7 @@ class ReplaySession(Session):
         self.paused = False
         self._resume.set()
 
-    def _apply(self, record: dict) -> None:
+    def _apply(self, record: dict[str, Any]) -> None:
         if record.get("t"):
             self.clock.now = float(record["t"])
         apply_record(self.store, self.variants, record)
@@ -264,7 +264,7 @@ def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[st
 HEADER_KEYS = ("version", "id", "verifiers", "task")
 
 
-def trace_as_delta(trace: dict) -> dict:
+def trace_as_delta(trace: dict[str, Any]) -> dict[str, Any]:
     delta: dict[str, Any] = {
         "trace": trace["id"],
         "open": {key: trace[key] for key in HEADER_KEYS if key in trace},

@@ -21,6 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 TRACES_FILE = "traces.jsonl"
 RESOLVED_CONFIGS = Path("configs") / "resolved"
@@ -35,10 +36,10 @@ class FinishedRun:
     traces_path: Path
     run_dir: Path | None
     """None for a bare traces file with no run directory around it."""
-    config: dict | None
+    config: dict[str, Any] | None
     """The resolved config the run was launched with, if the run dir kept one."""
     config_path: Path | None
-    episodes: list[dict] = field(default_factory=list)
+    episodes: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Lines that are not episodes, each with why: a run killed mid-write leaves a
     cut last line, which verifiers' own resume also drops."""
@@ -90,7 +91,7 @@ def open_run(path: str | os.PathLike[str]) -> FinishedRun:
     return run
 
 
-def _parse_episode(line: bytes) -> tuple[dict | None, str | None]:
+def _parse_episode(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """The episode on this line, or what is wrong with it."""
     try:
         value = json.loads(line)

@@ -401,11 +401,14 @@ def build_config(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
         message = "a name belongs to one variant; expected it in each [[variants]] table, not in [defaults]"
         problems.append(Problem(source, "defaults.name", message))
     context = {"base_dir": base_dir, "tasks": {}}
-    variants, seen = [], {}
+    variants: list[VariantConfig] = []
+    seen: dict[str, int] = {}
     for index, own in enumerate(top.variants):
         merged, inherited = _merge(top.defaults, own)
 
-        def where(loc: tuple, index: int = index, inherited: set = inherited) -> tuple:
+        def where(
+            loc: tuple[Any, ...], index: int = index, inherited: set[tuple[str, ...]] = inherited
+        ) -> tuple[Any, ...]:
             from_defaults = loc[:1] in inherited or loc[:2] in inherited
             return ("defaults", *loc) if from_defaults else ("variants", index, *loc)
 
@@ -424,12 +427,13 @@ def build_config(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
     return Config(source=source, variants=variants)
 
 
-def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> tuple[dict[str, Any], set[tuple]]:
+def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> tuple[dict[str, Any], set[tuple[str, ...]]]:
     """A variant's table over `[defaults]`: the variant's own keys win; tables (endpoint,
     sampling, env) merge key by key. `command` and `attach` are one choice, so a variant
     that makes it takes neither from the defaults. Also returns which locations came
     from the defaults, so an error there is reported where the user can fix it."""
-    merged, inherited = dict(own), set()
+    merged = dict(own)
+    inherited: set[tuple[str, ...]] = set()
     chose_server = "command" in own or "attach" in own
     for key, value in defaults.items():
         if key == "name" or (chose_server and key in ("command", "attach")):

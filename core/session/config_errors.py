@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, get_args
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from core.text import short_repr
 
@@ -56,7 +57,7 @@ def problems_of(
     ]
 
 
-def _describe(detail: dict, model: type[BaseModel]) -> str:
+def _describe(detail: ErrorDetails, model: type[BaseModel]) -> str:
     kind, loc, ctx = detail["type"], tuple(detail["loc"]), detail.get("ctx") or {}
     parent = _model_at(model, loc[:-1])
     field = parent.model_fields.get(loc[-1]) if parent is not None and loc and isinstance(loc[-1], str) else None
@@ -82,7 +83,7 @@ def _describe(detail: dict, model: type[BaseModel]) -> str:
     return f"{detail['msg']}{got}"
 
 
-def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | None:
+def _model_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The model a location inside `model` points into, if any (for its field names)."""
     for part in loc:
         field = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
@@ -96,7 +97,7 @@ def _model_at(model: type[BaseModel] | None, loc: tuple) -> type[BaseModel] | No
     return model
 
 
-def _path(loc: tuple) -> str:
+def _path(loc: tuple[int | str, ...]) -> str:
     """`("variants", 1, "endpoint", "base_url")` -> `variants[1].endpoint.base_url`."""
     out = ""
     for part in loc:

@@ -11,8 +11,8 @@ import asyncio
 import sys
 from typing import Any, TextIO
 
-from core.session.contracts import VariantState
-from core.session.engine import Engine, summary_lines
+from core.session.contracts import SessionView, VariantState
+from core.session.engine import summary_lines
 from core.session.store import Rollout, Status
 
 POLL_SECONDS = 0.2
@@ -29,7 +29,7 @@ def rollout_line(rollout: Rollout, now: float) -> str:
 
 
 async def run_headless(
-    engine: Engine, out: TextIO = sys.stdout, cancel_stalled: float | None = None
+    engine: SessionView, out: TextIO = sys.stdout, cancel_stalled: float | None = None
 ) -> int:
     """Run every variant to the end; with `cancel_stalled`, a rollout silent for that
     many seconds is cancelled rather than waited on forever."""

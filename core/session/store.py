@@ -50,12 +50,12 @@ class TraceState:
         "revision",
     )
 
-    def __init__(self, trace_id: str, record: dict) -> None:
+    def __init__(self, trace_id: str, record: dict[str, Any]) -> None:
         self.id = trace_id
         self.record = record
         self.turns = 0
-        self.calls_by_node: dict[int, dict] = {}
-        self.failed_calls: list[tuple[int, dict]] = []
+        self.calls_by_node: dict[int, dict[str, Any]] = {}
+        self.failed_calls: list[tuple[int, dict[str, Any]]] = []
         """Calls with no node (failed attempts), with the node count when they ended,
         so a transcript can show them where they happened."""
         self.pending_since: float | None = None
@@ -63,19 +63,20 @@ class TraceState:
         self.revision = 0
 
     @property
-    def nodes(self) -> list[dict]:
-        return self.record["nodes"]
+    def nodes(self) -> list[dict[str, Any]]:
+        nodes: list[dict[str, Any]] = self.record["nodes"]
+        return nodes
 
     @property
-    def pending(self) -> list[dict]:
+    def pending(self) -> list[dict[str, Any]]:
         return self.record.get("pending") or []
 
     @property
-    def timing(self) -> dict:
+    def timing(self) -> dict[str, Any]:
         return self.record.get("timing") or {}
 
     @property
-    def errors(self) -> list[dict]:
+    def errors(self) -> list[dict[str, Any]]:
         return self.record.get("errors") or []
 
     @property
@@ -109,7 +110,7 @@ class Rollout:
     key: str
     variant: str
     task_index: int
-    task_data: dict
+    task_data: dict[str, Any]
     rollout_index: int
     status: Status = Status.QUEUED
     request_id: str | None = None
@@ -122,7 +123,7 @@ class Rollout:
     deltas: int = 0
     reason: str | None = None
     """Why it failed or was cancelled, in words a user can act on."""
-    record: dict | None = None
+    record: dict[str, Any] | None = None
     """The finished episode record, once the reply landed."""
     facts: RolloutFacts | None = None
     """An index's summary, read while no trace is loaded."""
@@ -219,7 +220,7 @@ def trace_reward(rewards: Any) -> float | None:
     return sum(values) if values else None
 
 
-def trace_phase(timing: dict, ok: Any, has_errors: bool) -> str:
+def trace_phase(timing: dict[str, Any], ok: Any, has_errors: bool) -> str:
     """The span that started and has not ended; once none is open, the trace is done
     (it ended ok), in error (it recorded errors), or between two spans."""
     latest = "boot"
@@ -234,7 +235,7 @@ def trace_phase(timing: dict, ok: Any, has_errors: bool) -> str:
     return "error" if has_errors else latest
 
 
-def phase_durations(timing: dict) -> dict[str, float]:
+def phase_durations(timing: dict[str, Any]) -> dict[str, float]:
     """Seconds spent in each finished span, with the agent span split into model and
     harness time as the server reports them."""
     durations: dict[str, float] = {}
@@ -297,7 +298,7 @@ class RolloutStore:
             self._changes.variants.add(name)
 
     def add_rollout(
-        self, variant: str, task_index: int, task_data: dict, rollout_index: int = 0, key: str | None = None
+        self, variant: str, task_index: int, task_data: dict[str, Any], rollout_index: int = 0, key: str | None = None
     ) -> Rollout:
         self.add_variant(variant)
         key = key or f"{variant}/{len(self.variants[variant])}"
@@ -330,12 +331,12 @@ class RolloutStore:
             rollout.status = Status.CANCELLING
             self._touch(rollout)
 
-    def apply(self, key: str, delta: dict, t: float | None = None) -> None:
+    def apply(self, key: str, delta: dict[str, Any], t: float | None = None) -> None:
         """Apply a delta the client has not applied (replay, recordings)."""
         self.rollouts[key].assembly.apply(delta)
         self.observe(key, delta, t)
 
-    def observe(self, key: str, delta: dict, t: float | None = None) -> None:
+    def observe(self, key: str, delta: dict[str, Any], t: float | None = None) -> None:
         """Derive display state from a delta already applied to the rollout's
         assembly (the live path: the client applies it first)."""
         rollout = self.rollouts[key]
@@ -375,7 +376,7 @@ class RolloutStore:
             else:
                 state.pending_since = None
 
-    def finished(self, key: str, record: dict, t: float | None = None) -> None:
+    def finished(self, key: str, record: dict[str, Any], t: float | None = None) -> None:
         """The run replied with its episode: done, unless a trace reports errors."""
         rollout = self.rollouts[key]
         rollout.record = record
@@ -443,7 +444,7 @@ class RolloutStore:
         self._changes.variants.add(rollout.variant)
 
 
-def _first_error(record: dict) -> str | None:
+def _first_error(record: dict[str, Any]) -> str | None:
     for errors in [record.get("errors") or []] + [t.get("errors") or [] for t in record.get("traces", ())]:
         for error in errors:
             if isinstance(error, dict):

@@ -63,10 +63,10 @@ class Variant:
         self.stderr_path: Path | None = None
         self._child: SupervisedChild | None = None
         self._client: EnvClient | None = None
-        self._main: asyncio.Task | None = None
-        self._runs: dict[str, asyncio.Task] = {}
+        self._main: asyncio.Task[None] | None = None
+        self._runs: dict[str, asyncio.Task[None]] = {}
         self._grace_until: float | None = None
-        self._stopping: asyncio.Task | None = None
+        self._stopping: asyncio.Task[None] | None = None
         self._kill_now = False
         self._gone: str | None = None
         self._starts = 0
@@ -158,7 +158,7 @@ class Variant:
     # -- the life of one start ----------------------------------------------------
 
     async def _run(self, keys: list[str]) -> None:
-        watchdog: asyncio.Task | None = None
+        watchdog: asyncio.Task[None] | None = None
         try:
             address = await self._launch()
             self._client = EnvClient(address)
@@ -262,7 +262,7 @@ class Variant:
         if self.recorder is not None:
             self.recorder.request(key, request_id)
 
-        def on_delta(delta: dict) -> None:
+        def on_delta(delta: dict[str, Any]) -> None:
             self.store.observe(key, delta)
 
         def on_frame(frame: bytes) -> None:
@@ -366,7 +366,7 @@ class Variant:
             return
         loop = asyncio.get_running_loop()
 
-        def on_event(kind: str, detail: dict) -> None:
+        def on_event(kind: str, detail: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(self._on_child_event, kind, detail)
 
         stopper = asyncio.to_thread(child.terminate, grace, on_event)
@@ -383,7 +383,7 @@ class Variant:
         self.outcome_text = _describe(outcome)
         self._event("exited", code=outcome.exit_code, status=str(outcome.status))
 
-    def _on_child_event(self, kind: str, detail: dict) -> None:
+    def _on_child_event(self, kind: str, detail: dict[str, Any]) -> None:
         if kind == "sigterm":
             grace = float(detail.get("grace_seconds", 0.0))
             self._grace_until = time.time() + grace
@@ -434,12 +434,12 @@ class Variant:
         self.store.failed(key, reason, cancelled=cancelled)
         self._record_reply(key, {"success": False, "error": reason})
 
-    def _record_reply(self, key: str, reply: dict) -> None:
+    def _record_reply(self, key: str, reply: dict[str, Any]) -> None:
         if self.recorder is not None:
             self.recorder.reply(key, reply)
 
 
-def _reply_of(record: dict) -> dict:
+def _reply_of(record: dict[str, Any]) -> dict[str, Any]:
     """The reply a recording keeps: the head and the per-trace counts that check it."""
     return {
         "success": True,
@@ -462,5 +462,6 @@ def _describe(outcome: ChildOutcome) -> str:
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 

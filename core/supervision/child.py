@@ -293,8 +293,8 @@ class SupervisedChild:
         ends_at = time.monotonic() + STARTUP_TIMEOUT_SECONDS
         while True:
             exited = self._reap() is not None  # before reading: a record read after exit is final
-            record = self.record()
-            state = None if record is None else record.get("state")
+            record = self.record() or {}
+            state = record.get("state")
             if state == "start_failed":
                 self._wait(None)
                 raise ChildError(f"cannot start {self._name}: {record.get('error')}")

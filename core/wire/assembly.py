@@ -37,12 +37,12 @@ class AssemblyError(RuntimeError):
 
 class EpisodeAssembly:
     def __init__(self) -> None:
-        self.traces: dict[str, dict] = {}
+        self.traces: dict[str, dict[str, Any]] = {}
         self.unknown: dict[str, dict[str, Any]] = {}
         """Per trace, delta keys this version does not know, latest value kept: a
         newer server's additions are shown to the user rather than dropped."""
 
-    def apply(self, delta: Mapping[str, Any]) -> dict:
+    def apply(self, delta: Mapping[str, Any]) -> dict[str, Any]:
         """Apply one delta; return the trace dict it touched (the dropped one for a
         discard)."""
         # `type(...) is dict` first: decoded frames are dicts, and the ABC check that
@@ -58,7 +58,7 @@ class EpisodeAssembly:
             return self.traces.pop(trace_id, {})
         trace = self.traces.get(trace_id)
         opening = trace is None
-        if opening:
+        if trace is None:
             header = get("open")
             if not isinstance(header, Mapping):
                 raise AssemblyError(
@@ -66,8 +66,10 @@ class EpisodeAssembly:
                     "(no 'open' header): was an earlier delta lost?"
                 )
             trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
-        new_nodes = None
-        links = repairs = appends = ()
+        new_nodes: list[dict[str, Any]] | None = None
+        links: list[tuple[int, list[Any]]] = []
+        repairs: list[tuple[int, dict[str, Any]]] = []
+        appends: list[tuple[list[Any], list[Any]]] = []
         # most deltas are a preview or scalars: one set test skips the list work
         if not _STRUCTURAL.isdisjoint(delta):
             nodes = trace["nodes"]
@@ -77,10 +79,9 @@ class EpisodeAssembly:
             raw = get("routing_repairs")
             if raw:
                 repairs = _repairs(raw, trace_id, nodes)
-            new_nodes = get("nodes")
-            if new_nodes is not None:
-                new_nodes = _copied_nodes(new_nodes, trace_id)
-            appends = []
+            raw = get("nodes")
+            if raw is not None:
+                new_nodes = _copied_nodes(raw, trace_id)
             for field in _OTHER_LISTS:
                 items = get(field)
                 if items is not None:
@@ -111,7 +112,7 @@ class EpisodeAssembly:
             extra.update((key, value) for key, value in delta.items() if key not in KNOWN_KEYS)
         return trace
 
-    def finish(self, head: Mapping[str, Any], summaries: Iterable[Any]) -> dict:
+    def finish(self, head: Mapping[str, Any], summaries: Iterable[Any]) -> dict[str, Any]:
         """The episode record: `head` joined with the assembled traces in the server's
         order. The counts are the server's word on what streamed: a mismatch means a
         delta was lost."""
@@ -155,7 +156,7 @@ def _indexed(value: Any, key: str, trace_id: str, count: int) -> list[tuple[int,
     return entries
 
 
-def _links(value: Any, trace_id: str, count: int) -> list[tuple[int, list]]:
+def _links(value: Any, trace_id: str, count: int) -> list[tuple[int, list[Any]]]:
     entries = _indexed(value, "links", trace_id, count)
     for index, links in entries:
         if type(links) is not list:
@@ -163,7 +164,7 @@ def _links(value: Any, trace_id: str, count: int) -> list[tuple[int, list]]:
     return entries
 
 
-def _copied_nodes(new_nodes: Any, trace_id: str) -> list[dict]:
+def _copied_nodes(new_nodes: Any, trace_id: str) -> list[dict[str, Any]]:
     """The delta's nodes, each copied with its own semantic_parents list: a later
     `links` delta grows that list in place, and the delta must stay as it was when
     the caller received it."""
@@ -175,7 +176,7 @@ def _copied_nodes(new_nodes: Any, trace_id: str) -> list[dict]:
         raise AssemblyError(f"trace {trace_id}: 'nodes' holds a non-map item") from None
 
 
-def _repairs(value: Any, trace_id: str, nodes: list[dict]) -> list[tuple[int, dict]]:
+def _repairs(value: Any, trace_id: str, nodes: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
     """Each repaired node's new `routed_experts`, computed before anything changes."""
     return [
         (index, _repair_final_row(nodes[index].get("routed_experts"), row, trace_id, index))
@@ -183,13 +184,13 @@ def _repairs(value: Any, trace_id: str, nodes: list[dict]) -> list[tuple[int, di
     ]
 
 
-def _repair_final_row(encoded: Any, row: Any, trace_id: str, index: int) -> dict:
+def _repair_final_row(encoded: Any, row: Any, trace_id: str, index: int) -> dict[str, Any]:
     """Replace an encoded array's last row, as numpy concatenation would (a repair can
     widen the dtype). A new dict: decoded rows alias the delta's bytes, which stay
     untouched for other consumers."""
     import numpy as np  # only routed-expert streams carry repairs; keep startup light
 
-    def decode(item: dict) -> Any:
+    def decode(item: dict[str, Any]) -> Any:
         return np.frombuffer(item["data"], dtype=np.dtype(item["dtype"])).reshape(item["shape"])
 
     try:

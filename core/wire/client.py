@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -38,6 +38,7 @@ from core.wire.protocol import (
 )
 
 logger = logging.getLogger(__name__)
+V = TypeVar("V")
 
 CLOSE_LINGER_MS = 500
 """How long closing waits for queued cancels to leave the socket."""
@@ -73,12 +74,21 @@ class _Run:
     def __init__(
         self,
         assembly: EpisodeAssembly,
-        on_delta: Callable[[dict], None] | None,
+        on_delta: Callable[[dict[str, Any]], None] | None,
         on_frame: Callable[[bytes], None] | None,
-    ):
+    ) -> None:
         self.assembly = assembly
         self.on_delta = on_delta
         self.on_frame = on_frame
+
+
+def _hand_to(consumer: Callable[[V], None] | None, value: V, request_id: str) -> None:
+    """A consumer's failure is logged; it never fails the run."""
+    if consumer is not None:
+        try:
+            consumer(value)
+        except Exception:
+            logger.exception("a delta consumer failed for run %s", request_id)
 
 
 def new_request_id() -> str:
@@ -95,11 +105,11 @@ class EnvClient:
         self._socket.setsockopt(zmq.RCVHWM, 0)
         self._socket.connect(address)
         # the same socket, read without a future: how the loop takes what is queued
-        self._queued = zmq.Socket.shadow(self._socket.underlying)
+        self._queued: zmq.Socket[bytes] = zmq.Socket.shadow(self._socket.underlying)
         self._replies: dict[str, asyncio.Future[Any]] = {}
         self._runs: dict[str, _Run] = {}
-        self._cancels: set[asyncio.Task] = set()
-        self._receiver: asyncio.Task | None = None
+        self._cancels: set[asyncio.Task[None]] = set()
+        self._receiver: asyncio.Task[None] | None = None
         self._closed = False
         self.dropped_frames = 0
         self.last_drop: str | None = None
@@ -139,16 +149,16 @@ class EnvClient:
 
     async def run(
         self,
-        task_data: dict,
-        client: ClientConfig | dict,
+        task_data: dict[str, Any],
+        client: ClientConfig | dict[str, Any],
         model: str,
-        sampling: SamplingConfig | dict | None = None,
-        on_delta: Callable[[dict], None] | None = None,
+        sampling: SamplingConfig | dict[str, Any] | None = None,
+        on_delta: Callable[[dict[str, Any]], None] | None = None,
         *,
         request_id: str | None = None,
         assembly: EpisodeAssembly | None = None,
         on_frame: Callable[[bytes], None] | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Run one rollout and return its episode record (head joined with the
         assembled traces). Pass `request_id` (see `new_request_id`) to know the wire id
         before the run starts, so it can be cancelled; pass `assembly` to read the live
@@ -220,7 +230,7 @@ class EnvClient:
 
     async def _request(
         self, request: Request, *, timeout: float | None = None, request_id: str | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         if self._closed:
             raise ServerGone("the client is closed")
         if self._receiver is None:
@@ -332,12 +342,8 @@ class EnvClient:
         except Exception as error:
             self._fail(request_id, f"a delta could not be applied: {error}")
             return
-        for consumer, value in ((run.on_delta, delta), (run.on_frame, data)):
-            if consumer is not None:
-                try:
-                    consumer(value)
-                except Exception:
-                    logger.exception("a delta consumer failed for run %s", request_id)
+        _hand_to(run.on_delta, delta, request_id)
+        _hand_to(run.on_frame, data, request_id)
 
     def _fail(self, request_id: str, reason: str) -> None:
         """A request whose stream broke: fail it here and, if it is a run, stop it on

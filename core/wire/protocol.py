@@ -21,7 +21,8 @@ ABORTED_ERROR = "Cancelled: rollout aborted"
 
 
 def pack(payload: Any) -> bytes:
-    return msgpack.packb(payload, use_bin_type=True)
+    packed: bytes = msgpack.packb(payload, use_bin_type=True)
+    return packed
 
 
 UNPACK_OPTIONS: dict[str, Any] = {"raw": False, "strict_map_key": False}
@@ -74,7 +75,7 @@ class HealthRequest(Request):
 
 class RunRequest(Request):
     method: ClassVar[str] = "run"
-    task_data: dict
+    task_data: dict[str, Any]
     client: ClientConfig
     model: str
     sampling: SamplingConfig
@@ -108,7 +109,7 @@ class TraceSummary(WireModel):
 
 
 class RunResponse(Response):
-    head: dict | None = None
+    head: dict[str, Any] | None = None
     """The episode without its traces (they streamed as deltas)."""
     traces: list[TraceSummary] = Field(default_factory=list)
 
