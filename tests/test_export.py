@@ -126,7 +126,13 @@ def test_export_writes_every_record_as_one_json_line(tmp_path):
     records = list(read_recording(path))
     assert lines == len(records) + 1
     assert rows[0]["format"] == "tracewatch-recording"
+    endings = [row.pop("end") for row in rows[1:] if row["k"] == "reply"]
     assert rows[1:] == json.loads(json.dumps(records))  # nothing else changed
+    # the fixture was recorded before `end` existed: each reply gains how it ended
+    assert [e["status"] for e in endings] == [
+        "cancelled" if not r["r"]["success"] else "done" if r["r"]["head"]["ok"] else "failed"
+        for r in records if r["k"] == "reply"
+    ]
     assert list(out.parent.iterdir()) == [out]  # no partial file left behind
 
     export_recording(tmp_path / "bytes.twrec", out)  # replaces the earlier export
@@ -225,7 +231,7 @@ def test_export_of_episodes_keeps_variants_and_cancelled_runs_and_says_what_it_s
     origins = {e[ORIGIN_KEY]["rollout"]: e[ORIGIN_KEY] for e in lines}
     assert origins == {
         "stuck/0": {"rollout": "stuck/0", "variant": "stuck", "task_index": 0, "rollout_index": 0, "ended": "cancelled"},
-        "other/0": {"rollout": "other/0", "variant": "other", "task_index": 0, "rollout_index": 0, "ended": "ok"},
+        "other/0": {"rollout": "other/0", "variant": "other", "task_index": 0, "rollout_index": 0, "ended": "done"},
     }
     assert [e.get("partial", False) for e in lines] == [True, False]
 

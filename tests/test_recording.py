@@ -23,6 +23,7 @@ from core.recordings.format import RecordingError
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.recorder import Recorder
+from core.session.store import Status
 
 ND = {"__nd__": True, "dtype": "uint8", "shape": [2, 2], "data": bytes([0, 1, 255, 7])}
 
@@ -320,9 +321,9 @@ def test_index_loads_exactly_each_rollouts_records(tmp_path):
     assert baseline.request_ids == ["req-a"]
     assert (baseline.deltas, baseline.records) == (4, 7)
     assert (baseline.first_t, baseline.last_t) == (2.0, 7.0)
-    assert baseline.status == "ok"
+    assert baseline.status is Status.DONE
     assert math.isclose(baseline.reward, 1.0)  # 0.5 x weight 2
-    assert candidate.status == "cancelled"
+    assert candidate.status is Status.CANCELLED
     assert candidate.reward is None
     assert (candidate.deltas, candidate.records) == (1, 4)
 
@@ -337,7 +338,7 @@ def test_index_of_a_cut_recording_keeps_what_landed(tmp_path):
     assert f"cut at byte {ends[9]}" in index.truncated
     assert index.records == 10
     baseline = index.rollouts["baseline/0"]
-    assert baseline.status == "running"
+    assert baseline.status is Status.RUNNING
     assert index.load("baseline/0") == [r for r in records[:10] if r.get("id") == "baseline/0"]
 
     path.write_bytes(data[: header_end - 1])

@@ -32,6 +32,7 @@ def snapshot(store: RolloutStore) -> dict:
     for key, r in store.rollouts.items():
         view[key] = {
             "status": r.status,
+            "reason": r.reason,
             "turns": r.turns,
             "tokens": r.tokens,
             "reward": r.reward,
@@ -192,3 +193,9 @@ def test_a_cancelled_variant_replays_cancelled(tmp_path):
     live_view = snapshot(engine.store)
     assert {v["status"] for v in live_view.values()} == {Status.CANCELLED}
     assert snapshot(replayed(path).store) == live_view
+    opened = OpenedRecording(path)
+    listed = {key: r.ending for key, r in opened.store.rollouts.items()}
+    assert listed == {key: r.ending for key, r in engine.store.rollouts.items()}, "listed as they ended, before loading"
+    for key in listed:
+        opened.select(key)
+        assert opened.store.rollouts[key].ending == listed[key]

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.recordings.ending import end_field, recorded_ending
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
+from core.session.store import Ending, Status
 from core.wire.assembly import AssemblyError, EpisodeAssembly
 
 BYTES_MARKER = "__base64__"
@@ -81,14 +83,14 @@ def partial_episode(task_data: Mapping[str, Any], traces: Iterable[Mapping[str, 
     return {"task": {"data": task_data}, "partial": True, "ok": False, "error": reason, "traces": list(traces)}
 
 
-def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], ended: str) -> dict[str, Any] | None:
+def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], ending: Ending | None) -> dict[str, Any] | None:
     """One rollout's records as the line `export --episodes` writes: its (last) run's
-    episode, or a partial one; stamped with where it came from (`ORIGIN_KEY`, and the
-    variant as `env.name`). None for a rollout that never started."""
+    episode, or a partial one (why: `ending`, as the index read it; None if it had not
+    ended); stamped with where it came from (`ORIGIN_KEY`, and the variant as
+    `env.name`). None for a rollout that never started."""
     announce: Mapping[str, Any] = {}
     assembly: EpisodeAssembly | None = None
     episode: dict[str, Any] | None = None
-    reason: str | None = "no reply: it was still running when the recording ended"
     for record in records:
         kind = record.get("k")
         try:
@@ -104,13 +106,12 @@ def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], ended
                 if reply.get("success") and reply.get("head") is not None:
                     assembly = assembly or EpisodeAssembly()
                     episode = assembly.finish(reply["head"], reply.get("traces") or ())
-                else:
-                    reason = str(reply.get("error") or "no reply")
         except AssemblyError as error:
             raise AssemblyError(f"rollout {rollout_id}: {error}") from error
     if assembly is None:
         return None
     if episode is None:
+        reason = "no reply: it was still running when the recording ended" if ending is None else ending.reason
         episode = partial_episode(announce.get("task_data") or {}, assembly.traces.values(), reason)
     variant = announce.get("variant") or rollout_id.partition("/")[0]
     episode["env"] = {**(episode.get("env") or {}), "name": variant}
@@ -119,7 +120,7 @@ def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], ended
         "variant": variant,
         "task_index": announce.get("task_index", 0),
         "rollout_index": announce.get("rollout_index", 0),
-        "ended": ended,
+        "ended": Status.RUNNING.value if ending is None else ending.status.value,
     }
     return episode
 
@@ -142,7 +143,8 @@ def export_recording(
 ) -> Exported:
     """Write a recording as JSONL.
 
-    By default every record, in order, after the header line. With `episodes`, one
+    By default every record, in order, after the header line (a reply carries `end`,
+    how the rollout ended, older recordings' too). With `episodes`, one
     episode per rollout that started (the shape of a verifiers `traces.jsonl`; a run
     that ended without one is written partial), rebuilt one at a time from the index,
     so memory holds one rollout, not the recording. The output appears only when
@@ -159,12 +161,12 @@ def export_recording(
                 index = RecordingIndex.build(path_in)
                 result.truncated = index.truncated
                 for rollout_id, summary in index.rollouts.items():
-                    episode = rollout_episode(rollout_id, index.load(rollout_id), summary.status)
+                    episode = rollout_episode(rollout_id, index.load(rollout_id), summary.ending)
                     if episode is None:
                         result.skipped.append(rollout_id)
                         continue
                     if episode.get("partial"):
-                        result.partial.setdefault(summary.status, []).append(rollout_id)
+                        result.partial.setdefault(summary.status.value, []).append(rollout_id)
                     out.write(episode_json(episode) + "\n")
                     result.lines += 1
             else:
@@ -172,6 +174,8 @@ def export_recording(
                 out.write(_dumps(recording.header) + "\n")
                 result.lines += 1
                 for record in recording:
+                    if record.get("k") == "reply":
+                        record = {**record, "end": end_field(recorded_ending(record))}
                     out.write(_dumps(record) + "\n")
                     result.lines += 1
                 result.truncated = recording.truncated

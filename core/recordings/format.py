@@ -9,7 +9,9 @@ Each record has `k` (its kind) and `t` (arrival epoch time):
 - `request`: `id`, `request_id`: the wire id of a run of that rollout;
 - `delta`: `id`, `d`: one delta exactly as received;
 - `reply`: `id`, `r`: the run's reply (`success`, `error`, `head`, `traces`), or a
-  reply the app made up for a run that ended without one;
+  reply the app made up for a run that ended without one; `end`: how the rollout
+  ended, `{"status": "done" | "failed" | "cancelled", "reason"}` (absent in
+  recordings made before it; `core.recordings.ending` reads both);
 - `event`: `variant`, `kind` (started, healthy, cancelling, exited, failed, ...)
   plus that event's own fields (pid, code, reason, ...).
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import msgpack
 
+from core.recordings.ending import recorded_ending
 from core.recordings.reader import Scan, read_header
-from core.session.store import RolloutFacts, episode_reward, trace_phase
-from core.wire.protocol import ABORTED_ERROR, UNPACK_OPTIONS
+from core.session.store import Ending, RolloutFacts, Status, episode_reward, trace_phase
+from core.wire.protocol import UNPACK_OPTIONS
 
 
 class _TraceCounts:
@@ -47,7 +48,7 @@ class RolloutSummary:
         "last_t",
         "started_t",
         "ended_t",
-        "reply",
+        "ending",
         "_traces",
         "_offsets",
         "_lengths",
@@ -63,8 +64,8 @@ class RolloutSummary:
         self.started_t: float | None = None
         """When its (latest) run was requested; `ended_t` when that run replied."""
         self.ended_t: float | None = None
-        self.reply: dict[str, Any] | None = None
-        """The reply's outcome: `success`, `error`, and `ok` from its head."""
+        self.ending: Ending | None = None
+        """How its (latest) run ended; None while it had not."""
         self._traces: dict[str, _TraceCounts] = {}
         self._offsets = array("q")
         self._lengths = array("L")
@@ -74,15 +75,11 @@ class RolloutSummary:
         return len(self._offsets)
 
     @property
-    def status(self) -> str:
-        """running (no reply recorded), ok, error (the episode did not succeed),
-        cancelled, or failed (the run has no episode)."""
-        if self.reply is None:
-            return "running"
-        if not self.reply["success"]:
-            aborted = str(self.reply["error"]).startswith(ABORTED_ERROR.split(":")[0])
-            return "cancelled" if aborted else "failed"
-        return "ok" if self.reply["ok"] else "error"
+    def status(self) -> Status:
+        """Queued (never requested), running (no reply recorded), or how it ended."""
+        if not self.request_ids:
+            return Status.QUEUED
+        return Status.RUNNING if self.ending is None else self.ending.status
 
     @property
     def reward(self) -> float | None:
@@ -118,7 +115,7 @@ class RolloutSummary:
         elif kind == "request":
             self.request_ids.append(str(record.get("request_id")))
             self._traces = {}  # a fresh run: the store starts a fresh assembly too
-            self.started_t, self.ended_t, self.reply = t, None, None
+            self.started_t, self.ended_t, self.ending = t, None, None
         elif kind == "delta":
             self.deltas += 1
             delta = record.get("d") or {}
@@ -129,13 +126,7 @@ class RolloutSummary:
                 self._traces.setdefault(trace, _TraceCounts()).add(delta)
         elif kind == "reply":
             self.ended_t = t
-            reply = record.get("r") or {}
-            head = reply.get("head")
-            self.reply = {
-                "success": bool(reply.get("success")),
-                "error": reply.get("error"),
-                "ok": bool(head.get("ok")) if isinstance(head, dict) else False,
-            }
+            self.ending = recorded_ending(record)
 
 
 def _read_for_index(unpacker: msgpack.Unpacker) -> dict[str, Any]:

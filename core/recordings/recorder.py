@@ -13,7 +13,9 @@ from typing import Any
 
 import msgpack
 
+from core.recordings.ending import end_field
 from core.recordings.format import FORMAT, VERSION
+from core.session.store import Ending
 
 
 class Recorder:
@@ -97,8 +99,12 @@ class Recorder:
             )
             self._append_bytes(head, frame)
 
-    def reply(self, id: str, reply: Mapping[str, Any], t: float | None = None) -> None:
-        self._append({"k": "reply", "t": _now(t), "id": id, "r": reply})
+    def reply(self, id: str, reply: Mapping[str, Any], ending: Ending | None = None, t: float | None = None) -> None:
+        """The run's reply and how the rollout ended (see `core.recordings.ending`)."""
+        record: dict[str, Any] = {"k": "reply", "t": _now(t), "id": id, "r": reply}
+        if ending is not None:
+            record["end"] = end_field(ending)
+        self._append(record)
 
     def event(self, variant: str, kind: str, t: float | None = None, **fields: Any) -> None:
         if "k" in fields:

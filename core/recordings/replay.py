@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from core.paths import new_session_dir
+from core.recordings.ending import recorded_ending
 from core.recordings.export import ORIGIN_KEY
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.run_dir import open_run
 from core.session.contracts import Escalation, VariantState
 from core.session.engine import Session
-from core.session.store import RolloutStore, Status
+from core.session.store import RolloutStore
 from core.wire.assembly import LIST_FIELDS
-from core.wire.protocol import ABORTED_ERROR
 
 FAST_BATCH = 200
 """Records applied between yields when replaying as fast as possible, so the app
@@ -95,13 +95,10 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
     elif kind == "reply":
         reply = record.get("r") or {}
         key = record["id"]
+        episode = None
         if reply.get("success") and reply.get("head") is not None:
-            rollout = store.rollouts[key]
-            store.finished(key, rollout.assembly.finish(reply["head"], reply.get("traces") or []), t)
-        else:
-            error = str(reply.get("error") or "no reply")
-            cancelled = error.startswith(ABORTED_ERROR.split(":")[0]) or "cancelled" in error
-            store.failed(key, error, cancelled=cancelled, t=t)
+            episode = store.rollouts[key].assembly.finish(reply["head"], reply.get("traces") or [])
+        store.ended(key, recorded_ending(record, episode), episode, t)
     elif kind == "event":
         variant = variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
         variant.apply(record)
@@ -283,8 +280,6 @@ class OpenedRecording(Session):
     outcome; a rollout's records are read and applied only when it is selected, so a
     recording far larger than memory opens in about the time one pass takes."""
 
-    STATUS = {"ok": "done", "error": "failed", "failed": "failed", "cancelled": "cancelled", "running": "running"}
-
     def __init__(self, path: Path) -> None:
         self.clock = ReplayClock()
         super().__init__(RolloutStore(clock=self.clock), new_session_dir(), path)
@@ -302,9 +297,12 @@ class OpenedRecording(Session):
                 variant, announce.get("task_index", 0), announce.get("task_data") or {},
                 announce.get("rollout_index", 0), key=key,
             )
-            rollout.status = Status(self.STATUS[summary.status]) if summary.request_ids else Status.QUEUED
             rollout.facts = summary.facts
-            rollout.started_at, rollout.ended_at = summary.started_t, summary.ended_t
+            rollout.started_at = summary.started_t
+            if summary.ending is not None:
+                self.store.ended(key, summary.ending, t=summary.ended_t)
+            else:
+                rollout.status = summary.status
             self.clock.now = max(self.clock.now, summary.last_t or 0.0)
 
     @property

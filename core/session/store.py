@@ -35,6 +35,23 @@ class Status(StrEnum):
         return self in (Status.DONE, Status.FAILED, Status.CANCELLED)
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a rollout ended (done, failed or cancelled) and why: decided once, when it
+    ends; a recording keeps it, so replay, open and export say the same."""
+
+    status: Status
+    reason: str | None = None
+
+
+def episode_ending(record: dict[str, Any]) -> Ending:
+    """A run that replied with its episode: done, unless a trace reports errors (a
+    retried attempt's error stays in the head; the traces say how it ended)."""
+    traces = record.get("traces") or ()
+    failed = any(t.get("errors") for t in traces) if traces else bool(record.get("errors"))
+    return Ending(Status.FAILED, _first_error(record)) if failed else Ending(Status.DONE)
+
+
 class TraceState:
     """Display-ready facts about one live trace. `record` is the assembly's own dict
     (never copied): nodes, calls, pending, timing and the rest are read from it."""
@@ -127,6 +144,11 @@ class Rollout:
     """The finished episode record, once the reply landed."""
     facts: RolloutFacts | None = None
     """An index's summary, read while no trace is loaded."""
+
+    @property
+    def ending(self) -> Ending | None:
+        """How it ended, once it has."""
+        return Ending(self.status, self.reason) if self.status.finished else None
 
     @property
     def task_label(self) -> str:
@@ -377,29 +399,27 @@ class RolloutStore:
                 state.pending_since = None
 
     def finished(self, key: str, record: dict[str, Any], t: float | None = None) -> None:
-        """The run replied with its episode: done, unless a trace reports errors."""
-        rollout = self.rollouts[key]
-        rollout.record = record
-        traces = record.get("traces") or ()
-        # a retried attempt's error stays in the head; the traces say how it ended
-        failed = any(t.get("errors") for t in traces) if traces else bool(record.get("errors"))
-        self._end(rollout, Status.FAILED if failed else Status.DONE, t)
-        if failed:
-            rollout.reason = _first_error(record)
+        """The run replied with its episode."""
+        self.ended(key, episode_ending(record), record, t)
 
     def failed(self, key: str, reason: str, cancelled: bool = False, t: float | None = None) -> None:
-        rollout = self.rollouts[key]
-        rollout.reason = reason
-        self._end(rollout, Status.CANCELLED if cancelled else Status.FAILED, t)
+        """The run ended without an episode."""
+        self.ended(key, Ending(Status.CANCELLED if cancelled else Status.FAILED, reason), None, t)
 
-    def _end(self, rollout: Rollout, status: Status, t: float | None) -> None:
+    def ended(self, key: str, ending: Ending, record: dict[str, Any] | None = None, t: float | None = None) -> None:
+        """The one way a rollout ends (the first ending wins); `record` is its episode
+        when the run replied with one, kept even if it came after the ending."""
+        rollout = self.rollouts[key]
+        if record is not None:
+            rollout.record = record
         if rollout.status.finished:
             return
-        rollout.status = status
+        rollout.reason = ending.reason
+        rollout.status = ending.status
         rollout.ended_at = t if t is not None else self.clock()
         for trace in rollout.traces.values():
             trace.pending_since = trace.tools_since = None
-        if status is Status.DONE and rollout.primary is not None:
+        if ending.status is Status.DONE and rollout.primary is not None:
             durations = self._durations[rollout.variant]
             for phase, seconds in phase_durations(rollout.primary.timing).items():
                 durations[phase].append(seconds)

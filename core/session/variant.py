@@ -435,8 +435,10 @@ class Variant:
         self._record_reply(key, {"success": False, "error": reason})
 
     def _record_reply(self, key: str, reply: dict[str, Any]) -> None:
+        """The reply with the store's word on how the rollout ended, so a replay or an
+        opened recording never has to guess it from the error text."""
         if self.recorder is not None:
-            self.recorder.reply(key, reply)
+            self.recorder.reply(key, reply, self.store.rollouts[key].ending)
 
 
 def _reply_of(record: dict[str, Any]) -> dict[str, Any]:
