@@ -46,7 +46,7 @@ def reported_pids(capture: Path, grandchildren: int = 0) -> dict[str, list[int]]
         lines = capture.read_text().splitlines()
         if "ready" not in lines:
             return None
-        pids: dict[str, list[int]] = {"child": [], "grandchild": []}
+        pids: dict[str, list[int]] = {"child": [], "grandchild": [], "escapee": []}
         for line in lines:
             role, _, pid = line.partition(" ")
             if role in pids:

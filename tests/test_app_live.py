@@ -12,6 +12,7 @@ import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from demo_launch import launch, stop
 from polling import alive, until
 from test_engine import SPEED as ENGINE_SPEED
 from test_engine import demo_variant, server_pids, write_config
@@ -280,7 +281,7 @@ async def test_x_then_y_cancels_the_stuck_variant_and_its_processes(tmp_path: Pa
             signal_server(engine, "stuck", signal.SIGCONT)
         await until(pilot, lambda: variant.state is VariantState.CANCELLED, "the variant to be cancelled")
         await until(pilot, lambda: "stuck  cancelled" in card.body.visual.plain, "the card to say cancelled")
-        assert "cancelled" in (variant.outcome_text or "") and variant.outcome_text in card.body.visual.plain
+        assert "server stopped with SIGTERM" in (variant.outcome_text or "") and variant.outcome_text in card.body.visual.plain
         assert [e.kind for e in variant.escalation][:2] == ["cancel-runs", "sigterm"]
         assert not any(alive(pid) for pid in pids)
         assert all(store.rollouts[k].status is Status.CANCELLED for k in ("stuck/0", "stuck/1"))
@@ -397,3 +398,31 @@ def session_processes(session_dir: Path) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+async def test_cancelling_an_attached_variant_promises_no_signal_and_sends_none(tmp_path: Path) -> None:
+    """`x` on a variant attached to someone else's server: the confirmation says the
+    runs are cancelled and the server is left running, and it is."""
+    server, address = launch(speed=10)
+    try:
+        attached = "\n".join([
+            "[[variants]]", 'name = "theirs"', f'attach = "{address}"', 'model = "demo-model"',
+            'tasks = [{ id = "s", name = "stuck task", prompt = "p", scenario = "stuck", kind = "coding" }]',
+        ]) + "\n"  # fmt: skip
+        async with live(tmp_path, attached) as (app, engine, pilot):
+            variant = engine.variants["theirs"]
+            await rows_shown(pilot, app, engine, 1)
+            await until(pilot, lambda: engine.store.rollouts["theirs/0"].turns > 0, "the stuck run mid-turn")
+            await select_row(pilot, app, "theirs/0")
+            await pilot.press("x")
+            screen = await until(pilot, lambda: app.screen if isinstance(app.screen, ConfirmScreen) else None, "the confirmation")
+            question = screen.question.plain
+            assert "SIGTERM" not in question and "SIGKILL" not in question
+            assert f"Its server at {address} is not ours: it is left running." in question
+            await pilot.press("y")
+            await until(pilot, lambda: variant.state is VariantState.CANCELLED, "the variant to be cancelled")
+            assert engine.store.rollouts["theirs/0"].status is Status.CANCELLED
+            assert not any(e.kind in ("sigterm", "sigkill") for e in variant.escalation)
+        assert server.poll() is None, "someone else's server keeps running"
+    finally:
+        stop(server)

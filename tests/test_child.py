@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -93,10 +94,10 @@ def test_exit_130_after_terminate_is_cancelled_without_sigkill(tmp_path):
         child.poll()
     worker.join()
     assert events.kinds == ["sigterm", "exited"]
-    assert events.seen[0][1] == {"grace_seconds": MARGIN}
+    outcome = child.outcome()
+    assert events.seen[0][1] == {"grace_seconds": 0.5, "kill_at": outcome.record["sigkill_due_at"]}
     assert events.seen[1][1] == {"exit_code": 130}
     assert events.threads == {"worker"}
-    outcome = child.outcome()
     assert (outcome.status, outcome.exit_code, outcome.reason) == ("cancelled", 130, "sigterm")
     assert outcome.cancelled and not outcome.killed
     assert all(map(pid_gone, pids["child"] + pids["grandchild"]))
@@ -109,10 +110,25 @@ def test_child_ignoring_sigterm_is_killed_by_the_supervisor(tmp_path):
     events = Events()
     assert child.terminate(MARGIN, events) == 128 + signal.SIGKILL
     assert events.kinds == ["sigterm", "sigkill", "exited"]
-    assert events.seen[1][1] == {"by": "supervisor"}
+    assert events.seen[1][1] == {"by": "supervisor", "grace_seconds": 0.3}
     outcome = child.outcome()
     assert outcome.status == "killed" and outcome.killed and outcome.signal == "SIGKILL"
     assert [sent["signal"] for sent in outcome.record["signals"]] == ["SIGTERM", "SIGKILL"]
+
+
+def test_the_server_gets_its_whole_grace_and_the_countdown_ends_at_sigkill(tmp_path):
+    child = make_child(tmp_path, program("--on-term", "ignore"), supervisor_grace_seconds=1.5)
+    child.start()
+    reported_pids(Path(child.stdout_path))
+    events = Events()
+    child.terminate(on_event=events)  # the app's default wait outlasts the supervisor's grace
+    assert events.kinds == ["sigterm", "sigkill", "exited"]
+    assert events.seen[1][1]["by"] == "supervisor"
+    record = child.outcome().record
+    term, kill = (datetime.fromisoformat(sent["at"]).timestamp() for sent in record["signals"])
+    assert kill - term >= 1.5
+    kill_at = events.seen[0][1]["kill_at"]
+    assert kill_at == record["sigkill_due_at"] and kill >= kill_at
 
 
 def test_app_grace_shorter_than_supervisor_kills_both_groups(tmp_path):

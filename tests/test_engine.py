@@ -8,16 +8,20 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from polling import alive, eventually
 
+from core.recordings.recorder import Recorder
 from core.session.config import load_config
 from core.session.contracts import VariantState
 from core.session.engine import Engine
 from core.session.store import Status
+from core.supervision import capture
 
 SPEED = 40
 WAIT = 30.0
@@ -111,7 +115,7 @@ async def test_cancel_variant_mid_run_leaves_no_process(engine_for):
     assert [e.kind for e in variant.escalation][:2] == ["cancel-runs", "sigterm"]
     assert all(r.status is Status.CANCELLED for r in store.rollouts.values())
     assert not any(alive(pid) for pid in pids)
-    assert variant.outcome_text and "cancelled" in variant.outcome_text
+    assert variant.outcome_text and "server stopped with SIGTERM" in variant.outcome_text
 
 
 async def test_server_killed_mid_run_fails_its_rollouts(engine_for):
@@ -206,3 +210,72 @@ async def test_second_cancel_kills_a_server_that_ignores_sigterm(engine_for):
     assert "killed" in variant.outcome_text
     assert not any(alive(pid) for pid in pids)
     assert engine.store.rollouts["stubborn/0"].status is Status.CANCELLED
+
+
+async def test_a_normal_finish_says_the_server_was_stopped_and_shows_the_server_pid(engine_for):
+    engine = engine_for(demo_variant("plain", ["normal"]))
+    await engine.start()
+    variant = engine.variants["plain"]
+    await eventually(lambda: variant.pid is not None, timeout=WAIT, what="the server to run")
+    supervisor_pid, server_pid = server_pids(engine, "plain")
+    assert variant.pid == server_pid != supervisor_pid
+    await asyncio.wait_for(engine.wait(), 30)
+    assert variant.state is VariantState.DONE
+    assert variant.outcome_text == "server stopped with SIGTERM · exit code 0"
+
+
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+"""A server that never answers health and ignores SIGTERM: only SIGKILL ends it."""
+
+
+async def test_health_timeout_kills_the_server_after_its_whole_grace_and_says_so(engine_for):
+    engine = engine_for(
+        "[[variants]]\n"
+        'name = "mute"\n'
+        f"command = {json.dumps([sys.executable, '-c', STUBBORN, '{address}'])}\n"
+        'tasks = [{ id = "t" }]\n'
+        'model = "m"\n'
+        "health_timeout = 1.0\n"
+        "grace_seconds = 2.0\n"
+    )
+    await engine.start()
+    variant = engine.variants["mute"]
+    await eventually(lambda: variant.pid is not None, timeout=WAIT, what="the server to run")
+    pids = server_pids(engine, "mute")
+    await eventually(lambda: any(e.kind == "sigterm" for e in variant.escalation), timeout=WAIT, what="SIGTERM")
+    grace_until = variant._grace_until
+    await asyncio.wait_for(engine.wait(), WAIT)
+    assert variant.state is VariantState.FAILED
+    assert "did not answer health within 1s" in variant.reason
+    assert "server killed with SIGKILL: still running 2s after SIGTERM · exit code 137" in variant.reason
+    record = json.loads(variant._child.record_path.read_text())
+    term, kill = (datetime.fromisoformat(sent["at"]).timestamp() for sent in record["signals"])
+    assert kill - term >= 2.0, "the server gets the whole configured grace"
+    assert grace_until == record["sigkill_due_at"] <= kill, "the countdown ends as SIGKILL is sent"
+    assert [e.kind for e in variant.escalation] == ["sigterm", "sigkill", "exited"]
+    assert "grace ran out" in variant.escalation[1].detail
+    assert not any(alive(pid) for pid in pids)
+
+
+async def test_hashing_captures_and_syncing_the_recording_stay_off_the_event_loop(engine_for, tmp_path, monkeypatch):
+    """A server stop hashes both capture files and shutdown syncs the recording: both
+    read or wait on the disk, so neither may run on the loop the screen is drawn from."""
+    loop_thread = threading.current_thread()
+    ran_on: dict[str, list[threading.Thread]] = {"hash": [], "close": []}
+
+    def watched(name, real):
+        def call(*args, **kwargs):
+            ran_on[name].append(threading.current_thread())
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(capture, "file_digest", watched("hash", capture.file_digest))
+    monkeypatch.setattr(Recorder, "close", watched("close", Recorder.close))
+    engine = engine_for(demo_variant("synced", ["normal"]))
+    engine.recorder = Recorder(tmp_path / "session.twrec")
+    engine.variants["synced"].recorder = engine.recorder
+    await engine.start()
+    await asyncio.wait_for(engine.wait(), 30)
+    await engine.shutdown()
+    assert len(ran_on["hash"]) == 2 and len(ran_on["close"]) == 1
+    assert loop_thread not in ran_on["hash"] + ran_on["close"]

@@ -125,3 +125,26 @@ def test_unstartable_program_is_recorded_and_exits_127(tmp_path):
     assert record["child_pid"] is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.log", "record.json"]  # no temp left
     assert run.record_path.stat().st_mode & 0o777 == 0o600
+
+
+def test_grandchild_that_left_the_group_is_stopped_when_the_app_goes(tmp_path):
+    run = Launched(tmp_path, program("--escapees", "2"))
+    pids = reported_pids(run.stdout_path)
+    assert len(pids["escapee"]) == 2
+    assert all(os.getpgid(pid) == pid for pid in pids["escapee"])  # setsid(): a group of its own
+    os.close(run.write_end)
+    assert run.process.wait(timeout=GRACE + MARGIN) == 128 + signal.SIGTERM
+    record = run.record()
+    assert record["subreaper"] is True
+    wait_until(lambda: all(map(pid_gone, pids["escapee"])), MARGIN, "the escaped grandchildren to be gone")
+
+
+def test_escapee_ignoring_sigterm_is_killed_after_the_command_exits(tmp_path):
+    run = Launched(tmp_path, program("--on-term", "ignore", "--escapees", "1", "--exit", "0"))
+    assert run.wait() == 0
+    escapee = reported_pids(run.stdout_path)["escapee"]
+    record = run.record()
+    assert record["reason"] == "child_exited"
+    assert signals_sent(record) == ["SIGTERM", "SIGKILL"]
+    assert record["signals"][0]["inherited"] == escapee
+    wait_until(lambda: all(map(pid_gone, escapee)), MARGIN, "the escaped grandchild to be gone")

@@ -61,6 +61,7 @@ class StandInVariant:
         self.state = state
         self.reason: str | None = None
         self.pid: int | None = 4242
+        self.supervised = True
         self.address: str | None = "tcp://127.0.0.1:5555"
         self.server_started_at: float | None = time.time() - 62
         self.health_left: float | None = None

@@ -284,10 +284,15 @@ class TracewatchApp(App[None]):
         name = safe(target.name)
         if target.state is VariantState.CANCELLING:
             question = Text(f"Kill {name} now with SIGKILL?\n\nIts grace period is still running.")
-        else:
+        elif variant.supervised:
             question = Text(
                 f"Cancel variant {name}?\n\nIts runs are cancelled over the wire, then its server gets "
                 "SIGTERM, then SIGKILL after the grace period."
+            )
+        else:
+            question = Text(
+                f"Cancel variant {name}?\n\nIts runs are cancelled over the wire. Its server at "
+                f"{safe(variant.address or '?')} is not ours: it is left running."
             )
 
         def answered(yes: bool | None) -> None:

@@ -34,6 +34,7 @@ class RecordedVariant:
 
     can_start = False
     can_cancel = False
+    supervised = False
     health_left = None
 
     def __init__(self, name: str) -> None:
@@ -75,7 +76,7 @@ class RecordedVariant:
             self.escalation.append(Escalation(t, kind, str(event["detail"])))
         elif kind == "exited":
             self.pid = None
-            self.outcome_text = f"exit code {event.get('code')} · {event.get('status', 'exited')}"
+            self.outcome_text = str(event.get("outcome") or f"exit code {event.get('code')} · {event.get('status', 'exited')}")
 
 
 def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], record: dict[str, Any]) -> None:

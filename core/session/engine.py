@@ -129,7 +129,7 @@ class Engine(Session):
         await self.wait()
         on_progress("every server stopped")
         if self.recorder is not None:
-            self.recorder.close()
+            await asyncio.to_thread(self.recorder.close)  # its last write and fsync block
 
     def _shutdown_progress(self, variants: list[Variant]) -> str:
         parts = []

@@ -76,11 +76,17 @@ class Variant:
 
     @property
     def pid(self) -> int | None:
-        """The supervised server's pid while it runs (None before start returned)."""
+        """The server's own pid (not its supervisor's) while it runs; None before it
+        started, after it exited, and for an attached server."""
         child = self._child
         if child is None or child.pid is None:
             return None
-        return child.pid if child.poll() is None else None
+        return child.server_pid if child.poll() is None else None
+
+    @property
+    def supervised(self) -> bool:
+        """Whether the server is ours to stop (a command we start), not one attached to."""
+        return self.config.attach is None
 
     @property
     def can_start(self) -> bool:
@@ -174,13 +180,15 @@ class Variant:
                 self.reason = self._gone
             elif keys and all(self.store.rollouts[k].status is not Status.DONE for k in keys):
                 self.reason = "every rollout failed"
-            await self._stop_server(self.config.grace_seconds)
+            await self._stop_server()
             self._set(VariantState.FAILED if self.reason else VariantState.DONE)
         except (ServerExited, TimeoutError, ChildError, OSError) as error:
             self.health_left = None
             self.reason = str(error)
             self._fail_unfinished(keys, str(error))
-            await self._stop_server(self.config.grace_seconds)
+            stopped = await self._stop_server()
+            if stopped is not None and stopped.status != "failed":  # it ran until we stopped it
+                self.reason = f"{error}; {self.outcome_text}"
             self._set(VariantState.FAILED)
         finally:
             if watchdog is not None:
@@ -216,12 +224,12 @@ class Variant:
             stderr_path=self.stderr_path,
             record_path=run_dir / "supervisor.json",
             deadline_seconds=self.config.deadline_seconds,
-            supervisor_grace_seconds=max(0.5, self.config.grace_seconds * 0.6),
+            supervisor_grace_seconds=self.config.grace_seconds,
             label=self.name,
         )
-        pid = await asyncio.to_thread(self._child.start)
+        supervisor_pid = await asyncio.to_thread(self._child.start)
         self.server_started_at = time.time()
-        self._event("started", pid=pid, address=self.address)
+        self._event("started", pid=self._child.server_pid, supervisor_pid=supervisor_pid, address=self.address)
         return self.address
 
     def _health_countdown(self, left: float) -> None:
@@ -356,20 +364,22 @@ class Variant:
             main.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await main
-        await self._stop_server(self.config.grace_seconds)
+        await self._stop_server()
         await self._close_client()
         self._set(VariantState.CANCELLED)
 
-    async def _stop_server(self, grace: float) -> None:
+    async def _stop_server(self) -> ChildOutcome | None:
+        """Stop a supervised server (SIGTERM, its whole configured grace, SIGKILL) and
+        say how it ended; None for an attached server, which is not ours to stop."""
         child = self._child
         if child is None:
-            return
+            return None
         loop = asyncio.get_running_loop()
 
         def on_event(kind: str, detail: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(self._on_child_event, kind, detail)
 
-        stopper = asyncio.to_thread(child.terminate, grace, on_event)
+        stopper = asyncio.to_thread(child.terminate, None, on_event)
         stopping = loop.create_task(stopper)
         while not stopping.done():
             if self._kill_now:
@@ -379,14 +389,17 @@ class Variant:
         with contextlib.suppress(ChildError):
             stopping.result()
         self._grace_until = None
-        outcome = child.outcome()
+        # hashing the capture files reads them whole: never on the event loop
+        outcome = await asyncio.to_thread(child.outcome)
         self.outcome_text = _describe(outcome)
-        self._event("exited", code=outcome.exit_code, status=str(outcome.status))
+        self._event("exited", code=outcome.exit_code, status=str(outcome.status), outcome=self.outcome_text)
+        return outcome
 
     def _on_child_event(self, kind: str, detail: dict[str, Any]) -> None:
         if kind == "sigterm":
             grace = float(detail.get("grace_seconds", 0.0))
-            self._grace_until = time.time() + grace
+            # the supervisor's own deadline, so the countdown reaches 0 as SIGKILL is sent
+            self._grace_until = float(detail.get("kill_at", time.time() + grace))
             self._note("sigterm", f"SIGTERM sent to the server's group, grace {grace:g}s")
         elif kind == "sigkill":
             self._grace_until = None
@@ -455,10 +468,26 @@ def _reply_of(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe(outcome: ChildOutcome) -> str:
-    text = f"exit code {outcome.exit_code} · {outcome.status}"
-    if outcome.signal:
-        text += f" ({outcome.signal})"
-    return text
+    """How the server ended, in words: stopped by us (after its rollouts, at a cancel or
+    a failed start), killed (and by whom), or ended by itself."""
+    code = f"exit code {outcome.exit_code}"
+    if outcome.status == "killed":
+        record = outcome.record or {}
+        if any(sent.get("signal") == "SIGKILL" for sent in record.get("signals", [])):
+            grace = float(record.get("grace_seconds") or 0.0)
+            return f"server killed with SIGKILL: still running {grace:g}s after SIGTERM · {code}"
+        if outcome.cancelled:
+            return f"server killed with SIGKILL by tracewatch at once · {code}"
+        return f"server killed by a SIGKILL from outside tracewatch · {code}"
+    if outcome.status == "cancelled":
+        return f"server stopped with SIGTERM · {code}"
+    signal_name = f" ({outcome.signal})" if outcome.signal else ""
+    if outcome.cancelled:
+        return f"server stopped with SIGTERM, then failed · {code}{signal_name}"
+    if outcome.reason == "deadline":
+        return f"server stopped at its deadline · {code}{signal_name}"
+    ended = "failed" if outcome.status == "failed" else "exited"
+    return f"server {ended} by itself · {code}{signal_name}"
 
 
 def _free_port() -> int:

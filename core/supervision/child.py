@@ -31,9 +31,12 @@ from typing import Any, Literal
 
 from core.supervision import capture, supervisor
 
-DEFAULT_GRACE_SECONDS = 10.0
-"""The app's grace for `terminate()`: keep it above the supervisor's, whose own
-escalation must finish first so a clean teardown is never cut short from outside."""
+APP_GRACE_MARGIN_SECONDS = 5.0
+"""How much longer than the supervisor's grace `terminate()` waits by default before
+it SIGKILLs from outside. The supervisor's escalation must finish first, so a clean
+teardown is never cut short and the server gets every second of its configured grace;
+the margin covers the supervisor's own SIGKILL, reaping and final record on a loaded
+machine."""
 
 CANCEL_EXIT_CODES = frozenset({130, 128 + signal.SIGTERM, 128 + signal.SIGINT})
 """Exit statuses that, after a cancel, mean the command stopped as asked."""
@@ -123,11 +126,17 @@ class SupervisedChild:
         self._elapsed = 0.0
         self._cancelled = False
         self._app_killed = False
+        self._server_pid: int | None = None
 
     @property
     def pid(self) -> int | None:
         """The supervisor's pid (its process group too), once started."""
         return None if self._process is None else self._process.pid
+
+    @property
+    def server_pid(self) -> int | None:
+        """The command's own pid (what a user would look for in `ps`), once running."""
+        return self._server_pid
 
     def start(self) -> int:
         """Launch the supervisor, wait until it reports the command running, return its pid."""
@@ -181,20 +190,25 @@ class SupervisedChild:
         return code
 
     def terminate(
-        self, grace_seconds: float = DEFAULT_GRACE_SECONDS, on_event: EventCallback | None = None
+        self, grace_seconds: float | None = None, on_event: EventCallback | None = None
     ) -> int:
-        """Stop the child: SIGTERM, wait out the grace, then SIGKILL; return the exit status.
+        """Stop the child: the supervisor sends SIGTERM, waits out its grace, then
+        SIGKILL; this waits `grace_seconds` (default: the supervisor's grace plus
+        `APP_GRACE_MARGIN_SECONDS`) before it SIGKILLs from outside. Returns the exit status.
 
         Blocking: call it from a worker thread. `on_event(kind, detail)` runs on that
-        thread with "sigterm" {grace_seconds}, "sigkill" {by: "supervisor" | "app"} and
-        "exited" {exit_code}, so the UI can show the escalation as it happens.
+        thread with "sigterm" {grace_seconds, kill_at} once the supervisor has sent it
+        (`kill_at`: the epoch second its SIGKILL is due, so a countdown reaches 0 when
+        it is sent), "sigkill" {by: "supervisor" | "app"} and "exited" {exit_code}, so
+        the UI can show the escalation as it happens.
         """
         self._require_started()
         emit = on_event or (lambda kind, detail: None)
+        if grace_seconds is None:
+            grace_seconds = self.supervisor_grace_seconds + APP_GRACE_MARGIN_SECONDS
         with self._terminating:
             if self._signal_supervisor(signal.SIGTERM):
                 self._cancelled = True
-                emit("sigterm", {"grace_seconds": grace_seconds})
                 self._escalate(grace_seconds, emit)
             code = self._wait(None)
             assert code is not None
@@ -231,7 +245,7 @@ class SupervisedChild:
             signal_name = record.get("signal")
         else:  # the supervisor itself was killed, or never started the command
             signal_name = signal.Signals(-raw).name if raw < 0 else None
-        killed = self._app_killed or signal_name == "SIGKILL" or _sent_sigkill(record)
+        killed = self._app_killed or signal_name == "SIGKILL" or _sent(record, "SIGKILL")
         return ChildOutcome(
             label=self.label,
             argv_digest=self.argv_digest,
@@ -299,6 +313,8 @@ class SupervisedChild:
                 self._wait(None)
                 raise ChildError(f"cannot start {self._name}: {record.get('error')}")
             if state not in (None, "starting"):
+                pid = record.get("child_pid")
+                self._server_pid = pid if isinstance(pid, int) else None
                 return
             if exited:
                 raise ChildError(
@@ -315,26 +331,40 @@ class SupervisedChild:
             time.sleep(_TICK)
 
     def _escalate(self, grace_seconds: float, emit: EventCallback) -> None:
-        """Wait out the grace, reporting a SIGKILL (the supervisor's or a `kill()`) as it
-        happens; then SIGKILL the command's group and the supervisor if either still runs."""
+        """Wait out the grace, reporting the supervisor's SIGTERM and a SIGKILL (the
+        supervisor's or a `kill()`) as they happen; then SIGKILL the command's group and
+        the supervisor if either still runs."""
         ends_at = time.monotonic() + grace_seconds
-        reported = False
+        announced = reported = False
         while self._reap() is None:
-            reported = self._report_kill(reported, emit)
+            record = self.record()
+            announced = self._report_sigterm(announced, record, emit)
+            reported = self._report_kill(reported, record, emit)
             if time.monotonic() >= ends_at:
-                self._kill_groups(self.record())
+                self._kill_groups(record)
                 break
             time.sleep(_TICK)
         self._wait(None)
-        self._report_kill(reported, emit)
+        record = self.record()
+        self._report_sigterm(announced, record, emit)
+        self._report_kill(reported, record, emit)
 
-    def _report_kill(self, reported: bool, emit: EventCallback) -> bool:
+    def _report_sigterm(self, announced: bool, record: dict[str, Any] | None, emit: EventCallback) -> bool:
+        if announced:
+            return True
+        kill_at = (record or {}).get("sigkill_due_at")
+        if not _sent(record, "SIGTERM") or not isinstance(kill_at, (int, float)):
+            return False
+        emit("sigterm", {"grace_seconds": self.supervisor_grace_seconds, "kill_at": float(kill_at)})
+        return True
+
+    def _report_kill(self, reported: bool, record: dict[str, Any] | None, emit: EventCallback) -> bool:
         if reported:
             return True
         if self._app_killed:
             emit("sigkill", {"by": "app"})
-        elif _sent_sigkill(self.record()):
-            emit("sigkill", {"by": "supervisor"})
+        elif _sent(record, "SIGKILL"):
+            emit("sigkill", {"by": "supervisor", "grace_seconds": self.supervisor_grace_seconds})
         else:
             return False
         return True
@@ -412,8 +442,8 @@ class SupervisedChild:
         return CaptureInfo(path=path, sha256=digest, size=size)
 
 
-def _sent_sigkill(record: dict[str, Any] | None) -> bool:
-    return any(sent.get("signal") == "SIGKILL" for sent in (record or {}).get("signals", []))
+def _sent(record: dict[str, Any] | None, name: str) -> bool:
+    return any(sent.get("signal") == name for sent in (record or {}).get("signals", []))
 
 
 def _status(code: int, *, cancelled: bool, killed: bool) -> Status:

@@ -6,15 +6,23 @@
 The app cannot clean up after itself once it is SIGKILLed, so this small process
 does it: it starts ARGV in a session (and process group) of its own and stops that
 whole group when the app's liveness pipe reads end-of-file, when the hard deadline
-passes, or when it is sent SIGTERM/SIGINT itself. Stopping is SIGTERM, a grace
-period (shorter than the app's, so this escalation finishes before the app's), then
+passes, or when it is sent SIGTERM/SIGINT itself. Stopping is SIGTERM, the grace
+period (the app waits longer, so this escalation finishes before the app's), then
 SIGKILL. Anything left in the group after the command exits is stopped the same
 way. The exit status is the command's (128+signal if a signal ended it).
 
+A process that leaves the group (`setsid()`, a daemonizing double fork) would escape
+a signal to the group, so on Linux this process is a child subreaper
+(`PR_SET_CHILD_SUBREAPER`): every orphaned descendant is reparented to it rather than
+to PID 1, and is signalled, waited for and reaped like the group. Where prctl is
+missing (not Linux) the record says `subreaper: false` and only the group is stopped.
+
 A JSON record, replaced atomically, says what happened: state (starting, running,
 finished, start_failed), why the command was stopped (parent_gone, deadline,
-sigterm, sigint, child_exited), each signal sent and when, the exit code or
-signal, and the pids. The app reads it to learn the child's group and outcome.
+sigterm, sigint, child_exited), each signal sent and when (and the inherited pids it
+reached), when SIGKILL is due once SIGTERM is sent (`sigkill_due_at`, epoch seconds,
+for the app's countdown), the exit code or signal, and the pids. The app reads it to
+learn the child's group and outcome.
 
 Standard library only: the app runs this file in isolated mode (`python -I`), so
 nothing in the child's working directory or environment can shadow it.
@@ -22,6 +30,8 @@ nothing in the child's working directory or environment can shadow it.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import json
 import os
@@ -40,6 +50,9 @@ START_FAILED_EXIT = 127
 """What a shell reports for a command it could not run."""
 
 _TICK = 0.05
+_REAP_SECONDS = 5.0
+"""How long SIGKILLed inherited processes get to be reaped (one stuck in the kernel
+may never go; the supervisor must still exit)."""
 
 
 def argv_digest(argv: Sequence[str]) -> str:
@@ -68,6 +81,26 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
         os.close(directory)
 
 
+def _processes() -> list[tuple[int, bytes, int, int]] | None:
+    """(pid, state, ppid, pgid) of every process, from /proc; None without procfs."""
+    try:
+        names = os.listdir("/proc")
+    except FileNotFoundError:
+        return None
+    found = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        found.append((int(name), fields[0], int(fields[1]), int(fields[2])))
+    return found
+
+
 def group_alive(pgid: int) -> bool:
     """Whether any process of the group still runs.
 
@@ -80,22 +113,41 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        names = os.listdir("/proc")
-    except FileNotFoundError:  # no procfs: a zombie counts as alive
+    processes = _processes()
+    if processes is None:  # no procfs: a zombie counts as alive
         return True
-    for name in names:
-        if not name.isdigit():
+    return any(group == pgid and state not in (b"Z", b"X") for _, state, _, group in processes)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Ask Linux to reparent our orphaned descendants to us; False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_inherited(keep: int) -> list[int]:
+    """Reap every exited child but `keep` (Popen reaps that one) and return the pids of
+    the children still running: the descendants this subreaper inherited."""
+    running = []
+    for pid, state, ppid, _ in _processes() or []:
+        if ppid != os.getpid() or pid == keep:
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if state in (b"Z", b"X"):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        else:
+            running.append(pid)
+    return running
 
 
 def _now() -> str:
@@ -123,8 +175,10 @@ class _Supervision:
             "child_pgid": None,
             "deadline_seconds": deadline,
             "grace_seconds": grace,
+            "subreaper": False,
             "started_at": _now(),
             "finished_at": None,
+            "sigkill_due_at": None,
             "signals": [],
             "exit_code": None,
             "signal": None,
@@ -179,26 +233,60 @@ class _Supervision:
                 return "parent_gone"
 
     def stop(self, reason: str) -> None:
-        """SIGTERM the group, give it the grace period, then SIGKILL whatever is left."""
+        """SIGTERM the group and what we inherited, give them the whole grace period,
+        then SIGKILL whatever is left and reap it."""
         assert self.child is not None
-        if reason == "child_exited" and not group_alive(self.child.pid):
+        if reason == "child_exited" and not self.anything_left():
             return
-        self.signal_group(signal.SIGTERM)
+        reached = self.send(signal.SIGTERM)
+        sent_at = datetime.now(UTC)
         ends_at = time.monotonic() + self.grace
+        self.record["sigkill_due_at"] = sent_at.timestamp() + self.grace
+        self.note(signal.SIGTERM, reached, sent_at)
         while time.monotonic() < ends_at:
-            if self.child.poll() is not None and not group_alive(self.child.pid):
+            if self.child.poll() is not None and not self.anything_left():
                 return
             time.sleep(_TICK)
-        self.signal_group(signal.SIGKILL)
+        self.note(signal.SIGKILL, self.send(signal.SIGKILL))
         self.child.wait()
+        ends_at = time.monotonic() + _REAP_SECONDS
+        while reap_inherited(self.child.pid) and time.monotonic() < ends_at:
+            self.send(signal.SIGKILL)  # each goes within a tick or two
+            time.sleep(_TICK)
 
-    def signal_group(self, signum: signal.Signals) -> None:
+    def anything_left(self) -> bool:
         assert self.child is not None
+        return group_alive(self.child.pid) or bool(reap_inherited(self.child.pid))
+
+    def send(self, signum: signal.Signals) -> list[int] | None:
+        """Signal the command's group and every inherited descendant (each as its own
+        group too, since one that called setsid() leads one). Returns the inherited
+        pids signalled, or None if nothing was left to signal."""
+        assert self.child is not None
+        reached = False
         try:
             os.killpg(self.child.pid, signum)
+            reached = True
         except ProcessLookupError:
+            pass
+        inherited = reap_inherited(self.child.pid)
+        for pid in inherited:
+            for send in (os.killpg, os.kill):
+                try:
+                    send(pid, signum)
+                    reached = True
+                except (ProcessLookupError, PermissionError):
+                    continue
+        return inherited if reached else None
+
+    def note(self, signum: signal.Signals, reached: list[int] | None, at: datetime | None = None) -> None:
+        """Record a signal that reached something."""
+        if reached is None:
             return
-        self.record["signals"].append({"signal": signum.name, "at": _now()})
+        sent: dict[str, Any] = {"signal": signum.name, "at": (at or datetime.now(UTC)).isoformat()}
+        if reached:
+            sent["inherited"] = reached
+        self.record["signals"].append(sent)
         self.save()
 
     def finish(self, reason: str) -> int:
@@ -241,6 +329,7 @@ def _parse(args: list[str]) -> tuple[int, str, float, float, list[str]]:
 def main(args: list[str] | None = None) -> int:
     parent_fd, record_path, deadline, grace, command = _parse(sys.argv[1:] if args is None else args)
     supervision = _Supervision(record_path, parent_fd, deadline, grace, command)
+    supervision.record["subreaper"] = become_subreaper()
     signal.signal(signal.SIGTERM, supervision.on_signal)
     signal.signal(signal.SIGINT, supervision.on_signal)
     try:
@@ -254,7 +343,7 @@ def main(args: list[str] | None = None) -> int:
         reason = supervision.watch()
         supervision.stop(reason)
     except BaseException:
-        supervision.signal_group(signal.SIGKILL)  # never leave the group behind on a crash
+        supervision.note(signal.SIGKILL, supervision.send(signal.SIGKILL))  # never leave the group behind
         raise
     return supervision.finish(reason)
 
