@@ -284,7 +284,7 @@ class TracewatchApp(App[None]):
         name = safe(target.name)
         if target.state is VariantState.CANCELLING:
             question = Text(f"Kill {name} now with SIGKILL?\n\nIts grace period is still running.")
-        elif variant.supervised:
+        elif target.supervised:
             question = Text(
                 f"Cancel variant {name}?\n\nIts runs are cancelled over the wire, then its server gets "
                 "SIGTERM, then SIGKILL after the grace period."
@@ -292,7 +292,7 @@ class TracewatchApp(App[None]):
         else:
             question = Text(
                 f"Cancel variant {name}?\n\nIts runs are cancelled over the wire. Its server at "
-                f"{safe(variant.address or '?')} is not ours: it is left running."
+                f"{safe(target.address or '?')} is not ours: it is left running."
             )
 
         def answered(yes: bool | None) -> None:

@@ -57,7 +57,11 @@ class VariantView(Protocol):
     def reason(self) -> str | None:
         """Why it failed, if it did."""
     @property
-    def pid(self) -> int | None: ...
+    def pid(self) -> int | None:
+        """The server's own pid (not its supervisor's) while it runs."""
+    @property
+    def supervised(self) -> bool:
+        """Whether the server is ours to stop (a command we start), not one attached to."""
     @property
     def address(self) -> str | None: ...
     @property

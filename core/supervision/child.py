@@ -311,8 +311,8 @@ class SupervisedChild:
             state = record.get("state")
             if state == "start_failed":
                 self._wait(None)
-                raise ChildError(f"cannot start {self._name}: {record.get('error')}")
-            if state not in (None, "starting"):
+                raise ChildError(f"cannot start {self._name}: {(record or {}).get('error')}")
+            if record is not None and state not in (None, "starting"):
                 pid = record.get("child_pid")
                 self._server_pid = pid if isinstance(pid, int) else None
                 return
