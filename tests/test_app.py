@@ -352,3 +352,43 @@ async def test_g_and_G_go_to_the_first_and_last_rows() -> None:
             await pilot.press(key)
             await until(pilot, lambda row=row: app.selected == rows.ordered_keys[row])
             assert rows.scroll_x == 0
+
+
+async def test_the_selection_stays_on_a_rollout_that_leaves_the_filtered_view() -> None:
+    """Issue 11 item 1: rows leaving a `status:running` view never move the selection;
+    the selected one leaving is said, and its trace stays until the user moves."""
+    engine = make_engine(finish=False)
+    store = engine.store
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 40)) as pilot:
+        rows = await started(pilot)
+        await pilot.press("slash", *"status:running", "enter")
+        await select(pilot, "candidate/run1/0")
+        title = app.query_one("#trace-title", Static)
+        for key in ("baseline/run0/0", "baseline/run1/0", "candidate/run0/0"):  # others end around it
+            store.failed(key, "done elsewhere")
+        await until(pilot, lambda: "baseline/run1/0" not in rows.ordered_keys)
+        assert app.selected == "candidate/run1/0" and rows.selected_key == "candidate/run1/0"
+        store.failed("candidate/run1/0", "provider error")
+        await until(pilot, lambda: "not in the filtered view" in str(title.render()))
+        assert app.selected == "candidate/run1/0" and app.trace_pane.rollout.key == "candidate/run1/0"
+        assert rows.pinned and "candidate/run1/0" not in rows.ordered_keys
+        await pilot.pause(0.2)
+        assert app.selected == "candidate/run1/0", "nothing moves it but the user"
+        await pilot.press("down")
+        await until(pilot, lambda: app.selected == rows.ordered_keys[rows.cursor_row] != "candidate/run1/0")
+        assert not rows.pinned and "not in the filtered view" not in str(title.render())
+
+
+@pytest.mark.parametrize("width", [80, 160])
+async def test_every_column_shows_its_sort_arrow_both_ways(width: int) -> None:
+    """Issue 11 item 4: the arrow is never clipped, and ▼ marks a reversed sort."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(width, 40)) as pilot:
+        rows = await started(pilot)
+        for column, label, _ in COLUMNS:
+            for reverse, arrow in ((False, "▲"), (True, "▼")):
+                rows.sort_by(column, reverse=reverse)
+                header = rows._header_strip().text
+                assert f"{label}{arrow}" in header or f"…{arrow}" in header, header
+                assert header.count(arrow) == 1 and "▲▼".replace(arrow, "") not in header

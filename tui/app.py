@@ -118,6 +118,7 @@ class TracewatchApp(App[None]):
         now = self.store.clock()
         with self.batch_update():
             self.table.sync([*changes.added, *changes.rollouts])
+            self.trace_pane.set_hidden(self.table.pinned)
             if self.selected in changes.rollouts:
                 self.trace_pane.refresh_trace(changes.traces)
                 self._show_timing(now)
@@ -213,6 +214,7 @@ class TracewatchApp(App[None]):
     def _filter_changed(self, event: Input.Changed) -> None:
         row_filter = RowFilter.parse(event.value)
         self.table.set_filter(row_filter)
+        self.trace_pane.set_hidden(self.table.pinned)
         self._show_filter_hint(row_filter)
 
     def _show_filter_hint(self, row_filter: RowFilter) -> None:

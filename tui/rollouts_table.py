@@ -172,7 +172,14 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     @property
     def selected_key(self) -> str | None:
-        return self._keys[self._cursor_row] if self._keys else None
+        """The rollout the cursor belongs to; while `pinned`, one no row shows."""
+        return self._cursor_key if self.pinned else self._keys[self._cursor_row] if self._keys else None
+
+    @property
+    def pinned(self) -> bool:
+        """The selected rollout left the view (the filter no longer lets it through):
+        the cursor stays with it, on no row, until the user moves it."""
+        return self._cursor_key is not None and self._cursor_key not in self._rows and self._cursor_key in self.store.rollouts
 
     def get_row_index(self, key: str) -> int:
         return self._rows[key]
@@ -183,10 +190,15 @@ class RolloutsTable(ScrollView, can_focus=True):
         return self._cells(self.store.rollouts[key], self.now(), (column,))[column][0]
 
     def header_label(self, column: str) -> str:
+        """A column's header as drawn: its label, and in the sorted column the order's
+        arrow (▲ ascending, ▼ reversed) in the cell after it, so no width cuts it."""
         label = next(label for key, label, _ in COLUMNS if key == column)
-        if column == self.sort_column:
-            label += " ▼" if self.sort_reverse else " ▲"
-        return label
+        width = self._widths[COLUMN_KEYS.index(column)] - 2 * PADDING
+        pad = " " * PADDING
+        if column != self.sort_column:
+            return pad + fit(label, width) + pad
+        text = fit(label, width).rstrip()
+        return pad + text + ("▼" if self.sort_reverse else "▲") + " " * (width - cell_len(text))
 
     # -- the app's API -------------------------------------------------------------------
 
@@ -301,12 +313,15 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._rows = {key: row for row, key in enumerate(self._keys)}
         self.virtual_size = Size(sum(self._widths), len(self._keys) + 1)
         row = self._rows.get(self._cursor_key) if self._cursor_key is not None else None
-        self._move_cursor(self._cursor_row if row is None else row)
+        if row is None and self.pinned:
+            self._cursor_row = max(0, min(self._cursor_row, len(self._keys) - 1))
+        else:
+            self._move_cursor(self._cursor_row if row is None else row)
         self.refresh()
 
     def _move_cursor(self, row: int) -> None:
         self._cursor_row = max(0, min(row, len(self._keys) - 1))
-        key = self.selected_key
+        key = self._keys[self._cursor_row] if self._keys else None
         if key != self._cursor_key:
             self._cursor_key = key
             self.post_message(self.RowHighlighted(self, key))
@@ -334,6 +349,9 @@ class RolloutsTable(ScrollView, can_focus=True):
     # -- keys and mouse ------------------------------------------------------------------
 
     def action_cursor(self, step: int) -> None:
+        """From a pinned cursor, down is the row now in its place and up the one above."""
+        if self.pinned:
+            step = min(step, 0) if step < 0 else 0
         self._move_cursor(self._cursor_row + step)
 
     def action_page(self, step: int) -> None:
@@ -408,7 +426,7 @@ class RolloutsTable(ScrollView, can_focus=True):
             if row >= len(self._keys):
                 return Strip.blank(width, self.rich_style)
             key = self._keys[row]
-            if row == self._cursor_row:
+            if row == self._cursor_row and key == self._cursor_key:
                 strip = self._row_strip(key, "cursor")
             else:
                 strip = self._strips.get(key) or self._strips.setdefault(key, self._row_strip(key, None))
@@ -416,8 +434,7 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     def _header_strip(self) -> Strip:
         style = self._style(Style(), "header")
-        pad = " " * PADDING
-        texts = (pad + fit(self.header_label(key), width - 2 * PADDING) + pad for key, width in zip(COLUMN_KEYS, self._widths, strict=True))
+        texts = (self.header_label(key) for key in COLUMN_KEYS)
         return Strip([Segment("".join(texts), style)], sum(self._widths))
 
     def _row_strip(self, key: str, layer: str | None) -> Strip:

@@ -34,6 +34,8 @@ class TracePane(Vertical):
         self.clock = clock
         self.rollout: Rollout | None = None
         self.trace_id: str | None = None
+        self.hidden = False
+        """The shown rollout is not in the table's (filtered) view: the title says so."""
         self._trace_ids: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
@@ -56,6 +58,12 @@ class TracePane(Vertical):
         self.trace_id = None
         self._trace_ids = ()
         self.refresh_trace(None)
+
+    def set_hidden(self, hidden: bool) -> None:
+        if hidden != self.hidden:
+            self.hidden = hidden
+            if self.rollout is not None:
+                self.query_one("#trace-title", Static).update(self._title(self.rollout))
 
     def refresh_trace(self, changed: set[tuple[str, str]] | None) -> None:
         """Follow what changed in the shown rollout: new traces reach the switcher; the
@@ -82,6 +90,8 @@ class TracePane(Vertical):
         text.append(f" · {safe(rollout.task_label)} · {rollout.phase}")
         if rollout.reason and rollout.reason.lower() != rollout.phase:  # not "cancelled · cancelled"
             text.append(f" · {safe(rollout.reason)}", style="bold")
+        if self.hidden:
+            text.append(" · not in the filtered view", style="reverse")
         return text
 
     def _fill_switcher(self, rollout: Rollout) -> None:
