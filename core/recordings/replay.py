@@ -21,8 +21,9 @@ from core.recordings.reader import read_recording
 from core.recordings.run_dir import open_run
 from core.session.contracts import Escalation, VariantState
 from core.session.engine import Session
-from core.session.store import RolloutStore
-from core.wire.assembly import LIST_FIELDS
+from core.session.store import RolloutStore, Status
+from core.wire.assembly import LIST_FIELDS, AssemblyError
+from core.wire.protocol import delta_failure
 
 FAST_BATCH = 200
 """Records applied between yields when replaying as fast as possible, so the app
@@ -92,13 +93,23 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
     elif kind == "request":
         store.started(record["id"], record["request_id"], t)
     elif kind == "delta":
-        store.apply(record["id"], record["d"], t)
+        key = record["id"]
+        try:
+            store.apply(key, record["d"], t)
+        except Exception as error:  # noqa: BLE001 - the run failed on it live, the same way
+            rollout = store.rollouts[key]
+            reason = delta_failure(rollout.request_id or "?", error)
+            store.failed(key, reason, cancelled=rollout.status is Status.CANCELLING, t=t)
     elif kind == "reply":
         reply = record.get("r") or {}
         key = record["id"]
         episode = None
         if reply.get("success") and reply.get("head") is not None:
-            episode = store.rollouts[key].assembly.finish(reply["head"], reply.get("traces") or [])
+            try:
+                episode = store.rollouts[key].assembly.finish(reply["head"], reply.get("traces") or [])
+            except AssemblyError as error:  # the recorded deltas do not add up to the reply
+                store.failed(key, str(error), t=t)
+                return
         store.ended(key, recorded_ending(record, episode), episode, t)
     elif kind == "event":
         variant = variants.setdefault(record["variant"], RecordedVariant(record["variant"]))

@@ -2,14 +2,17 @@
 tasks dispatched with bounded concurrency, and every run's deltas into the store.
 
 The lifecycle is an explicit state machine; `start` and `cancel` are safe in any
-state. A server that dies mid-run fails its in-flight rollouts at once (the client
-is told to give up on them), so nothing waits on a reply that cannot come.
+state. A server found dead (its process exited, or it missed health checks in a row)
+fails every rollout it owns at once, queued ones included, so nothing waits on a
+reply that cannot come and nothing more is sent to it. Every way out of a run ends
+its rollout exactly once, with a reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -23,16 +26,25 @@ from core.supervision.capture import private_dir, tail_lines
 from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
 from core.wire.assembly import AssemblyError
 from core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
+from core.wire.protocol import MalformedReply
 
-ATTACH_HEALTH_INTERVAL = 5.0
-ATTACH_HEALTH_MISSES = 3
-"""An attached server gets this many missed health checks in a row before its
-in-flight rollouts are failed: no supervisor tells us it died."""
+logger = logging.getLogger(__name__)
 
+HEALTH_INTERVAL = 2.0
+HEALTH_TIMEOUT = 5.0
+HEALTH_MISSES = 3
+"""A server that misses this many health checks in a row is dead: an attached one
+(no supervisor tells us it died) or a child that is stopped (SIGSTOP) or wedged."""
+
+CHILD_POLL = 0.2
+"""How often a supervised child's exit is looked for: an exit is noticed at once."""
 
 CANCEL_REPLY_WAIT = 2.0
-"""How long a variant cancel waits for aborted runs' replies before it stops the
-server regardless."""
+"""How long a cancel waits for the aborted run's reply (or a variant cancel for its
+runs' replies) before it ends the rollout here regardless."""
+
+CANCEL_ANSWER_WAIT = 10.0
+"""How long a rollout cancel waits for the server to answer the cancel itself."""
 
 
 class ServerExited(RuntimeError):
@@ -65,6 +77,7 @@ class Variant:
         self._client: EnvClient | None = None
         self._main: asyncio.Task[None] | None = None
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self._cancels: set[asyncio.Task[None]] = set()
         self._grace_until: float | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._kill_now = False
@@ -151,7 +164,9 @@ class Variant:
             self._end(key, "cancelled before it started", cancelled=True)
             return True
         self.store.cancelling(key)
-        asyncio.get_running_loop().create_task(self._cancel_run(key, rollout.request_id))
+        task = asyncio.get_running_loop().create_task(self._cancel_run(key, rollout.request_id))
+        self._cancels.add(task)
+        task.add_done_callback(self._cancels.discard)
         return True
 
     async def wait(self) -> None:
@@ -174,7 +189,7 @@ class Variant:
             self.health_left = None
             self._event("healthy", address=address)
             self._set(VariantState.RUNNING)
-            watchdog = asyncio.get_running_loop().create_task(self._watch_server())
+            watchdog = asyncio.get_running_loop().create_task(self._watch_server(keys))
             await self._dispatch(keys)
             if self._gone is not None:
                 self.reason = self._gone
@@ -182,13 +197,16 @@ class Variant:
                 self.reason = "every rollout failed"
             await self._stop_server()
             self._set(VariantState.FAILED if self.reason else VariantState.DONE)
-        except (ServerExited, TimeoutError, ChildError, OSError) as error:
+        except Exception as error:
+            known = isinstance(error, (ServerExited, TimeoutError, ChildError, OSError))
+            if not known:
+                logger.exception("variant %s failed", self.name)
             self.health_left = None
-            self.reason = str(error)
-            self._fail_unfinished(keys, str(error))
+            self.reason = str(error) if known else f"internal error: {error!r}"
+            self._fail_unfinished(keys, self.reason)
             stopped = await self._stop_server()
             if stopped is not None and stopped.status != "failed":  # it ran until we stopped it
-                self.reason = f"{error}; {self.outcome_text}"
+                self.reason = f"{self.reason}; {self.outcome_text}"
             self._set(VariantState.FAILED)
         finally:
             if watchdog is not None:
@@ -243,7 +261,8 @@ class Variant:
 
         async def one(key: str) -> None:
             async with gate:
-                if self.store.rollouts[key].status is Status.QUEUED:
+                # a dead server gets nothing more (its rollouts are failed already)
+                if self._gone is None and self.store.rollouts[key].status is Status.QUEUED:
                     await self._run_one(key)
 
         tasks = [asyncio.get_running_loop().create_task(one(key)) for key in keys]
@@ -287,53 +306,87 @@ class Variant:
                 assembly=rollout.assembly,
                 on_frame=on_frame if self.recorder is not None else None,
             )
-        except (RunFailed, ServerGone, AssemblyError) as error:
-            reason = error.error if isinstance(error, RunFailed) else str(error)
-            # a run the user cancelled ends cancelled, however the ending reached us
-            cancelled = getattr(error, "aborted", False) or rollout.status is Status.CANCELLING
-            self._end(key, reason, cancelled=cancelled)
+            self.store.finished(key, record)
         except asyncio.CancelledError:
             self._end(key, "cancelled with the variant", cancelled=True)
             raise
+        except Exception as error:
+            if isinstance(error, RunFailed):
+                reason = error.error
+            elif isinstance(error, (ServerGone, AssemblyError, MalformedReply)):
+                reason = str(error)
+            else:
+                logger.exception("run %s of %s failed", request_id, key)
+                reason = f"internal error: {error!r}"
+            # a run the user cancelled ends cancelled, however the ending reached us
+            cancelled = getattr(error, "aborted", False) or rollout.status is Status.CANCELLING
+            self._end(key, reason, cancelled=cancelled)
         else:
-            self.store.finished(key, record)
             self._record_reply(key, _reply_of(record))
 
     async def _cancel_run(self, key: str, request_id: str | None) -> None:
-        client = self._client
-        if client is None or request_id is None:
-            return
+        """Ask the server to abort the run, and end the rollout here if no aborted
+        reply follows in time: a cancel always ends its rollout, whatever the server
+        answers (or fails to)."""
+        client, task = self._client, self._runs.get(key)
         try:
-            found = await client.cancel(request_id, timeout=10.0)
-        except (TimeoutError, RunFailed, ServerGone) as error:
-            self._end(key, f"cancelled here; the server did not answer the cancel: {error}", cancelled=True)
+            if client is None or request_id is None:
+                raise RuntimeError("no server holds the run")
+            found = await client.cancel(request_id, timeout=CANCEL_ANSWER_WAIT)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any failure to cancel still ends it here
+            reason = f"cancelled here; the server did not answer the cancel: {error}"
         else:
-            if found:
-                return  # the run's aborted reply ends it
-            # the server no longer holds it: its reply is on the way or lost
-            self._end(key, "cancelled here; the server no longer held the run", cancelled=True)
-        task = self._runs.get(key)
+            if found and task is not None:
+                await asyncio.wait({task}, timeout=CANCEL_REPLY_WAIT)  # its aborted reply ends it
+                if task.done():
+                    return
+                reason = f"cancelled here; the server took the cancel but sent no reply within {CANCEL_REPLY_WAIT:g}s"
+            else:  # its reply is on the way or lost
+                reason = "cancelled here; the server no longer held the run"
+        self._end(key, reason, cancelled=True)
         if task is not None:
             task.cancel()
 
-    async def _watch_server(self) -> None:
-        """Notice a server that went away while runs wait on it: a supervised child's
-        exit at once, an attached server after missed health checks."""
-        client = self._client
+    async def _watch_server(self, keys: list[str]) -> None:
+        """Notice a server that went away while this start's rollouts depend on it: a
+        supervised child's exit at once, any server (an attached one, a stopped
+        child) after missed health checks in a row. Then every rollout it owns fails."""
+        client, child = self._client, self._child
         assert client is not None
         misses = 0
-        while self._gone is None:
-            if self._child is not None:
-                await asyncio.sleep(0.2)
-                code = self._child.poll()
-                if code is not None:
+        health: asyncio.Task | None = None
+        next_check = time.monotonic() + HEALTH_INTERVAL
+        try:
+            while self._gone is None:
+                await asyncio.sleep(CHILD_POLL)
+                if child is not None and (code := child.poll()) is not None:
                     self._gone = self._exit_reason(code, "mid-run")
-            else:
-                await asyncio.sleep(ATTACH_HEALTH_INTERVAL)
-                misses = 0 if await client.health(timeout=ATTACH_HEALTH_INTERVAL) else misses + 1
-                if misses >= ATTACH_HEALTH_MISSES:
-                    self._gone = f"the server at {self.address} stopped answering health"
-        client.abandon_all(self._gone)
+                elif health is None and time.monotonic() >= next_check:
+                    health = asyncio.get_running_loop().create_task(client.health(timeout=HEALTH_TIMEOUT))
+                elif health is not None and health.done():
+                    answered = not health.cancelled() and health.exception() is None and health.result()
+                    misses = 0 if answered else misses + 1
+                    health, next_check = None, time.monotonic() + HEALTH_INTERVAL
+                    if misses >= HEALTH_MISSES:
+                        self._gone = (
+                            f"the server at {self.address} stopped answering: {misses} health checks "
+                            f"in a row got no answer within {HEALTH_TIMEOUT:g}s"
+                        )
+        finally:
+            if health is not None:
+                health.cancel()
+        self._server_gone(keys, self._gone)
+
+    def _server_gone(self, keys: list[str], reason: str) -> None:
+        """Fail every rollout the dead server owns: runs waiting on it through the
+        client, queued ones here (nothing more is dispatched to it)."""
+        assert self._client is not None
+        self._client.abandon_all(reason)
+        for key in keys:
+            if self.store.rollouts[key].status is Status.QUEUED:
+                self._end(key, reason)
 
     # -- cancelling and stopping --------------------------------------------------
 

@@ -33,6 +33,8 @@ from core.wire.protocol import (
     RunRequest,
     RunResponse,
     SamplingConfig,
+    delta_failure,
+    parse_reply,
     request_payload,
     unpack,
 )
@@ -162,8 +164,10 @@ class EnvClient:
         """Run one rollout and return its episode record (head joined with the
         assembled traces). Pass `request_id` (see `new_request_id`) to know the wire id
         before the run starts, so it can be cancelled; pass `assembly` to read the live
-        traces while it runs. `on_delta` sees each delta after it is applied, then
-        `on_frame` its bytes as they came (a recorder keeps them without packing again)."""
+        traces while it runs. `on_frame` gets each delta's bytes as they came, before
+        anything interprets them, so a recording keeps what a failing run was sent (and
+        a recorder keeps them without packing again); `on_delta` sees each delta after
+        it is applied, and if it raises, the run fails."""
         request = RunRequest(
             task_data=task_data,
             client=ClientConfig.model_validate(client),
@@ -177,7 +181,7 @@ class EnvClient:
             reply = await self._request(request, request_id=request_id)
         finally:
             self._runs.pop(request_id, None)
-        response = RunResponse.model_validate(reply)
+        response = parse_reply(RunResponse, reply, "run")
         if not response.success:
             raise RunFailed(response.error)
         if response.head is None:
@@ -187,7 +191,7 @@ class EnvClient:
     async def cancel(self, request_id: str, timeout: float | None = 10.0) -> bool:
         """Ask the server to abort a run; true if it found the run live."""
         reply = await self._request(CancelRequest(request_id=request_id), timeout=timeout)
-        response = CancelResponse.model_validate(reply)
+        response = parse_reply(CancelResponse, reply, "cancel")
         if not response.success:
             raise RunFailed(response.error)
         return response.cancelled
@@ -336,22 +340,27 @@ class EnvClient:
     def _deliver_delta(self, request_id: str, run: _Run, data: bytes) -> None:
         try:
             delta = unpack(data)
-            if not isinstance(delta, dict):
-                raise AssemblyError(f"a delta is a {type(delta).__name__}, not a map")
-            run.assembly.apply(delta)
         except Exception as error:
-            self._fail(request_id, f"a delta could not be applied: {error}")
+            self._fail(request_id, f"a delta could not be applied: it is not readable msgpack ({error})")
             return
-        _hand_to(run.on_delta, delta, request_id)
-        _hand_to(run.on_frame, data, request_id)
+        _hand_to(run.on_frame, data, request_id)  # recorded as it came, before anything may reject it
+        try:
+            run.assembly.apply(delta)
+            if run.on_delta is not None:
+                run.on_delta(delta)
+        except Exception as error:
+            self._fail_with(request_id, delta_failure(request_id, error))
 
     def _fail(self, request_id: str, reason: str) -> None:
+        self._fail_with(request_id, f"request {request_id}: {reason}")
+
+    def _fail_with(self, request_id: str, message: str) -> None:
         """A request whose stream broke: fail it here and, if it is a run, stop it on
         the server."""
-        self._drop(f"request {request_id}: {reason}")
+        self._drop(message)
         future = self._replies.get(request_id)
         if future is not None and not future.done():
-            future.set_exception(AssemblyError(f"request {request_id}: {reason}"))
+            future.set_exception(AssemblyError(message))
         if self._runs.pop(request_id, None) is not None:
             self._cancel_in_background(request_id)
 

@@ -8,10 +8,12 @@ that a dumped request validates on its server and its replies validate here.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import msgpack
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.text import short_repr
 
 KIND_DELTA = b"delta"
 KIND_REPLY = b"reply"
@@ -116,3 +118,30 @@ class RunResponse(Response):
 
 def request_payload(request: Request) -> bytes:
     return pack(request.model_dump(mode="json"))
+
+
+class MalformedReply(RuntimeError):
+    """A reply that is not the shape verifiers' protocol gives it: the request it
+    answers fails with this, never with a validation traceback."""
+
+
+R = TypeVar("R", bound=Response)
+
+
+def parse_reply(model: type[R], reply: Any, method: str) -> R:
+    """`reply` to a `method` request as `model`, or `MalformedReply` naming what was
+    wrong (at most three fields, each value cut short)."""
+    try:
+        return model.model_validate(reply)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, item['loc'])) or 'the reply'}: {item['msg'].lower()} (got {short_repr(item.get('input'), 40)})"
+            for item in error.errors()[:3]
+        )
+        raise MalformedReply(f"the server's {method} reply is malformed: {problems}") from None
+
+
+def delta_failure(request_id: str, error: BaseException) -> str:
+    """Why a run failed on a delta that could not be applied: the same words live and
+    in a replay of the same recording."""
+    return f"request {request_id}: a delta could not be applied: {error}"
