@@ -14,7 +14,8 @@ import pytest
 from child_helpers import make_child, program, reported_pids
 from polling import MARGIN, pid_gone, wait_until
 
-from core.supervision.capture import private_dir, tail_lines
+from core.paths import private_dir
+from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgpack
 
+from core.paths import make_private_dirs
 from core.recordings.ending import end_field
 from core.recordings.format import FORMAT, VERSION
 from core.session.store import Ending
@@ -39,7 +40,7 @@ class Recorder:
         self.max_batch = max_batch
         """A batch this large is written at once, so a burst cannot pile up in memory."""
         self.error: str | None = None
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(self.path.parent)
         # O_EXCL: keeping every stream means never overwriting one.
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
         self._fd = os.open(self.path, flags, 0o600)

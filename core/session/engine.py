@@ -12,13 +12,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from core.paths import new_session_dir
+from core.paths import new_session_dir, private_dir, write_private
 from core.recordings.export import episode_json, partial_episode
 from core.session.config import Config
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
 from core.session.store import RolloutStore
 from core.session.variant import Variant
-from core.supervision.capture import private_dir
 
 
 class Session:
@@ -69,11 +68,8 @@ class Session:
         replied, else the traces as assembled so far."""
         rollout = self.store.rollouts[key]
         record = rollout.record or partial_episode(rollout.task_data, rollout.assembly.traces.values(), rollout.reason)
-        directory = directory or self.session_dir / "exports"
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{key.replace('/', '-')}.json"
-        path.write_text(episode_json(record))
-        return path
+        directory = private_dir(directory or self.session_dir / "exports")
+        return write_private(directory / f"{key.replace('/', '-')}.json", episode_json(record))
 
 
 class Engine(Session):

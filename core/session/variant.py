@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.paths import private_dir
 from core.session.config import VariantConfig
 from core.session.contracts import Escalation, VariantState
 from core.session.store import RolloutStore, Status
-from core.supervision.capture import private_dir, tail_lines
+from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
 from core.wire.assembly import AssemblyError
 from core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id

@@ -23,24 +23,6 @@ class CaptureError(OSError):
     """A capture file or directory that cannot be used safely; the message names it."""
 
 
-def private_dir(path: str | os.PathLike[str]) -> Path:
-    """Return `path` as a directory only its owner can enter, creating it if missing.
-
-    An existing directory of ours that is wider than 0700 is tightened rather than
-    refused: it is where captures go, so it must be private either way.
-    """
-    path = Path(path)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise CaptureError(f"capture directory {path} is a symlink or not a directory; refusing it")
-    if info.st_uid != os.getuid():
-        raise CaptureError(f"capture directory {path} belongs to another user; choose one of yours")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-    return path
-
-
 def provenance_line(label: str, stream: str, argv_digest: str, started: datetime) -> str:
     """The first line of a capture file; whitespace in the label is folded so it stays one field."""
     name = "_".join(label.split()) or "-"

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from core.paths import private_dir
 from core.supervision import capture, supervisor
 
 APP_GRACE_MARGIN_SECONDS = 5.0
@@ -151,7 +152,7 @@ class SupervisedChild:
         fds: list[int] = []
         try:
             for path in (self.stdout_path, self.stderr_path, self.record_path):
-                capture.private_dir(path.parent)
+                private_dir(path.parent)
             for path, stream in ((self.stdout_path, "stdout"), (self.stderr_path, "stderr")):
                 line = capture.provenance_line(self.label, stream, self.argv_digest, self._started_at)
                 fds.append(capture.open_capture(path, line))
