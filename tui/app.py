@@ -82,7 +82,7 @@ class TracewatchApp(App[None]):
         self.detail = self.query_one(TabbedContent)
         self.cards = self.query_one(VariantsPanel).cards
         self.status = self.query_one("#status", Static)
-        self.palette = Palette(self)
+        self.palette = Palette(self.table)
         readonly = self.engine.readonly_reason is not None
         panel = self.query_one(VariantsPanel)
         for variant in self.engine.variants.values():
@@ -101,7 +101,7 @@ class TracewatchApp(App[None]):
         self._second()
 
     def _theme_changed(self, theme: Theme) -> None:
-        self.palette = Palette(self)
+        self.palette = Palette(self.table)
         self.table.set_palette(self.palette)
         self.timing.palette = self.palette
         self._redraw_cards(self.engine.variants)

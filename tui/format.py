@@ -1,37 +1,23 @@
 """Small formatting shared by the widgets: durations, rewards, sizes, and phase styles
-resolved from the current Textual theme (Rich cells cannot read `$primary` themselves)."""
+read from CSS component classes (Rich cells cannot read `$primary` themselves)."""
 
 from __future__ import annotations
 
 from rich.style import Style
-from textual.app import App
-from textual.color import Color, ColorParseError
+from textual.widget import Widget
 
+from core.session.store import AGENT_PARTS, ROLLOUT_PHASES
 from tui.text import safe
 
 __all__ = ["clock", "reward_text", "size_text", "Palette", "safe"]
 
-# Phase -> (theme variable or ANSI colour when no theme variable exists, bold, dim).
-# Model and harness are the agent's two parts, so they share its colour (the waterfall
-# tells them apart by glyph); boot and finalize are housekeeping, in neutral tones, so
-# that nothing but an error is drawn in a red.
-_PHASE_LOOK: dict[str, tuple[str | None, bool, bool]] = {
-    "queued": (None, False, True),
-    "starting": (None, False, True),
-    "boot": (None, False, True),
-    "setup": ("warning", False, False),
-    "agent": ("primary", False, False),
-    "model": ("primary", False, False),
-    "harness": ("primary", False, False),
-    "finalize": ("foreground", False, False),
-    "scoring": ("success", False, False),
-    "done": ("success", True, False),
-    "error": ("error", True, False),
-    "failed": ("error", True, False),
-    "cancelling": ("warning", False, False),
-    "cancelled": ("warning", False, True),
-    "stalled": ("warning", True, False),
-}
+PHASE_NAMES = (*ROLLOUT_PHASES, *AGENT_PARTS, "stalled")
+"""Everything drawn in a phase's colour: the phases, the agent's two parts, and how a
+rollout stands."""
+TONES = ("muted", "warning", "error", "success", "primary")
+PALETTE_CLASSES = {f"phase--{name}" for name in PHASE_NAMES} | {f"tone--{name}" for name in TONES}
+"""The component classes a widget that draws with a `Palette` declares; their looks
+are CSS, in app.tcss."""
 
 
 def clock(seconds: float | None) -> str:
@@ -57,30 +43,15 @@ def size_text(size: float) -> str:
 
 
 class Palette:
-    """Rich styles per phase, from the theme's variables; rebuilt on theme change."""
+    """Rich styles per phase and tone, read from a widget's component classes (so the
+    theme and app.tcss decide the colours); rebuilt on theme change."""
 
-    def __init__(self, app: App) -> None:
-        variables = app.get_css_variables()
-        self.styles: dict[str, Style] = {}
-        for phase, (colour, bold, dim) in _PHASE_LOOK.items():
-            self.styles[phase] = Style(color=_rich_colour(variables, colour), bold=bold, dim=dim)
-        self.muted = Style(dim=True)
-        self.warning = Style(color=_rich_colour(variables, "warning"), bold=True)
-        self.error = Style(color=_rich_colour(variables, "error"))
-        self.success = Style(color=_rich_colour(variables, "success"))
-        self.primary = Style(color=_rich_colour(variables, "primary"))
+    def __init__(self, widget: Widget) -> None:
+        def look(name: str) -> Style:
+            return widget.get_component_rich_style(name, partial=True)
+
+        self.styles = {phase: look(f"phase--{phase}") for phase in PHASE_NAMES}
+        self.muted, self.warning, self.error, self.success, self.primary = (look(f"tone--{tone}") for tone in TONES)
 
     def phase(self, phase: str) -> Style:
         return self.styles.get(phase, Style())
-
-
-def _rich_colour(variables: dict[str, str], name: str | None) -> str | None:
-    if name is None:
-        return None
-    value = variables.get(name)
-    if value is None:
-        return name
-    try:
-        return Color.parse(value).rich_color.name
-    except ColorParseError:
-        return None

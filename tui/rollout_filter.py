@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from core.session.store import PHASES, Rollout, Status
+from core.session.store import ROLLOUT_PHASES, Rollout, Status
 
 FIELDS = ("variant", "status", "phase")
 STATUSES = (*(status.value for status in Status), "stalled")
-PHASE_NAMES = ("queued", "starting", *PHASES, "done", "error", "failed", "cancelling", "cancelled")
-"""Every value `Rollout.phase` takes."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ class RowFilter:
     def problems(self, variants: Iterable[str]) -> list[str]:
         """A value no rollout can match, with the values there are: `status:bogus`
         shows why the table is empty rather than just an empty table."""
-        known = {"variant": tuple(v.lower() for v in variants), "status": STATUSES, "phase": PHASE_NAMES}
+        known = {"variant": tuple(v.lower() for v in variants), "status": STATUSES, "phase": ROLLOUT_PHASES}
         found = []
         for name, values in (("variant", self.variants), ("status", self.statuses), ("phase", self.phases)):
             for value in values:

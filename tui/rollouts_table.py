@@ -23,8 +23,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.session.store import PHASES, Rollout, RolloutStore, Status
-from tui.format import Palette, clock, reward_text, safe
+from core.session.store import ROLLOUT_PHASES, Rollout, RolloutStore, Status
+from tui.format import PALETTE_CLASSES, Palette, clock, reward_text, safe
 from tui.keys import bindings
 from tui.rollout_filter import RowFilter
 
@@ -50,7 +50,7 @@ NARROW = 110
 TASK_NARROW = 12
 TICKING = ("elapsed", "activity")
 
-_PHASE_ORDER = {p: i for i, p in enumerate(("queued", "starting", *PHASES, "done", "error"))}
+_PHASE_ORDER = {p: i for i, p in enumerate(ROLLOUT_PHASES)}
 
 Cell = tuple[str, Style]
 
@@ -104,7 +104,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         }
     }
     """
-    COMPONENT_CLASSES = {"rollouts-table--header", "rollouts-table--cursor"}
+    COMPONENT_CLASSES = {"rollouts-table--header", "rollouts-table--cursor", *PALETTE_CLASSES}
 
     BINDINGS = bindings("table")
 
@@ -203,7 +203,7 @@ class RolloutsTable(ScrollView, can_focus=True):
     # -- the app's API -------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self.palette = Palette(self.app)
+        self.palette = Palette(self)
 
     def select(self, key: str) -> None:
         if key in self._rows:

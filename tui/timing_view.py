@@ -8,8 +8,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from core.session.store import PHASES, Rollout, RolloutStore
-from tui.format import Palette, safe
+from core.session.store import AGENT_PARTS, DURATION_KEYS, PHASES, Rollout, RolloutStore
+from tui.format import PALETTE_CLASSES, Palette, safe
 
 LABEL_WIDTH = 11
 DURATION_WIDTH = 9
@@ -73,8 +73,8 @@ def variant_table(store: RolloutStore, palette: Palette) -> Table:
     stats = {name: store.stats(name) for name in store.variants}
     for name in stats:
         table.add_column(Text(safe(name)), justify="right")
-    for phase in ("boot", "setup", "agent", "model", "harness", "finalize", "scoring"):
-        row = [Text(f"└ {phase}" if phase in ("model", "harness") else phase, style=palette.phase(phase))]
+    for phase in DURATION_KEYS:
+        row = [Text(f"└ {phase}" if phase in AGENT_PARTS else phase, style=palette.phase(phase))]
         for variant in stats.values():
             p50_p95 = variant.phases.get(phase)
             row.append(Text(f"{seconds_text(p50_p95[0])} / {seconds_text(p50_p95[1])}" if p50_p95 else "–"))
@@ -86,6 +86,7 @@ class TimingView(Widget):
     """Redrawn when the selected rollout changes, and each second while it runs."""
 
     DEFAULT_CSS = "TimingView { height: auto; }"
+    COMPONENT_CLASSES = PALETTE_CLASSES
 
     def __init__(self, store: RolloutStore, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -96,7 +97,7 @@ class TimingView(Widget):
         self.now = 0.0
 
     def on_mount(self) -> None:
-        self.palette = Palette(self.app)
+        self.palette = Palette(self)
 
     def show(self, rollout: Rollout | None, trace_id: str | None, now: float) -> None:
         self.rollout, self.trace_id, self.now = rollout, trace_id, now

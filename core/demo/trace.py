@@ -12,16 +12,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from core.session.store import AGENT_PARTS, PHASES
 from core.wire.assembly import LIST_FIELDS
 
 TRACE_VERSION = 1
 VERIFIERS = {"version": "0.4.0", "commit": None}
-PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 
 
 def new_timing() -> dict[str, Any]:
     timing: dict[str, Any] = {"start": time.time(), **{phase: {"start": 0.0, "end": 0.0} for phase in PHASES}}
-    timing["agent"].update(model={"duration": 0.0}, harness={"duration": 0.0})
+    timing["agent"].update({part: {"duration": 0.0} for part in AGENT_PARTS})
     return timing
 
 

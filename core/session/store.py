@@ -19,7 +19,12 @@ from core.wire.assembly import EpisodeAssembly
 PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 """The timing spans of a trace, in the order a rollout passes through them."""
 
-DURATION_KEYS = ("boot", "setup", "agent", "model", "harness", "finalize", "scoring")
+AGENT_PARTS = ("model", "harness")
+"""The agent span's two parts, as the server times them."""
+DURATION_KEYS = tuple(key for phase in PHASES for key in ((phase, *AGENT_PARTS) if phase == "agent" else (phase,)))
+"""What the store keeps durations of: each phase, the agent's parts after it."""
+ROLLOUT_PHASES = ("queued", "starting", *PHASES, "done", "error", "failed", "cancelling", "cancelled")
+"""Every value `Rollout.phase` takes, in the order a rollout passes through them."""
 
 
 class Status(StrEnum):
@@ -267,7 +272,7 @@ def phase_durations(timing: dict[str, Any]) -> dict[str, float]:
         if start and end:
             durations[phase] = max(0.0, end - start)
     agent = timing.get("agent") or {}
-    for part in ("model", "harness"):
+    for part in AGENT_PARTS:
         duration = (agent.get(part) or {}).get("duration") or 0.0
         if duration:
             durations[part] = float(duration)

@@ -128,7 +128,8 @@ def become_subreaper() -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        status: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return status == 0
     except (OSError, AttributeError):
         return False
 
