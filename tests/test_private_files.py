@@ -33,7 +33,7 @@ def umask_000() -> Iterator[None]:
 def not_private(root: Path) -> dict[str, str]:
     """Every folder under `root` (itself included) that is not 0700, every file not 0600."""
     wrong = {}
-    for folder, dirs, files in os.walk(root):
+    for folder, _dirs, files in os.walk(root):
         for path, want in [(Path(folder), 0o700)] + [(Path(folder) / name, 0o600) for name in files]:
             mode = path.stat().st_mode & 0o777
             if mode != want:
