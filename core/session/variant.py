@@ -357,7 +357,7 @@ class Variant:
         client, child = self._client, self._child
         assert client is not None
         misses = 0
-        health: asyncio.Task | None = None
+        health: asyncio.Task[bool] | None = None
         next_check = time.monotonic() + HEALTH_INTERVAL
         try:
             while self._gone is None:
