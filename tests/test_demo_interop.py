@@ -4,6 +4,7 @@ our client assembles the same records from the same server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 
 import pytest
@@ -17,11 +18,15 @@ from verifiers.v1.task import WireTaskData
 from verifiers.v1.types import SamplingConfig
 
 from core.demo.tasks import DEFAULT_TASKS
+from core.recordings.export import episode_json
 from core.wire.client import EnvClient
+from core.wire.protocol import Packed, plain
 
 SPEED = 100.0
 DEADLINE = 90.0
-PLAYABLE = [task for task in DEFAULT_TASKS if task["scenario"] != "stuck"]
+SCALE = {"id": "interop-scale", "prompt": "p", "scenario": "scale", "turns": 4, "tokens": 300}
+"""A tokenized rollout: its token arrays reach our store packed (`Packed`)."""
+PLAYABLE = [task for task in DEFAULT_TASKS if task["scenario"] != "stuck"] + [SCALE]
 SAMPLING = {"temperature": 0.7, "max_tokens": 2048}
 
 
@@ -74,6 +79,7 @@ def content(episode: WireEpisode) -> list:
             trace.stop_condition,
             trace.ok,
             trace.num_total_tokens,
+            [(node.token_ids, node.mask, node.is_content, node.logprobs) for node in trace.nodes],
         )
         for trace in episode.traces
     ] + [episode.ok, [error.type for error in episode.errors], episode.task.hash]
@@ -87,12 +93,18 @@ async def test_verifiers_client_and_ours_get_the_same_records(address: str) -> N
         assert isinstance(episode, WireEpisode)
         assert len(episode.traces) == expected_traces.get(task["scenario"], 1)
         assert episode.ok == (task["scenario"] != "failing")
-        ours_typed = WireEpisode.model_validate(record)
+        ours_typed = WireEpisode.model_validate(plain(record))
         assert content(ours_typed) == content(episode), task["id"]
+        exported = json.loads(episode_json(record))
+        assert [[n["token_ids"] for n in t["nodes"]] for t in exported["traces"]] == [
+            [n.token_ids for n in t.nodes] for t in episode.traces
+        ], task["id"]
         # our assembly of the stream equals verifiers' own assembly of it
         replay = VerifiersAssembly()
         for delta in deltas:
-            replay.apply(delta)
+            replay.apply(plain(delta))
         head = {key: value for key, value in record.items() if key != "traces"}
         summaries = [TraceSummary(id=t["id"], nodes=len(t["nodes"]), calls=len(t["calls"])) for t in record["traces"]]
         assert replay.finish(head, summaries) == record
+    packed = [node["token_ids"] for node in ours[-1][0]["traces"][0]["nodes"]]
+    assert packed and all(isinstance(ids, Packed) for ids in packed)  # the scale run's arrays stayed packed

@@ -24,6 +24,7 @@ from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.session.store import Ending, Status
 from core.wire.assembly import AssemblyError, EpisodeAssembly
+from core.wire.protocol import Packed
 
 BYTES_MARKER = "__base64__"
 ORIGIN_KEY = "tracewatch"
@@ -37,7 +38,7 @@ def json_safe(value: Any) -> Any:
     """`value` with bytes marked as base64 and non-finite floats as None."""
     if isinstance(value, Mapping):
         return {key if isinstance(key, str) else str(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, Packed)):
         return [json_safe(item) for item in value]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {BYTES_MARKER: base64.b64encode(value).decode("ascii")}

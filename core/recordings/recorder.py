@@ -17,6 +17,7 @@ from core.paths import make_private_dirs
 from core.recordings.ending import end_field
 from core.recordings.format import FORMAT, VERSION
 from core.session.store import Ending
+from core.wire.protocol import packable
 
 
 class Recorder:
@@ -44,7 +45,7 @@ class Recorder:
         # O_EXCL: keeping every stream means never overwriting one.
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
         self._fd = os.open(self.path, flags, 0o600)
-        self._packer = msgpack.Packer(use_bin_type=True)
+        self._packer = msgpack.Packer(use_bin_type=True, default=packable)
         header = {"format": FORMAT, "version": VERSION, "created": time.time(), "meta": dict(meta or {})}
         try:
             _write_all(self._fd, self._packer.pack(header))

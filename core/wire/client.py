@@ -37,6 +37,7 @@ from core.wire.protocol import (
     parse_reply,
     request_payload,
     unpack,
+    unpack_delta,
 )
 
 logger = logging.getLogger(__name__)
@@ -339,7 +340,7 @@ class EnvClient:
 
     def _deliver_delta(self, request_id: str, run: _Run, data: bytes) -> None:
         try:
-            delta = unpack(data)
+            delta = unpack_delta(data)
         except Exception as error:
             self._fail(request_id, f"a delta could not be applied: it is not readable msgpack ({error})")
             return

@@ -8,6 +8,7 @@ that a dumped request validates on its server and its replies validate here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, ClassVar, Literal, TypeVar
 
 import msgpack
@@ -23,7 +24,7 @@ ABORTED_ERROR = "Cancelled: rollout aborted"
 
 
 def pack(payload: Any) -> bytes:
-    packed: bytes = msgpack.packb(payload, use_bin_type=True)
+    packed: bytes = msgpack.packb(payload, use_bin_type=True, default=packable)
     return packed
 
 
@@ -34,6 +35,122 @@ are keyed by node index, so map keys may be ints."""
 
 def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, **UNPACK_OPTIONS)
+
+
+PACKED_FIELDS = frozenset(
+    {
+        "token_ids", "mask", "is_content", "sampling_mask", "logprobs", "reference_logprobs",
+        "trainer_logprobs", "entropies", "advantages", "loss_weights",
+    }
+)  # fmt: skip
+"""A node's per-token arrays: most of a training rollout's bytes, never drawn."""
+PACKED_MIN_BYTES = 64
+"""Shorter spans are decoded as they come: a few numbers cost less as a list."""
+_ARRAY_MARKERS = frozenset({*range(0x90, 0xA0), 0xDC, 0xDD})
+
+
+class Packed:
+    """A node's token array kept as the msgpack bytes the wire carried (about a fifth
+    of the list it decodes to, and nothing for the garbage collector to walk),
+    decoded on demand: equal to that list, and packed back as it."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def decode(self) -> list[Any]:
+        items: list[Any] = msgpack.unpackb(self.raw, **UNPACK_OPTIONS)
+        return items
+
+    def __len__(self) -> int:
+        marker = self.raw[0]
+        if marker == 0xDC:
+            return int.from_bytes(self.raw[1:3], "big")
+        if marker == 0xDD:
+            return int.from_bytes(self.raw[1:5], "big")
+        return marker & 0x0F
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.decode())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.decode()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Packed):
+            return self.raw == other.raw or self.decode() == other.decode()
+        if isinstance(other, list):
+            return self.decode() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Packed({len(self)} items, {len(self.raw)} bytes)"
+
+
+def packable(value: Any) -> Any:
+    """msgpack's `default`: a packed span packs as the list it holds."""
+    if isinstance(value, Packed):
+        return value.decode()
+    raise TypeError(f"cannot pack {type(value).__name__}")
+
+
+def plain(value: Any) -> Any:
+    """`value` with every packed span decoded: for code that needs real lists
+    (a JSON export, a pydantic model)."""
+    if isinstance(value, Packed):
+        return value.decode()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
+
+
+def unpack_delta(data: bytes) -> Any:
+    """A delta frame decoded as `unpack` does, except that its nodes' token arrays stay
+    packed (`Packed`): their numbers never become Python objects. A frame the fast
+    path cannot read is decoded by `unpack`, which says what is wrong with it."""
+    if b"token_ids" not in data and b"logprobs" not in data:
+        return unpack(data)
+    try:
+        return _unpack_keeping_spans(data)
+    except Exception:  # noqa: BLE001 - unpack decides, and names the problem
+        return unpack(data)
+
+
+def _unpack_keeping_spans(data: bytes) -> dict[Any, Any]:
+    unpacker = msgpack.Unpacker(max_buffer_size=max(1, len(data)), **UNPACK_OPTIONS)
+    unpacker.feed(data)
+    delta = {}
+    for _ in range(unpacker.read_map_header()):
+        key = unpacker.unpack()
+        delta[key] = _nodes(unpacker, data) if key == "nodes" else unpacker.unpack()
+    if unpacker.tell() != len(data):
+        raise ValueError("extra data after the delta")
+    return delta
+
+
+def _nodes(unpacker: msgpack.Unpacker, data: bytes) -> list[dict[Any, Any]]:
+    nodes = []
+    for _ in range(unpacker.read_array_header()):
+        node = {}
+        for _ in range(unpacker.read_map_header()):
+            key = unpacker.unpack()
+            if key in PACKED_FIELDS:
+                start = unpacker.tell()
+                unpacker.skip()
+                end = unpacker.tell()
+                if end - start >= PACKED_MIN_BYTES and data[start] in _ARRAY_MARKERS:
+                    node[key] = Packed(data[start:end])
+                else:
+                    node[key] = unpack(data[start:end])
+            else:
+                node[key] = unpacker.unpack()
+        nodes.append(node)
+    return nodes
 
 
 class WireModel(BaseModel):
