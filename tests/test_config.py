@@ -7,9 +7,12 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.demo.config import demo_config
 from core.session.config import Config, load_config
@@ -202,25 +205,73 @@ def test_attach_accepts_hosts_and_addresses(tmp_path, address):
 
 
 @pytest.mark.parametrize(
-    ("env", "hint"),
+    ("env", "name", "hint"),
     [
-        ('env = { HF_TOKEN = "hf_abc" }', 'env_from = ["HF_TOKEN"]'),
-        ('env = { OPENAI_API_KEY = "sk-abc" }', "endpoint.api_key_var"),
-        ('env = { db_password = "x" }', 'env_from = ["db_password"]'),
-        ('env = { AWS_SECRET_ACCESS_KEY = "x" }', "looks like a secret"),
+        ('env = { HF_TOKEN = "hf_abc" }', "HF_TOKEN", 'env_from = ["HF_TOKEN"]'),
+        ('env = { OPENAI_API_KEY = "sk-abc" }', "OPENAI_API_KEY", "endpoint.api_key_var"),
+        ('env = { db_password = "x" }', "db_password", 'env_from = ["db_password"]'),
+        ('env = { AWS_SECRET_ACCESS_KEY = "x" }', "AWS_SECRET_ACCESS_KEY", "looks like a secret"),
+        ('env = { PASSWD = "x" }', "PASSWD", 'env_from = ["PASSWD"]'),
+        ('env = { GCP_CREDENTIALS = "x" }', "GCP_CREDENTIALS", 'env_from = ["GCP_CREDENTIALS"]'),
+        ('env = { AUTH = "x" }', "AUTH", 'env_from = ["AUTH"]'),
+        ('env = { DATABASE_URL = "x" }', "DATABASE_URL", 'env_from = ["DATABASE_URL"]'),
     ],
 )
-def test_secrets_in_env_are_refused_with_the_way_to_pass_them(tmp_path, env, hint):
+def test_secrets_in_env_are_refused_with_the_way_to_pass_them(tmp_path, env, name, hint):
     message = problems(write(tmp_path, variant(env)))
-    assert "variants[0].env: " in message and "looks like a secret" in message and hint in message
+    assert f"variants[0].env.{name}: " in message and "looks like a secret" in message and hint in message
 
 
-def test_credentials_in_the_endpoint_are_refused(tmp_path):
-    text = variant('[variants.endpoint]\napi_key_var = "sk-live-123"\nheaders = { Authorization = "Bearer x" }')
+def test_credentials_in_the_endpoint_are_refused_without_repeating_them(tmp_path):
+    text = variant('[variants.endpoint]\napi_key_var = "sk-live-1234"\nheaders = { Authorization = "Bearer x" }')
     message = problems(write(tmp_path, text))
-    assert "variants[0].endpoint.api_key_var: expected the NAME of an environment variable" in message
-    assert "variants[0].endpoint.headers: header 'Authorization' looks like a credential" in message
+    assert "variants[0].endpoint.api_key_var: holds what looks like an API key (sk-...)" in message
+    assert "variants[0].endpoint.headers.Authorization: header 'Authorization' looks like a credential" in message
     assert 'headers_from_env = { "Authorization" = "MY_VAR" }' in message
+    assert "sk-live" not in message and "Bearer x" not in message
+
+
+def test_every_credential_value_is_reported_at_once_and_none_is_repeated(tmp_path):
+    secrets = {
+        "auth": "Bearer sk-proj-abcdefghijkl",
+        "db": "postgres://app:hunter2hunter2@db.internal:5432/app",
+        "key": "sk-ant-api03-abcdefghijklmnop",
+        "url": "https://alice:s3cr3tpass@llm.example/v1",
+        "argv": "sk-argvsecretvalue1",
+        "next": "plain-looking-value-9",
+        "header": "Token abcdefghijkl",
+    }
+    command = ["python", "serve.py", "--address", "{address}", f"--api-key={secrets['argv']}", "--hf-token", secrets["next"]]
+    text = variant(
+        f'env = {{ MODE = "{secrets["auth"]}", DB = "{secrets["db"]}", OTHER = "{secrets["key"]}" }}\n'
+        f"[variants.endpoint]\nbase_url = \"{secrets['url']}\"\nheaders = {{ X-Trace = \"{secrets['header']}\" }}",
+        server=f"command = {json.dumps(command)}",
+    )
+    message = problems(write(tmp_path, text))
+    for where, what in [
+        ("env.MODE", "the value of MODE looks like an API key"),
+        ("env.DB", "the value of DB looks like a URL with a password"),
+        ("env.OTHER", "the value of OTHER looks like an API key"),
+        ("endpoint.base_url", "holds what looks like a URL with a password"),
+        ("endpoint.headers.X-Trace", "its value looks like a bearer or basic credential"),
+        ("command[4]", "the value of --api-key is a credential on the server's argv"),
+        ("command[6]", "the value of --hf-token is a credential on the server's argv"),
+    ]:
+        assert f"variants[0].{where}: " in message and what in message, where
+    for secret in secrets.values():
+        assert secret not in message
+        assert secret[:8] not in message
+
+
+def test_names_that_only_point_at_a_credential_are_fine(tmp_path):
+    command = ["python", "serve.py", "--address", "{address}", "--api-key-var", "OPENAI_API_KEY", "--max-tokens", "9", "--token-file", "/run/tok"]
+    text = variant(
+        'env = { AUTHOR = "me", MODE = "fast", URL = "https://llm.example/v1" }\n'
+        '[variants.endpoint]\nbase_url = "https://llm.example/v1"\napi_key_var = "MY_KEY"\nheaders = { X-Trace = "on" }',
+        server=f"command = {json.dumps(command)}",
+    )
+    (config_variant,) = load_config(write(tmp_path, text)).variants
+    assert config_variant.endpoint.api_key_var == "MY_KEY"
 
 
 def test_tasks_file_errors_name_the_file_and_line(tmp_path):
@@ -323,3 +374,66 @@ def test_many_bad_task_lines_are_summarised(tmp_path):
     message = problems(write(tmp_path, variant(), tasks="1\n" * 8))
     assert f"{tmp_path / 'tasks.jsonl'}:5: " in message and f"{tmp_path / 'tasks.jsonl'}:6: " not in message
     assert "... and 3 more bad lines" in message
+
+
+SECRET_SHAPES = st.one_of(
+    st.from_regex(r"sk-(proj-|ant-)?[A-Za-z0-9]{20,40}", fullmatch=True),
+    st.from_regex(r"hf_[A-Za-z0-9]{30,36}", fullmatch=True),
+    st.from_regex(r"ghp_[A-Za-z0-9]{36}", fullmatch=True),
+    st.from_regex(r"AKIA[0-9A-Z]{16}", fullmatch=True),
+    st.from_regex(r"AIza[0-9A-Za-z_-]{35}", fullmatch=True),
+    st.from_regex(r"xoxb-[0-9]{10,12}-[A-Za-z0-9]{20}", fullmatch=True),
+    st.from_regex(r"Bearer [A-Za-z0-9._~+/=-]{20,40}", fullmatch=True),
+    st.from_regex(r"(postgres|mysql|https|redis)://[a-z]{3,8}:[A-Za-z0-9]{10,20}@[a-z]{3,10}\.internal(:[0-9]{4})?/[a-z]{0,6}", fullmatch=True),
+)
+PLACES = ("env value", "header value", "argv inline", "argv next", "base_url", "extra_body", "defaults env value")
+
+
+def _placed(secret: str, place: str) -> tuple[str, str]:
+    """(config text holding `secret` at `place`, the field path the error must name)."""
+    if place == "base_url" and "://" not in secret:
+        place = "env value"
+    command = ["python", "serve.py", "--address", "{address}"]
+    body, server, defaults = "", None, ""
+    if place == "env value":
+        body, where = f"env = {{ SETTING = {json.dumps(secret)} }}", "variants[0].env.SETTING"
+    elif place == "defaults env value":
+        defaults, where = f"[defaults]\nenv = {{ SETTING = {json.dumps(secret)} }}\n", "defaults.env.SETTING"
+    elif place == "header value":
+        body, where = f"[variants.endpoint]\nheaders = {{ X-Extra = {json.dumps(secret)} }}", "variants[0].endpoint.headers.X-Extra"
+    elif place == "argv inline":
+        server, where = json.dumps([*command, f"--api-key={secret}"]), "variants[0].command[4]"
+    elif place == "argv next":
+        server, where = json.dumps([*command, "--auth-token", secret]), "variants[0].command[5]"
+    elif place == "base_url":
+        body, where = f"[variants.endpoint]\nbase_url = {json.dumps(secret)}", "variants[0].endpoint.base_url"
+    else:
+        body, where = f"[variants.sampling.extra_body]\nnote = {json.dumps(secret)}", "variants[0].sampling.extra_body.note"
+    text = defaults + variant(body, server=SERVER if server is None else f"command = {server}")
+    return text, where
+
+
+@settings(max_examples=150, deadline=None)
+@given(secret=SECRET_SHAPES, place=st.sampled_from(PLACES))
+def test_generated_credentials_anywhere_are_refused_and_never_repeated(secret, place):
+    text, where = _placed(secret, place)
+    with tempfile.TemporaryDirectory() as folder:
+        with pytest.raises(ConfigError) as caught:
+            load_config(write(Path(folder), text))
+    message = str(caught.value)
+    assert f"{where}: " in message
+    hidden = secret.split("@")[0].rsplit(":", 1)[-1] if "://" in secret else secret
+    assert hidden not in message and hidden[:10] not in message
+
+
+def test_attach_flags_are_checked_the_same_way(tmp_path, capsys):
+    from tui.cli import main
+
+    (tmp_path / "tasks.jsonl").write_text('{"prompt": "a"}\n')
+    argv = ["attach", "tcp://127.0.0.1:5000", "--tasks", str(tmp_path / "tasks.jsonl"), "--headless",
+            "--base-url", "https://bob:pw-0123456789@llm.example/v1", "--api-key-var", "sk-0123456789abcdef"]  # fmt: skip
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "endpoint.base_url: holds what looks like a URL with a password" in error
+    assert "endpoint.api_key_var: holds what looks like an API key" in error
+    assert "pw-0123456789" not in error and "sk-0123456789" not in error

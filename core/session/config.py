@@ -28,7 +28,8 @@ from pydantic import (
     model_validator,
 )
 
-from core.session.config_errors import ConfigError, Problem, problems_of, suggest
+from core.session.config_errors import ConfigError, Problem, field_path, problems_of, suggest
+from core.session.secrets import find_secrets
 from core.text import short_repr
 from core.wire.protocol import ClientConfig, SamplingConfig
 
@@ -40,8 +41,6 @@ tracewatch (so a config needs no path to the venv that has `core.demo`)."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
-_SECRET_HEADER = re.compile(r"AUTH|KEY|TOKEN|SECRET|PASSWORD|COOKIE", re.IGNORECASE)
 _TCP = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):([0-9]{1,5})\Z")
 _SAMPLING_KEYS = (*SamplingConfig.model_fields, "max_completion_tokens", "extra_body")
 _MAX_BAD_LINES = 5
@@ -88,22 +87,11 @@ class EndpointConfig(BaseModel):
     @field_validator("api_key_var")
     @classmethod
     def _api_key_var(cls, value: str) -> str:
-        if not _ENV_NAME.match(value):
+        if not _ENV_NAME.match(value):  # never repeated: what is here instead may be the key
             raise ValueError(
                 "expected the NAME of an environment variable that holds the key "
-                f"(e.g. OPENAI_API_KEY), never the key itself; got {short_repr(value)}"
+                "(e.g. OPENAI_API_KEY), never the key itself"
             )
-        return value
-
-    @field_validator("headers")
-    @classmethod
-    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if _SECRET_HEADER.search(name):
-                raise ValueError(
-                    f"header {name!r} looks like a credential, and a config must not hold one; "
-                    f'export it and name the variable instead: headers_from_env = {{ "{name}" = "MY_VAR" }}'
-                )
         return value
 
     @field_validator("headers_from_env")
@@ -245,12 +233,6 @@ class VariantConfig(BaseModel):
         for name in value:
             if not _ENV_NAME.match(name):
                 raise ValueError(f"expected environment variable names, got {short_repr(name)}")
-            if _SECRET_NAME.search(name):
-                raise ValueError(
-                    f"{name} looks like a secret, and a config must not hold one: export it in "
-                    f'your shell and pass it through with env_from = ["{name}"] (for the model '
-                    "endpoint's key, name the variable in endpoint.api_key_var)"
-                )
         return value
 
     @field_validator("env_from")
@@ -412,10 +394,15 @@ def build_config(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
             from_defaults = loc[:1] in inherited or loc[:2] in inherited
             return ("defaults", *loc) if from_defaults else ("variants", index, *loc)
 
+        secrets = [Problem(source, field_path(where(loc)), message) for loc, message in find_secrets(merged)]
         try:
             variants.append(VariantConfig.model_validate(merged, context=context))
         except ValidationError as error:
-            problems += [p for p in problems_of(error, source, VariantConfig, where) if p not in problems]
+            found = problems_of(error, source, VariantConfig, where)
+            # a problem at, inside or around a credential could repeat it: the credential's own says enough
+            found = [p for p in found if not any(_overlaps(p.path, s.path) for s in secrets)]
+            problems += [p for p in found if p not in problems]
+        problems += [p for p in secrets if p not in problems]
         name = own.get("name")
         if isinstance(name, str) and name.strip():
             if name in seen:
@@ -425,6 +412,12 @@ def build_config(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
     if problems:
         raise ConfigError(problems)
     return Config(source=source, variants=variants)
+
+
+def _overlaps(path: str, other: str) -> bool:
+    """Whether one field path is the other, or inside it."""
+    inner, outer = (path, other) if len(path) >= len(other) else (other, path)
+    return inner == outer or inner.startswith((f"{outer}.", f"{outer}["))
 
 
 def _merge(defaults: dict[str, Any], own: dict[str, Any]) -> tuple[dict[str, Any], set[tuple[str, ...]]]:

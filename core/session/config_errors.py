@@ -52,7 +52,7 @@ def problems_of(
     error: ValidationError, source: str, model: type[BaseModel], where: Callable[[tuple[Any, ...]], tuple[Any, ...]]
 ) -> list[Problem]:
     return [
-        Problem(source, _path(where(tuple(detail["loc"]))), _describe(detail, model))
+        Problem(source, field_path(where(tuple(detail["loc"]))), _describe(detail, model))
         for detail in error.errors(include_url=False)
     ]
 
@@ -97,7 +97,7 @@ def _model_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> type
     return model
 
 
-def _path(loc: tuple[int | str, ...]) -> str:
+def field_path(loc: tuple[int | str, ...]) -> str:
     """`("variants", 1, "endpoint", "base_url")` -> `variants[1].endpoint.base_url`."""
     out = ""
     for part in loc:
