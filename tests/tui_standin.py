@@ -67,6 +67,8 @@ class StandInVariant:
         self.health_left: float | None = None
         self.escalation: list[Escalation] = []
         self.outcome_text: str | None = None
+        self.model: str | None = "demo-model"
+        self.sampling: dict[str, Any] = {"temperature": 0.2 if name == "baseline" else 0.8}
         self.calls: list[str] = []
         self.lines = [f"{name} server listening", "\x1b[31mred?\x1b[0m [bold]not markup[/bold]"]
         store.add_variant(name)

@@ -21,9 +21,9 @@ from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
+from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
-from tui.format import Palette, safe
+from tui.format import Palette, clock, safe
 from tui.keys import KEYS, bindings
 from tui.logs_view import LogsView
 from tui.rollout_filter import RowFilter
@@ -83,10 +83,8 @@ class TracewatchApp(App[None]):
         self.cards = self.query_one(VariantsPanel).cards
         self.status = self.query_one("#status", Static)
         self.palette = Palette(self.table)
-        readonly = self.engine.readonly_reason is not None
-        panel = self.query_one(VariantsPanel)
-        for variant in self.engine.variants.values():
-            panel.add_card(VariantCard(variant, self.store, readonly))
+        self.panel = self.query_one(VariantsPanel)
+        self._add_cards()
         self.call_after_refresh(self._first_draw)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.run_worker(self.engine.start(), name="engine start", exit_on_error=False)
@@ -143,8 +141,25 @@ class TracewatchApp(App[None]):
     def _logs_unread(self) -> None:
         self.detail.get_tab("tab-logs").label = self.logs.label()
 
+    def _add_cards(self) -> None:
+        """A card (and a logs entry) for each variant without one: a replay meets its
+        variants as their records arrive."""
+        new = [variant for name, variant in self.engine.variants.items() if name not in self.cards]
+        readonly = self.engine.readonly_reason is not None
+        for variant in new:
+            self.panel.add_card(VariantCard(variant, self.store, readonly))
+        if new:
+            self.logs.variants_changed()
+
+    @on(VariantCard.Focused)
+    def _card_focused(self, event: VariantCard.Focused) -> None:
+        self._redraw_cards([name for name, card in self.cards.items() if card is event.control])
+
     def _redraw_cards(self, names: Iterable[str]) -> None:
         now = self.store.clock()
+        if len(self.cards) != len(self.engine.variants):
+            self._add_cards()
+        self.panel.compare()
         for name in list(names):
             if name in self.cards:
                 self.cards[name].redraw(now, self.palette)
@@ -164,13 +179,23 @@ class TracewatchApp(App[None]):
             text.append(f" · {stalled} stalled", style=self.palette.warning)
         if self.table.row_filter:
             text.append(f" · {self.table.row_count} shown")
-        if self.engine.readonly_reason:
+        if (replay := self.engine.replay) is not None:
+            text.append("  ")
+            text.append_text(self._replay_state(replay.position()))
+        elif self.engine.readonly_reason:
             text.append(f"  read-only: {safe(self.engine.readonly_reason)}", style=self.palette.warning)
-        if (note := self.engine.recording_note) is not None:
+        elif (note := self.engine.recording_note) is not None:
             text.append(f"  rec {safe(note)}", style=self.palette.muted)
         if (cut := self.engine.truncated) is not None:
             text.append(f"  {safe(cut)}", style=self.palette.warning)
         self.status.update(text)
+
+    def _replay_state(self, at: ReplayPosition) -> Text:
+        """A replay's state and position, so a glance says whether it plays and where."""
+        state = "■ ended" if at.finished else "⏸ paused" if at.paused else "▶ playing"
+        text = Text(f"replay {state}", style=self.palette.warning if at.paused else "bold")
+        text.append(f" {clock(at.seconds)} / {clock(at.duration)} · {at.records:,} / {at.total:,} records", style=self.palette.muted)
+        return text
 
     # -- selection -------------------------------------------------------------------
 
@@ -411,6 +436,7 @@ class TracewatchApp(App[None]):
 
     def action_replay_pause(self) -> None:
         paused = self._replay().toggle_pause()
+        self._draw_status(self.store.clock())
         self.notify("Replay paused: n steps one record." if paused else "Replay playing.")
 
     def action_replay_step(self) -> None:
@@ -419,6 +445,7 @@ class TracewatchApp(App[None]):
             replay.toggle_pause()
         if not replay.step():
             self.notify("The end of the recording.")
+        self._draw_status(self.store.clock())
 
     def action_replay_seek(self) -> None:
         replay = self._replay()

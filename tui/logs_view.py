@@ -37,10 +37,21 @@ class LogsView(Vertical):
             [(safe(name), name) for name in names],
             value=names[0] if names else Select.NULL,
             allow_blank=not names,
+            prompt="variant",
             compact=True,
             id="log-variant",
         )
         yield Log(max_lines=TAIL_LINES * 2, id="log-lines")
+
+    def variants_changed(self) -> None:
+        """Variants that appeared since (a replay meets them as it plays) join the list;
+        the first is shown if none was."""
+        select = self.query_one(Select)
+        shown = self.shown
+        names = list(self.variants)
+        select.set_options([(safe(name), name) for name in names])
+        if names:
+            select.value = shown if shown in self.variants else names[0]
 
     @property
     def shown(self) -> str | None:
@@ -66,7 +77,7 @@ class LogsView(Vertical):
                 sizes[name] = 0
         if visible and shown is not None and sizes.get(shown) != self._tail_size:
             try:
-                tail = self.variants[shown].log_tail(TAIL_LINES)
+                tail = self.variants[shown].log_tail(TAIL_LINES) or [f"({shown}'s server has written nothing yet)"]
             except OSError as error:
                 tail = [f"cannot read the capture of {shown}: {error}"]
         self.app.call_from_thread(self._apply, sizes, shown, tail, visible)

@@ -25,6 +25,17 @@ _STATE_LOOK = {"idle": "boot", "starting": "setup", "running": "scoring", "drain
 class VariantCard(Horizontal, can_focus=True):
     """A variant at a glance; focus it to make `s`/`x` act on it."""
 
+    class Focused(Message):
+        """The card gained or lost focus: it redraws its marker."""
+
+        def __init__(self, card: VariantCard) -> None:
+            super().__init__()
+            self.card = card
+
+        @property
+        def control(self) -> VariantCard:
+            return self.card
+
     class Requested(Message):
         """Start or Cancel pressed on a card; the app decides (confirm, read-only)."""
 
@@ -38,6 +49,8 @@ class VariantCard(Horizontal, can_focus=True):
         self.variant = variant
         self.store = store
         self.readonly = readonly
+        self.differs: set[str] = set()
+        """What differs between this variant and another (model, sampling keys)."""
         # Held rather than queried: a redraw may come before compose or after teardown.
         self.body = Static(markup=False, classes="card-body")
         self.start = Button("Start", variant="success", compact=True, classes="start")
@@ -72,7 +85,9 @@ class VariantCard(Horizontal, can_focus=True):
         state = variant.state
         style = palette.phase(_STATE_LOOK.get(state, state.value))
         text = Text(no_wrap=True, overflow="ellipsis", end="")
-        text.append(safe(variant.name), style="bold")
+        if self.has_focus:  # a glyph, not only a shade: `s` and `x` act on this card
+            text.append("▶ ", style="bold reverse")
+        text.append(safe(variant.name), style="bold reverse" if self.has_focus else "bold")
         text.append("  ")
         text.append(state.value, style=style)
         if state is VariantState.STARTING and variant.health_left is not None:
@@ -82,6 +97,7 @@ class VariantCard(Horizontal, can_focus=True):
         text.append(server)
         if variant.server_started_at is not None and state in (VariantState.RUNNING, VariantState.DRAINING, VariantState.CANCELLING):
             text.append(f" · up {clock(now - variant.server_started_at)}", style=palette.muted)
+        self._describe(text)
         stats = self.store.stats(variant.name)
         detail = self._detail(now, palette)
         if detail is not None and stats.mean_reward is not None:
@@ -98,6 +114,23 @@ class VariantCard(Horizontal, can_focus=True):
             text.append(f"\nmean reward {stats.mean_reward:.2f}", style="bold")
             text.append(f" · {stats.scored} scored", style=palette.muted)
         return text
+
+    def _describe(self, text: Text) -> None:
+        """The model and sampling; what differs from another card is bold, so two
+        variants read apart at a glance."""
+        variant = self.variant
+        parts = [("model", variant.model)] if variant.model else []
+        parts += sorted((key, value) for key, value in variant.sampling.items())
+        for key, value in parts:
+            shown = safe(str(value)) if key == "model" else f"{safe(key)}={safe(str(value))}"
+            text.append(" · ")
+            text.append(shown, style="bold" if key in self.differs else "")
+
+    def on_focus(self) -> None:
+        self.post_message(self.Focused(self))
+
+    def on_blur(self) -> None:
+        self.post_message(self.Focused(self))
 
     def _detail(self, now: float, palette: Palette) -> Text | None:
         """The cancel escalation while it runs, then its outcome; or why it failed."""
@@ -130,3 +163,12 @@ class VariantsPanel(HorizontalScroll):
     def add_card(self, card: VariantCard) -> None:
         self.cards[card.variant_name] = card
         self.mount(card)
+        self.compare()
+
+    def compare(self) -> None:
+        """Tell each card what differs between the variants: the model, sampling keys."""
+        described = [{"model": c.variant.model, **c.variant.sampling} for c in self.cards.values()]
+        keys = {key for d in described for key in d}
+        differs = {key for key in keys if len({repr(d.get(key)) for d in described}) > 1}
+        for card in self.cards.values():
+            card.differs = differs

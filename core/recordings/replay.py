@@ -19,7 +19,7 @@ from core.recordings.export import ORIGIN_KEY
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.run_dir import open_run
-from core.session.contracts import Escalation, VariantState
+from core.session.contracts import Escalation, ReplayPosition, VariantState
 from core.session.engine import Session
 from core.session.store import RolloutStore, Status
 from core.wire.assembly import LIST_FIELDS, AssemblyError
@@ -47,6 +47,8 @@ class RecordedVariant:
         self.server_started_at: float | None = None
         self.escalation: list[Escalation] = []
         self.outcome_text: str | None = None
+        self.model: str | None = None
+        self.sampling: dict[str, Any] = {}
 
     def grace_left(self, now: float | None = None) -> None:
         return None
@@ -73,6 +75,8 @@ class RecordedVariant:
             self.pid = event.get("pid")
             self.address = event.get("address")
             self.server_started_at = t
+            self.model = event.get("model") if isinstance(event.get("model"), str) else self.model
+            self.sampling = event["sampling"] if isinstance(event.get("sampling"), dict) else self.sampling
         elif "detail" in event:
             self.escalation.append(Escalation(t, kind, str(event["detail"])))
         elif kind == "exited":
@@ -133,6 +137,11 @@ class ReplaySession(Session):
         self.clock = ReplayClock()
         super().__init__(RolloutStore(clock=self.clock), new_session_dir(), path)
         self.recording = read_recording(path)
+        span = RecordingIndex.build(path)
+        self.total = span.records
+        times = [t for s in span.rollouts.values() for t in (s.first_t, s.last_t) if t is not None]
+        times += [float(e["t"]) for e in span.events if isinstance(e.get("t"), (int, float))]
+        self.first_t, self.last_t = (min(times), max(times)) if times else (0.0, 0.0)
         self.speed = speed
         self.readonly_reason = f"a replay of {path.name}: start and cancel act on live servers only"
         self.paused = False
@@ -166,6 +175,12 @@ class ReplaySession(Session):
             self._player.cancel()
         await self.wait()
         on_progress("replay stopped")
+
+    def position(self) -> ReplayPosition:
+        played = max(0.0, self.clock.now - self.first_t) if self.applied else 0.0
+        return ReplayPosition(
+            self.applied, self.total, played, self.last_t - self.first_t, self.paused, self.finished,
+        )
 
     def toggle_pause(self) -> bool:
         self.paused = not self.paused

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from core.session.store import RolloutStore
 
@@ -65,6 +65,12 @@ class VariantView(Protocol):
     @property
     def address(self) -> str | None: ...
     @property
+    def model(self) -> str | None:
+        """The model its runs ask for (None: not known, as in an older recording)."""
+    @property
+    def sampling(self) -> Mapping[str, Any]:
+        """The sampling settings sent with every run."""
+    @property
     def server_started_at(self) -> float | None: ...
     @property
     def health_left(self) -> float | None:
@@ -87,6 +93,18 @@ class VariantView(Protocol):
         """First call cancels; a second while cancelling kills at once."""
 
 
+@dataclass(frozen=True)
+class ReplayPosition:
+    """Where a replay is: records applied of all, recorded seconds played of all."""
+
+    records: int
+    total: int
+    seconds: float
+    duration: float
+    paused: bool
+    finished: bool
+
+
 class ReplayControls(Protocol):
     """Pause, step and seek: only a replay has them."""
 
@@ -98,6 +116,7 @@ class ReplayControls(Protocol):
         """Apply the next record; false at the end."""
     def seek(self, rollout_key: str) -> None:
         """Play fast until that rollout has ended, then pause."""
+    def position(self) -> ReplayPosition: ...
 
 
 class SessionView(Protocol):

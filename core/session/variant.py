@@ -115,7 +115,17 @@ class Variant:
             return None
         return max(0.0, self._grace_until - (now if now is not None else time.time()))
 
+    @property
+    def model(self) -> str | None:
+        return self.config.model
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        return self.config.sampling.model_dump(exclude_none=True)
+
     def log_tail(self, n: int = 200) -> list[str]:
+        if not self.supervised:
+            return [f"(attached to {self.address or self.config.attach}: its output stays where it runs; tracewatch only captures servers it starts)"]
         lines: list[str] = []
         for path in (self.stdout_path, self.stderr_path):
             if path is not None and path.exists():
@@ -227,7 +237,7 @@ class Variant:
     async def _launch(self) -> str:
         if self.config.attach:
             self.address = self.config.attach
-            self._event("attached", address=self.address)
+            self._event("attached", address=self.address, model=self.model, sampling=self.sampling)
             return self.address
         port = _free_port()
         self.address = f"tcp://127.0.0.1:{port}"
@@ -248,7 +258,10 @@ class Variant:
         )
         supervisor_pid = await asyncio.to_thread(self._child.start)
         self.server_started_at = time.time()
-        self._event("started", pid=self._child.server_pid, supervisor_pid=supervisor_pid, address=self.address)
+        self._event(
+            "started", pid=self._child.server_pid, supervisor_pid=supervisor_pid, address=self.address,
+            model=self.model, sampling=self.sampling,
+        )
         return self.address
 
     def _health_countdown(self, left: float) -> None:
