@@ -4,6 +4,7 @@ RolloutStore fed with the recorded verifiers 0.4.0 deltas."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static, TabbedContent
 from tui_standin import StandInEngine, load_fixture, make_engine
 
+from core.recordings.export import episode_json
 from tui.app import TracewatchApp
 from tui.keys import KEYS
 from tui.rollouts_table import COLUMNS, RolloutsTable
@@ -43,6 +45,17 @@ def svg(app: TracewatchApp, directory: Path, name: str) -> str:
 
 def svg_text(markup: str) -> str:
     return markup.replace("&#160;", " ")
+
+
+def screen_text(app: TracewatchApp) -> str:
+    """What the screen shows now, as text."""
+    return svg_text(app.export_screenshot())
+
+
+def notices(app: TracewatchApp) -> list[str]:
+    """The notifications on screen (title and message), for an app run with
+    `notifications=True`."""
+    return [str(toast.render()) for toast in app.screen.query("Toast")]
 
 
 async def test_table_fills_then_updates_only_changed_rows() -> None:
@@ -171,7 +184,7 @@ async def test_help_palette_and_readonly() -> None:
     engine = make_engine()
     engine.readonly_reason = "replaying a recording"
     app = TracewatchApp(engine)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await started(pilot)
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen))
@@ -184,8 +197,8 @@ async def test_help_palette_and_readonly() -> None:
         assert not any(title.startswith("Replay") for title in titles), "no replay controls on a live session"
         assert all(button.disabled for button in app.query(Button).results() if button.has_class("start", "cancel"))
         await pilot.press("c", "x", "s")
-        await until(pilot, lambda: len(app._notifications) >= 3)
-        assert all("replaying a recording" in n.message for n in app._notifications)
+        await until(pilot, lambda: len(notices(app)) >= 3)
+        assert notices(app) == ["Read-only\nreplaying a recording"] * 3
         assert engine.cancelled == [] and all(not v.calls for v in engine.variants.values())
 
 
@@ -211,7 +224,7 @@ async def test_timing_waterfall_and_per_variant_percentiles(tmp_path: Path) -> N
         await select(pilot, "baseline/run1/0")
         await pilot.press("2")
         await until(pilot, lambda: app.query_one(TabbedContent).active == "tab-timing")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: "p50 / p95" in screen_text(app), "the timing tab drawn")
         shot = svg_text(svg(app, tmp_path, "timing"))
         for phase in ("boot", "setup", "agent", "model", "harness", "finalize", "scoring", "p50 / p95"):
             assert phase in shot
@@ -247,16 +260,17 @@ async def test_injection_in_task_labels_renders_literally(tmp_path: Path) -> Non
         assert "[bold" in svg_text(shot)
 
 
-async def test_export_and_copy(tmp_path: Path) -> None:
-    engine = make_engine()
-    engine.export_dir = tmp_path
+async def test_export_writes_the_selected_episode_and_says_where(tmp_path: Path) -> None:
+    engine = make_engine(session_dir=tmp_path)
     app = TracewatchApp(engine)
-    async with app.run_test(size=(120, 40)) as pilot:
+    path = tmp_path / "exports" / "baseline-run0-0.json"
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await started(pilot)
         await select(pilot, "baseline/run0/0")
         await pilot.press("e")
-        await until(pilot, lambda: (tmp_path / "baseline-run0-0.json").exists())
-        await until(pilot, lambda: any("baseline-run0-0.json" in n.message for n in app._notifications))
+        await until(pilot, lambda: any(n.startswith("Exported") for n in notices(app)))
+        assert notices(app) == [f"Exported\n{path}"]
+    assert json.loads(path.read_text()) == json.loads(episode_json(engine.store.rollouts["baseline/run0/0"].record or {}))
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
@@ -269,8 +283,8 @@ async def test_main_screens_render_at_small_and_large_sizes(size: tuple[int, int
         for text in ("tracewatch demo", "baseline", "candidate", "Variant", "Trace", "Timing", "Logs", "Start"):
             assert text in main
         await pilot.press("2")
-        await pilot.pause(0.1)
-        assert "agent" in svg_text(svg(app, tmp_path, f"timing-{size[0]}"))
+        await until(pilot, lambda: "boot" in screen_text(app), "the timing tab drawn")
+        svg(app, tmp_path, f"timing-{size[0]}")
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert "cancel a variant" in svg_text(svg(app, tmp_path, f"help-{size[0]}"))

@@ -7,11 +7,11 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.session.contracts import Escalation, ReplayControls, VariantState
+from core.session.contracts import Escalation, VariantState
+from core.session.engine import Session
 from core.session.store import RolloutStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
@@ -84,11 +84,11 @@ class StandInVariant:
 
     @property
     def can_start(self) -> bool:
-        return not self.state.active and self.state is not VariantState.CANCELLING
+        return self.state.can_start
 
     @property
     def can_cancel(self) -> bool:
-        return self.state.active or self.state is VariantState.CANCELLING
+        return self.state.can_cancel
 
     def start(self) -> None:
         self.calls.append("start")
@@ -105,34 +105,19 @@ class StandInVariant:
         self.store.touch_variant(self.name)
 
 
-@dataclass
-class StandInEngine:
-    store: RolloutStore
-    variants: dict[str, StandInVariant]
-    recording_path: Path | None = None
-    readonly_reason: str | None = None
-    export_dir: Path | None = None
-    cancelled: list[str] = field(default_factory=list)
-    shutdowns: int = 0
-    shutdown_gate: asyncio.Event | None = None
-    started: int = 0
+class StandInEngine(Session):
+    """A session whose variants are stand-ins; it counts what the app asks of it
+    (start, select, cancel, shutdown). Export is core's own."""
 
-    selections: list[str] = field(default_factory=list)
-
-    @property
-    def recording_note(self) -> str | None:
-        return None if self.recording_path is None else str(self.recording_path)
-
-    @property
-    def truncated(self) -> str | None:
-        return None
-
-    @property
-    def replay(self) -> ReplayControls | None:
-        return None
-
-    async def wait(self) -> None:
-        """A stand-in has nothing in flight."""
+    def __init__(self, store: RolloutStore, variants: dict[str, StandInVariant], session_dir: Path = Path(".")) -> None:
+        super().__init__(store, session_dir)
+        self.variants: dict[str, StandInVariant] = variants
+        self.cancelled: list[str] = []
+        self.shutdowns = 0
+        self.shutdown_gate: asyncio.Event | None = None
+        """Set: shutdown waits for it, so a test can look at the quit screen meanwhile."""
+        self.started = 0
+        self.selections: list[str] = []
 
     async def start(self) -> None:
         self.started += 1
@@ -154,15 +139,12 @@ class StandInEngine:
             await self.shutdown_gate.wait()
         on_progress("every server stopped")
 
-    def export_episode(self, key: str, directory: Path | None = None) -> Path:
-        path = (directory or self.export_dir or Path(".")) / f"{key.replace('/', '-')}.json"
-        path.write_text(json.dumps({"key": key}))
-        return path
 
-
-def make_engine(variants: tuple[str, ...] = ("baseline", "candidate"), copies: int = 1, finish: bool = True) -> StandInEngine:
+def make_engine(
+    variants: tuple[str, ...] = ("baseline", "candidate"), copies: int = 1, finish: bool = True, session_dir: Path = Path(".")
+) -> StandInEngine:
     store = RolloutStore(stall_seconds=60.0)
     standins = {name: StandInVariant(name, store) for name in variants}
     for name in variants:
         feed(store, name, copies, finish)
-    return StandInEngine(store, standins)
+    return StandInEngine(store, standins, session_dir)

@@ -34,6 +34,16 @@ class VariantState(StrEnum):
     def active(self) -> bool:
         return self in (VariantState.STARTING, VariantState.RUNNING, VariantState.DRAINING)
 
+    @property
+    def can_start(self) -> bool:
+        """A fresh start is possible: nothing runs and nothing is being stopped."""
+        return not self.active and self is not VariantState.CANCELLING
+
+    @property
+    def can_cancel(self) -> bool:
+        """Something runs, or is being stopped (a second cancel kills at once)."""
+        return self.active or self is VariantState.CANCELLING
+
 
 @dataclass
 class Escalation:

@@ -104,11 +104,11 @@ class Variant:
 
     @property
     def can_start(self) -> bool:
-        return not self.state.active and self.state is not VariantState.CANCELLING
+        return self.state.can_start
 
     @property
     def can_cancel(self) -> bool:
-        return self.state.active or self.state is VariantState.CANCELLING
+        return self.state.can_cancel
 
     def grace_left(self, now: float | None = None) -> float | None:
         if self._grace_until is None:
