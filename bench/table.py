@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.geometry import Region
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from tui_standin import feed  # noqa: E402
+from tui_standin import TableApp, feed  # noqa: E402
 
 from core.session.store import RolloutStore  # noqa: E402
 from tui.rollout_filter import RowFilter  # noqa: E402
@@ -29,15 +29,6 @@ from tui.rollouts_table import RolloutsTable  # noqa: E402
 
 CHANGED = 200
 REPEATS = 15
-
-
-class TableApp(App[None]):
-    def __init__(self, store: RolloutStore) -> None:
-        super().__init__()
-        self.store = store
-
-    def compose(self) -> ComposeResult:
-        yield RolloutsTable(self.store, self.store.clock)
 
 
 def make_store(rows: int) -> RolloutStore:

@@ -51,6 +51,7 @@ from core.session.config import demo_config  # noqa: E402
 from core.session.contracts import VariantState  # noqa: E402
 from core.session.engine import Engine  # noqa: E402
 from core.session.store import Rollout, Status  # noqa: E402
+from core.supervision.supervisor import process_alive  # noqa: E402
 
 SIZE = (200, 60)
 SMALL = (80, 24)
@@ -220,27 +221,13 @@ async def session(speed: float, out: Path) -> list[Path]:
         finally:
             say("shutting the engine down")
             await engine.shutdown()
-    left = [pid for pid in started if _alive(pid)]
+    left = [pid for pid in started if process_alive(pid)]
     if left:
         for pid in left:
             os.kill(pid, signal.SIGKILL)
         raise RuntimeError(f"processes still running after shutdown (now killed): {left}")
     say("every process it started has exited")
     return shots.written
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie is gone for every purpose here
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return True
 
 
 # -- SVG to PNG ------------------------------------------------------------------------

@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from core.supervision.supervisor import process_alive as alive
+
 T = TypeVar("T")
 
 MARGIN = 10.0
@@ -50,13 +52,4 @@ async def until(pilot: Any, condition: Callable[[], T], what: str = "", timeout:
 
 def pid_gone(pid: int) -> bool:
     """Not running: no such process, or a zombie (PID 1 here may never reap orphans)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rindex(b")") + 2 :].split()[0] in (b"Z", b"X")
-
-
-def alive(pid: int) -> bool:
-    return not pid_gone(pid)
+    return not alive(pid)

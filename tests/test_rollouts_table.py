@@ -5,21 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from textual.app import App, ComposeResult
-from tui_standin import feed
+from tui_standin import TableApp, feed
 
 from core.session.store import RolloutStore
 from tui.rollout_filter import RowFilter
 from tui.rollouts_table import RolloutsTable
-
-
-class TableApp(App[None]):
-    def __init__(self, store: RolloutStore) -> None:
-        super().__init__()
-        self.store = store
-
-    def compose(self) -> ComposeResult:
-        yield RolloutsTable(self.store, self.store.clock)
 
 
 def instrument(table: RolloutsTable) -> list[str]:

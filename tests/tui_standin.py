@@ -10,9 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from textual.app import App, ComposeResult
+
 from core.session.contracts import Escalation, VariantState
 from core.session.engine import Session
 from core.session.store import RolloutStore
+from tui.rollouts_table import RolloutsTable
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
 
@@ -138,6 +141,17 @@ class StandInEngine(Session):
         if self.shutdown_gate is not None:
             await self.shutdown_gate.wait()
         on_progress("every server stopped")
+
+
+class TableApp(App[None]):
+    """The rollouts table alone over a store: for its tests and its benchmark."""
+
+    def __init__(self, store: RolloutStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def compose(self) -> ComposeResult:
+        yield RolloutsTable(self.store, self.store.clock)
 
 
 def make_engine(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tui.format import clock
 from tui.text import safe, safe_lines
 
 Seg = tuple[str, str]
@@ -171,7 +172,7 @@ def error_lines(error: Any) -> list[Logical]:
 
 def pending_title(since: float | None, now: float) -> Logical:
     """With no `since` the rollout ended (cancelled, failed) before the model replied."""
-    state = "no reply came" if since is None else "awaiting reply · " + _clock(now - since)
+    state = "no reply came" if since is None else "awaiting reply · " + clock(now - since)
     return (None, [(f"┏━ pending · sent to the model, {state} ", "pending-title")], ("━", "pending-title"))
 
 
@@ -232,12 +233,4 @@ def _seconds(seconds: float) -> str:
         return f"{seconds:.2f}s"
     if seconds < 60:
         return f"{seconds:.1f}s"
-    return _clock(seconds)
-
-
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    minutes, seconds = divmod(seconds, 60)
-    if minutes >= 60:
-        return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
-    return f"{minutes}:{seconds:02d}"
+    return clock(seconds)

@@ -66,7 +66,7 @@ async def run_headless(
             seen[key] = rollout.status
             print(rollout_line(rollout, now), file=out, flush=True)
         for rollout in store.stalled(now):
-            idle = now - (rollout.last_delta_at or rollout.started_at or now)
+            idle = rollout.idle(now)
             label = f"{rollout.key} [{rollout.task_label}]"
             if rollout.key not in flagged:
                 flagged.add(rollout.key)

@@ -219,12 +219,16 @@ class Rollout:
         since = [t.tools_since for t in self.traces.values() if t.tools_since is not None]
         if since:
             return "tools", now - min(since)
-        return "idle", now - (self.last_delta_at or self.started_at or now)
+        return "idle", self.idle(now)
 
     def stalled(self, now: float, threshold: float) -> bool:
         if self.status not in (Status.RUNNING, Status.CANCELLING):
             return False
-        return now - (self.last_delta_at or self.started_at or now) > threshold
+        return self.idle(now) > threshold
+
+    def idle(self, now: float) -> float:
+        """Seconds since it last sent anything (since it started, if nothing yet)."""
+        return now - (self.last_delta_at or self.started_at or now)
 
 
 def episode_reward(trace_rewards: Iterable[Any]) -> float | None:

@@ -101,6 +101,23 @@ def _processes() -> list[tuple[int, bytes, int, int]] | None:
     return found
 
 
+def process_alive(pid: int) -> bool:
+    """Whether that process still runs; a zombie does not (see `group_alive`)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: a zombie counts as alive
+        return True
+    return stat[stat.rindex(b")") + 2 :][:1] not in (b"Z", b"X")
+
+
 def group_alive(pgid: int) -> bool:
     """Whether any process of the group still runs.
 
