@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from tui_standin import StandInEngine, load_fixture, make_engine
 from core.recordings.export import episode_json
 from tui.app import TracewatchApp
 from tui.keys import KEYS
-from tui.rollouts_table import COLUMNS, RolloutsTable
+from tui.rollouts_table import COLUMNS, RolloutsTable, fit
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.timing_view import TimingView
 
@@ -406,3 +407,36 @@ async def test_every_column_shows_its_sort_arrow_both_ways(width: int) -> None:
                 header = rows._header_strip().text
                 assert f"{label}{arrow}" in header or f"…{arrow}" in header, header
                 assert header.count(arrow) == 1 and "▲▼".replace(arrow, "") not in header
+
+
+async def test_a_tall_pending_block_keeps_its_header_in_sight() -> None:
+    """Issue 11 item 9: the bottom of a preview taller than the view still shows
+    "pending · sent to the model, awaiting reply" on the top line."""
+    engine = make_engine(finish=False)
+    store = engine.store
+    rollout = store.add_rollout("baseline", 9, {"name": "tall"}, key="baseline/tall")
+    store.started(rollout.key, "r-tall")
+    lines = "\n".join(f"line {i}" for i in range(80))
+    store.apply(rollout.key, {"trace": "t-tall", "open": {"id": "t-tall"}, "pending": [{"role": "user", "content": lines}]})
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, rows=15)
+        await select(pilot, "baseline/tall")
+        transcript = app.trace_pane.transcript
+        await until(pilot, lambda: transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y)
+        top = transcript.render_line(0).text
+        assert top.startswith("┏━ pending · sent to the model, awaiting reply · "), top
+        assert "line 79" in "".join(transcript.render_line(y).text for y in range(transcript.scrollable_content_region.height))
+
+
+async def test_a_stalled_rollouts_activity_shows_its_duration() -> None:
+    """Issue 11 item 10: "⚠ stalled gener…" cut the time; the time comes first now."""
+    engine = make_engine(finish=False)
+    engine.store.stall_seconds = 0.0
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        rows = await started(pilot)
+        key = next(k for k in rows.ordered_keys if engine.store.rollouts[k].stalled(engine.store.clock(), 0.0))
+        width = next(w for k, _, w in COLUMNS if k == "activity")
+        shown = fit(rows.cell_text(key, "activity"), width)
+        assert re.match(r"⚠ \d+:\d\d ", shown), shown

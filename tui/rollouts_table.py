@@ -496,7 +496,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         label, seconds = rollout.activity(now)
         if rollout.status.finished or rollout.status is Status.QUEUED:
             return label, palette.muted
-        text = f"{label} {clock(seconds)}"
         if rollout.stalled(now, self.store.stall_seconds):
-            return f"⚠ stalled {text}", palette.warning + Style(reverse=True)
-        return text, palette.phase("agent") if label == "generating" else Style()
+            # the duration first: a narrow column cuts the label, never the time
+            return f"⚠ {clock(seconds)} {label}", palette.warning + Style(reverse=True)
+        return f"{label} {clock(seconds)}", palette.phase("agent") if label == "generating" else Style()

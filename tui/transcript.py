@@ -375,9 +375,19 @@ class Transcript(ScrollView, can_focus=True):
 
     # -- drawing ---------------------------------------------------------------------
 
+    def _sticky_pending(self) -> int | None:
+        """The pending block's header line when the block runs above the view's top: a
+        tall preview keeps its header ("awaiting reply · 2:06") in sight."""
+        if self._pending is None or not self._blocks or self._blocks[-1] is not self._pending:
+            return None
+        start, top = self._starts[-1], self.scroll_offset.y
+        return start if start < top < len(self._lines) else None
+
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         index = self.scroll_offset.y + y
+        if y == 0 and (sticky := self._sticky_pending()) is not None:
+            return self._strip(self._lines[sticky], width, False)
         strip = self._cache.get((index, width))
         if strip is None:
             if index >= len(self._lines):
@@ -468,6 +478,8 @@ class Transcript(ScrollView, can_focus=True):
             return
         block.source = (block.source[0], since)
         self._replace_head(len(self._blocks) - 1, [pending_title(since, self.clock())])
+        if self._sticky_pending() is not None:
+            self.refresh(Region(0, 0, self.scrollable_content_region.width, 1))
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
