@@ -125,7 +125,9 @@ async def test_failed_call_and_trace_errors_are_shown():
                 assert text.index("✗ model call failed after 0.35s · ProviderError 500") < text.index("system  #0")
                 assert "injected HTTP 500 on call 1" in text
             else:
-                assert text.rstrip().endswith('"code": 400}}')
+                errors, outcome = text.split("━━ outcome")
+                assert errors.rstrip().endswith('"code": 400}}'), "the errors, then the outcome"
+                assert outcome.startswith(" · not ok · provider_error")
                 assert "✗ trace error · ProviderError 400" in text
 
 
@@ -428,3 +430,27 @@ async def test_styles_follow_the_theme():
         dark = [segment.style for segment in transcript.render_line(1)]
         app.theme = "textual-light"
         await until(pilot, lambda: [segment.style for segment in transcript.render_line(1)] != dark)
+
+
+async def test_the_outcome_closes_the_transcript() -> None:
+    """Issue 11 item 12: reward, each scorer's verdict and the metrics at the end,
+    drawn literally, updated when the scores fill in."""
+    store = RolloutStore()
+    rollout = store.add_rollout("v", 0, {"name": "t"}, key="v/0")
+    store.started(rollout.key, "r")
+    store.apply(rollout.key, {"trace": "t1", "open": {"id": "t1"}, "nodes": [{"message": {"role": "user", "content": "hi"}}]})
+    store.apply(rollout.key, {"trace": "t1", "set": {"rewards": {"correct": None}}})
+    app = TranscriptApp()
+    async with app.run_test(size=(100, 30)) as pilot:
+        transcript = app.query_one(Transcript)
+        transcript.show(rollout.key, rollout.traces["t1"])
+        await pilot.pause()
+        assert not any("outcome" in line for line in all_lines(transcript)), "seeded nulls are no outcome"
+        verdict = {"score": 0.5, "weight": 2.0, "reason": "off by one \x1b[31m[bold]x[/bold]"}
+        store.apply(rollout.key, {"trace": "t1", "set": {"rewards": {"correct": verdict}, "metrics": {"turns": 3.0}, "ok": True, "stop_condition": "agent_completed"}})
+        transcript.refresh_trace()
+        await pilot.pause()
+        lines = all_lines(transcript)
+        at = next(i for i, line in enumerate(lines) if line.startswith("━━ outcome · reward 1.00 · ok · agent_completed"))
+        tail = "\n".join(lines[at:])
+        assert "correct  0.50 × 2" in tail and "reason: off by one ␛[31m[bold]x[/bold]" in tail and "turns 3" in tail

@@ -37,6 +37,8 @@ from tui.transcript_lines import (
     failed_lines,
     node_body,
     node_head,
+    outcome_lines,
+    outcome_of,
     pending_body,
     pending_title,
     slice_segs,
@@ -89,6 +91,7 @@ class Transcript(ScrollView, can_focus=True):
         & > .transcript--branch { color: $text-warning; }
         & > .transcript--error { color: $text-error; text-style: bold; }
         & > .transcript--error-text { color: $text-error; }
+        & > .transcript--outcome { color: $text-success; text-style: bold; }
         & > .transcript--pending { background: $warning 12%; }
         & > .transcript--pending-title { color: $text-warning; text-style: bold; }
         & > .transcript--cursor { background: $primary 22%; }
@@ -101,7 +104,7 @@ class Transcript(ScrollView, can_focus=True):
         for key in (
             *ROLES,
             "text", "meta", "rule", "other", "call", "reasoning", "branch", "error",
-            "error-text", "pending", "pending-title", "cursor", "badge",
+            "error-text", "pending", "pending-title", "cursor", "badge", "outcome",
         )
     }
 
@@ -139,6 +142,7 @@ class Transcript(ScrollView, can_focus=True):
         self._revision = -1
         self._pending_ref: object = None
         self._pending: _Block | None = None
+        self._outcome: _Block | None = None
         self._cursor: int | None = None
         self._cache.clear()
 
@@ -190,7 +194,7 @@ class Transcript(ScrollView, can_focus=True):
         if self._cursor is not None:
             return copy_text(self._blocks[self._cursor].kind, self._blocks[self._cursor].source)
         for block in reversed(self._blocks):
-            if block.kind != "error":
+            if block.kind not in ("error", "outcome"):
                 return copy_text(block.kind, block.source)
         return None
 
@@ -220,11 +224,27 @@ class Transcript(ScrollView, can_focus=True):
             self._insert(self._committed + self._errors, self._block("error", error, [], error_lines(error)))
             self._errors += 1
             added += 1
+        self._show_outcome(outcome_of(state.record))
         pending = state.record.get("pending")
         if pending is not self._pending_ref:
             self._pending_ref = pending
             self._show_pending(pending or [], state.pending_since)
         return added
+
+    def _show_outcome(self, outcome: dict | None) -> None:
+        """The verdict block after the turns and errors (before any pending preview),
+        drawn again only when what it shows changed."""
+        shown = self._outcome.source if self._outcome is not None else None
+        if outcome is None or outcome == shown:
+            return
+        block = self._block("outcome", outcome, [], outcome_lines(outcome))
+        position = self._committed + self._errors
+        if self._outcome is None:
+            self._insert(position, block)
+        else:
+            self._wrap_block(block)
+            self._place(position, block)
+        self._outcome = block
 
     def _add_committed(self, block: _Block) -> int:
         self._insert(self._committed, block)

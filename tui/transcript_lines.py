@@ -170,6 +170,58 @@ def error_lines(error: Any) -> list[Logical]:
     return [*lines, BLANK]
 
 
+OUTCOME_KEYS = ("rewards", "metrics", "ok", "stop_condition", "is_timeout")
+"""The trace fields the outcome block shows."""
+
+
+def outcome_of(record: dict) -> dict | None:
+    """What the outcome block shows, once the trace has a score, metrics or an end
+    (rewards arrive seeded with nulls: those alone are no outcome yet)."""
+    rewards = record.get("rewards")
+    scored = isinstance(rewards, dict) and any(isinstance(r, dict) for r in rewards.values())
+    if not (scored or record.get("metrics") or record.get("stop_condition")):
+        return None
+    return {key: record.get(key) for key in OUTCOME_KEYS}
+
+
+def outcome_lines(outcome: dict) -> list[Logical]:
+    """The trace's verdict at its end: each reward (score × weight, and whatever else
+    the scorer said), the metrics, how it stopped."""
+    gutter: Seg = ("▎ ", "outcome")
+    rewards = outcome.get("rewards") if isinstance(outcome.get("rewards"), dict) else {}
+    scored = [(name, r) for name, r in rewards.items() if isinstance(r, dict)]
+    total = sum(_number(r.get("score")) * _number(r.get("weight", 1.0)) for _name, r in scored)
+    head = [("━━ outcome", "outcome")]
+    if scored:
+        head.append((f" · reward {total:.2f}", "outcome"))
+    if outcome.get("ok") is not None:
+        head.append((" · ok" if outcome["ok"] else " · not ok", "outcome" if outcome["ok"] else "error"))
+    if outcome.get("stop_condition"):
+        head.append((f" · {safe(str(outcome['stop_condition']))}", "meta"))
+    if outcome.get("is_timeout"):
+        head.append((" · timed out", "error"))
+    lines: list[Logical] = [(None, [*head, (" ", "outcome")], ("━", "outcome"))]
+    for name, reward in rewards.items():
+        if not isinstance(reward, dict):
+            lines.append((gutter, [(safe(str(name)), "outcome"), ("  not scored", "meta")], SPACE))
+            continue
+        text = f"  {_number(reward.get('score')):.2f} × {_number(reward.get('weight', 1.0)):g}"
+        lines.append((gutter, [(safe(str(name)), "outcome"), (text, "text")], SPACE))
+        for key, value in reward.items():
+            if key not in ("score", "weight") and value not in (None, "", {}, []):
+                shown = value if isinstance(value, str) else _compact(value)
+                lines += _text_lines(shown, "text", gutter, prefix=f"  {safe(str(key))}: ")
+    metrics = outcome.get("metrics")
+    if isinstance(metrics, dict) and metrics:
+        parts = safe(" · ".join(f"{k} {f'{v:g}' if isinstance(v, float) else _compact(v)}" for k, v in metrics.items()))
+        lines.append((gutter, [("metrics  ", "meta"), (parts, "text")], SPACE))
+    return [*lines, BLANK]
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
 def pending_title(since: float | None, now: float) -> Logical:
     """With no `since` the rollout ended (cancelled, failed) before the model replied."""
     state = "no reply came" if since is None else "awaiting reply · " + clock(now - since)
@@ -209,6 +261,8 @@ def copy_text(kind: str, source: Any) -> str:
         return "\n".join(part for part in (text, *calls) if part)
     if kind == "pending":
         return "\n\n".join(_content_text(m.get("content"))[0] for m in source[0] if isinstance(m, dict))
+    if kind == "outcome":
+        return json.dumps(source, ensure_ascii=False, default=str, indent=2)
     error = source.get("error") if kind == "failed" else source
     title, message = _error_text(error)
     return f"{title}: {message}"
