@@ -188,7 +188,7 @@ def outcome_lines(outcome: dict) -> list[Logical]:
     """The trace's verdict at its end: each reward (score × weight, and whatever else
     the scorer said), the metrics, how it stopped."""
     gutter: Seg = ("▎ ", "outcome")
-    rewards = outcome.get("rewards") if isinstance(outcome.get("rewards"), dict) else {}
+    rewards: dict[str, Any] = outcome["rewards"] if isinstance(outcome.get("rewards"), dict) else {}
     scored = [(name, r) for name, r in rewards.items() if isinstance(r, dict)]
     total = sum(_number(r.get("score")) * _number(r.get("weight", 1.0)) for _name, r in scored)
     head = [("━━ outcome", "outcome")]
