@@ -440,3 +440,16 @@ async def test_a_stalled_rollouts_activity_shows_its_duration() -> None:
         width = next(w for k, _, w in COLUMNS if k == "activity")
         shown = fit(rows.cell_text(key, "activity"), width)
         assert re.match(r"⚠ \d+:\d\d ", shown), shown
+
+
+async def test_the_status_line_counts_dropped_frames() -> None:
+    """A dropped frame may hide part of a trace: the user is told, not only the log."""
+    engine = make_engine()
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        status = app.query_one("#status", Static)
+        assert "dropped" not in str(status.render())
+        engine.store.dropped_frame("baseline", "an unreadable delta")
+        engine.store.dropped_frame("candidate", "a reply for a run it no longer holds")
+        await until(pilot, lambda: "2 frames dropped" in str(status.render()))

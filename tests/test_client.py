@@ -74,8 +74,14 @@ async def router():
 
 
 @pytest.fixture
-async def client(router):
-    env = EnvClient(router.address)
+def drops() -> list[str]:
+    """Why each frame the `client` fixture dropped was dropped."""
+    return []
+
+
+@pytest.fixture
+async def client(router, drops):
+    env = EnvClient(router.address, on_drop=drops.append)
     yield env
     await env.close()
 
@@ -94,7 +100,7 @@ def success(trace: str, nodes: int) -> dict:
     return {"success": True, "error": None, "head": {"id": f"episode-{trace}"}, "traces": [{"id": trace, "nodes": nodes, "calls": nodes}]}
 
 
-async def test_deltas_reach_their_own_run_and_on_delta(router, client):
+async def test_deltas_reach_their_own_run_and_on_delta(router, client, drops):
     seen: dict[str, list[dict]] = {"a": [], "b": []}
     ids = {"a": new_request_id(), "b": new_request_id()}
     live = EpisodeAssembly()
@@ -138,7 +144,7 @@ async def test_deltas_reach_their_own_run_and_on_delta(router, client):
     assert record_a["id"] == "episode-ta" and [t["id"] for t in record_a["traces"]] == ["ta"]
     assert [n["message"]["content"] for n in record_a["traces"][0]["nodes"]] == ["0", "1"]
     assert [n["message"]["content"] for n in record_b["traces"][0]["nodes"]] == ["0"]
-    assert client.in_flight == [] and client.dropped_frames == 0
+    assert client.in_flight == [] and drops == []
 
 
 async def test_health(router, client):
@@ -150,12 +156,12 @@ async def test_health(router, client):
     assert await client.health(timeout=0.2) is False
 
 
-async def test_an_unreadable_health_reply_is_unhealthy_and_cancels_nothing(router, client):
+async def test_an_unreadable_health_reply_is_unhealthy_and_cancels_nothing(router, client, drops):
     answered = asyncio.create_task(client.health(timeout=DEADLINE))
     request = await router.recv()
     await router.send(request, b"reply", b"\xc1")
     assert await answered is False
-    assert client.dropped_frames == 1
+    assert len(drops) == 1
     # the next frame the server sees is the next request: no cancel went out for it
     answered = asyncio.create_task(client.health(timeout=DEADLINE))
     request = await router.recv()
@@ -171,7 +177,7 @@ async def test_wait_for_server_startup_gives_up_at_its_deadline(router, client):
     assert waits and all(0.0 <= left <= 0.5 for left in waits)
 
 
-async def test_unreadable_frames_are_counted_and_other_runs_go_on(router, client):
+async def test_unreadable_frames_are_counted_and_other_runs_go_on(router, client, drops):
     good = asyncio.create_task(client.run({}, CLIENT, "m"))
     broken = asyncio.create_task(client.run({}, CLIENT, "m"))
     first, second = await router.recv("run"), await router.recv("run")
@@ -181,7 +187,7 @@ async def test_unreadable_frames_are_counted_and_other_runs_go_on(router, client
     await router.send(second, b"delta", b"\xc1 not msgpack")  # fails only its own run
     with pytest.raises(AssemblyError, match="could not be applied"):
         await asyncio.wait_for(broken, DEADLINE)
-    assert client.dropped_frames == 3
+    assert len(drops) == 3
     await router.delta(first, turn("t1", 0))
     await router.reply(first, success("t1", 1))
     record = await asyncio.wait_for(good, DEADLINE)
@@ -312,8 +318,7 @@ async def test_a_broken_socket_fails_waiting_runs_instead_of_hanging():
         port = probe.getsockname()[1]
     client = EnvClient(f"tcp://127.0.0.1:{port}")
     run = asyncio.ensure_future(client.run({"id": "t"}, {}, "m", {}))
-    while client._receiver is None:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: client._receiver is not None, what="the client's receiver")
     client._socket.close(linger=0)  # what a dead context does to a receive in progress
     with pytest.raises(ServerGone, match="connection to .* failed"):
         await asyncio.wait_for(run, 5)

@@ -1,9 +1,8 @@
 """Trace text is shown literally: no markup, no control sequence reaches the terminal."""
 
 from rich.cells import cell_len
-from rich.console import Console
 
-from tui.text import assemble, literal, safe, safe_lines, wrap
+from tui.text import safe, safe_lines, wrap
 
 HOSTILE = (
     "[bold red]x[/] [link=http://e]y[/link] [@click=app.quit]z[/] "
@@ -34,15 +33,6 @@ def test_plain_text_is_returned_as_is():
 def test_safe_lines_splits_and_escapes_each_line():
     assert safe_lines("a\tb\n\x1b[2Jc\r\n") == ["a   b", "␛[2Jc␍", ""]
     assert safe_lines("one\ntwo") == ["one", "two"]
-
-
-def test_rich_text_helpers_never_parse_markup():
-    console = Console(width=200, record=True, color_system="truecolor", force_terminal=True)
-    console.print(literal(HOSTILE, "bold"), assemble(("[red]a[/red]", "green"), ("\x1b[1m", "")))
-    output = console.export_text()
-    assert "[bold red]x[/]" in output and "[link=http://e]y[/link]" in output
-    assert "[red]a[/red]␛[1m" in output
-    assert not CONTROLS & set(output.replace("\n", ""))
 
 
 def test_wrap_fits_width_and_keeps_every_character():

@@ -177,6 +177,8 @@ class TracewatchApp(App[None]):
         text.append(f"  {len(self.store.rollouts)} rollouts · {running} running")
         if stalled:
             text.append(f" · {stalled} stalled", style=self.palette.warning)
+        if (dropped := self.store.dropped_frames):
+            text.append(f" · {dropped} frame{'s' if dropped > 1 else ''} dropped", style=self.palette.warning)
         if self.table.row_filter:
             text.append(f" · {self.table.row_count} shown")
         if (replay := self.engine.replay) is not None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 
 from rich.cells import cell_len, split_graphemes
-from rich.style import Style
-from rich.text import Text
 
 TAB_SIZE = 4
 
@@ -66,16 +64,6 @@ def safe_lines(text: str) -> list[str]:
     if _UNSAFE_BUT_NEWLINE.search(text) is None:
         return lines
     return [line.translate(_TABLE) for line in lines]
-
-
-def literal(text: str, style: str | Style = "") -> Text:
-    """A one-line Rich Text showing `text` literally (for table cells, labels)."""
-    return Text(safe(text), style=style, no_wrap=True, end="")
-
-
-def assemble(*parts: tuple[str, str | Style]) -> Text:
-    """A Rich Text from (text, style) parts, each shown literally; never markup."""
-    return Text.assemble(*((safe(text), style) for text, style in parts), no_wrap=True, end="")
 
 
 def wrap(text: str, width: int) -> list[tuple[int, int, int]]:

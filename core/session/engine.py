@@ -149,6 +149,8 @@ def summary_lines(engine: SessionView) -> list[str]:
         if variant.reason:
             line += f"; {variant.reason}"
         lines.append(line)
+    if engine.store.dropped_frames:
+        lines.append(f"frames dropped: {engine.store.dropped_frames} (last: {engine.store.last_drop})")
     if engine.recording_path is not None:
         lines.append(f"recording: {engine.recording_path}")
     return lines

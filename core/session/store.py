@@ -321,6 +321,9 @@ class RolloutStore:
         self.variants: dict[str, list[str]] = {}
         self._durations: dict[str, dict[str, list[float]]] = {}
         self._changes = Changes()
+        self.dropped_frames = 0
+        """Frames a client could not use (the screen may then miss what they held)."""
+        self.last_drop: str | None = None
 
     def add_variant(self, name: str) -> None:
         if name not in self.variants:
@@ -433,6 +436,11 @@ class RolloutStore:
             for phase, seconds in phase_durations(rollout.primary.timing).items():
                 durations[phase].append(seconds)
         self._touch(rollout)
+
+    def dropped_frame(self, variant: str, reason: str) -> None:
+        self.dropped_frames += 1
+        self.last_drop = f"{variant}: {reason}"
+        self._changes.variants.add(variant)
 
     def touch_variant(self, name: str) -> None:
         """A variant's own state changed (lifecycle, server pid, escalation)."""

@@ -193,7 +193,7 @@ class Variant:
         watchdog: asyncio.Task[None] | None = None
         try:
             address = await self._launch()
-            self._client = EnvClient(address)
+            self._client = EnvClient(address, on_drop=lambda reason: self.store.dropped_frame(self.name, reason))
             await self._client.wait_for_server_startup(
                 self.config.health_timeout, on_wait=self._health_countdown
             )

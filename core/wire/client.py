@@ -99,8 +99,11 @@ def new_request_id() -> str:
 
 
 class EnvClient:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, on_drop: Callable[[str], None] | None = None) -> None:
         self.address = address
+        self.on_drop = on_drop
+        """Told why, each time a frame is dropped (unreadable, unknown, or for a run
+        it no longer holds)."""
         self._context = zmq.asyncio.Context()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -114,8 +117,6 @@ class EnvClient:
         self._cancels: set[asyncio.Task[None]] = set()
         self._receiver: asyncio.Task[None] | None = None
         self._closed = False
-        self.dropped_frames = 0
-        self.last_drop: str | None = None
 
     @property
     def in_flight(self) -> list[str]:
@@ -366,6 +367,6 @@ class EnvClient:
             self._cancel_in_background(request_id)
 
     def _drop(self, reason: str) -> None:
-        self.dropped_frames += 1
-        self.last_drop = reason
         logger.warning("env server %s: dropped a frame: %s", self.address, reason)
+        if self.on_drop is not None:
+            self.on_drop(reason)
