@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from demo_launch import launch, stop
+from demo_sessions import SPEED as ENGINE_SPEED
+from demo_sessions import demo_variant, server_pids, write_config
 from polling import alive, until
-from test_engine import SPEED as ENGINE_SPEED
-from test_engine import demo_variant, server_pids, write_config
 from textual import events
 from textual.pilot import Pilot
 
@@ -59,7 +59,7 @@ async def live(tmp_path: Path, *variants: str, size: tuple[int, int] = (120, 40)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(engine.shutdown(), TIMEOUT)
         for variant in engine.variants.values():
-            child = variant._child
+            child = variant.child
             if child is not None and child.poll() is None:
                 child.terminate(2.0)
 
@@ -338,7 +338,7 @@ async def test_follow_and_the_new_badge_on_a_live_trace(tmp_path: Path) -> None:
         transcript = app.trace_pane.transcript
         rollout = engine.store.rollouts["long/0"]
         height = transcript.scrollable_content_region.height
-        await until(pilot, lambda: len(transcript._lines) > height + 2 * FOLLOW_SLACK, "a transcript taller than its view")
+        await until(pilot, lambda: transcript.virtual_size.height > height + 2 * FOLLOW_SLACK, "a transcript taller than its view")
         await until(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y, "the view at the bottom")
         assert transcript.following
 
@@ -363,8 +363,8 @@ async def test_follow_and_the_new_badge_on_a_live_trace(tmp_path: Path) -> None:
         await pilot.press("end")
         await until(pilot, following_at_bottom, "end to resume following")
         assert "new ↓" not in screen_lines(transcript)[-1]
-        lines = len(transcript._lines)
-        await until(pilot, lambda: len(transcript._lines) > lines, "more of the trace")
+        lines = transcript.virtual_size.height
+        await until(pilot, lambda: transcript.virtual_size.height > lines, "more of the trace")
         await until(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y, "the view to follow it")
 
 

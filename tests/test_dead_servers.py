@@ -9,9 +9,9 @@ import os
 import signal
 
 import pytest
+from demo_sessions import WAIT, demo_variant, server_pids
 from polling import alive, eventually
 from scripted_server import ScriptedServer, attached, header
-from test_engine import WAIT, demo_variant, engine_for, server_pids  # noqa: F401 - engine_for is a fixture
 
 from core.session import variant as variant_module
 from core.session.engine import Engine

@@ -11,69 +11,14 @@ import sys
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 
-import pytest
+from demo_sessions import WAIT, demo_variant, server_pids
 from polling import alive, eventually
 
 from core.recordings.recorder import Recorder
-from core.session.config import load_config
 from core.session.contracts import VariantState
-from core.session.engine import Engine
 from core.session.store import Status
 from core.supervision import capture
-
-SPEED = 40
-WAIT = 30.0
-"""How long a condition on real servers may take on a loaded machine."""
-
-
-def write_config(tmp_path: Path, variants: list[str]) -> Path:
-    path = tmp_path / "tracewatch.toml"
-    path.write_text("\n".join(variants))
-    return path
-
-
-def demo_variant(name: str, scenarios: list[str], **extra: object) -> str:
-    tasks = ", ".join(
-        f'{{ id = "{name}-{i}-{s}", name = "{s} task", prompt = "p", scenario = "{s}", kind = "coding" }}'
-        for i, s in enumerate(scenarios)
-    )
-    settings = {"max_concurrent": 4, "health_timeout": 30.0, "grace_seconds": 5.0, **extra}
-    lines = [
-        "[[variants]]",
-        f'name = "{name}"',
-        f'command = ["{sys.executable}", "-m", "core.demo", "--address", "{{address}}", "--speed", "{SPEED}"]',
-        f"tasks = [{tasks}]",
-        'model = "demo-model"',
-    ]
-    lines += [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
-    return "\n".join(lines) + "\n"
-
-
-def server_pids(engine: Engine, name: str) -> list[int]:
-    """The supervisor and the server it started, from the supervisor's record."""
-    record_path = engine.variants[name]._child.record_path
-    record = json.loads(record_path.read_text())
-    return [record["supervisor_pid"], record["child_pid"]]
-
-
-@pytest.fixture
-def engine_for(tmp_path):
-    engines: list[Engine] = []
-
-    def make(*variants: str) -> Engine:
-        engine = Engine(load_config(write_config(tmp_path, list(variants))), session_dir=tmp_path / "session")
-        engines.append(engine)
-        return engine
-
-    yield make
-    # nothing may outlive a test, whatever it asserted
-    for engine in engines:
-        for variant in engine.variants.values():
-            child = variant._child
-            if child is not None and child.poll() is None:
-                child.terminate(1.0)
 
 
 async def test_two_variants_run_to_done(engine_for):
@@ -174,12 +119,12 @@ async def test_start_after_done_starts_a_fresh_child(engine_for):
     await engine.start()
     await asyncio.wait_for(engine.wait(), 30)
     variant = engine.variants["again"]
-    first = variant._child
+    first = variant.child
     assert variant.state is VariantState.DONE and variant.can_start
     variant.start()
     assert variant.state is VariantState.STARTING
     await asyncio.wait_for(engine.wait(), 30)
-    assert variant.state is VariantState.DONE and variant._child is not first
+    assert variant.state is VariantState.DONE and variant.child is not first
     assert [r.status for r in engine.store.variant_rollouts("again")] == [Status.DONE, Status.DONE]
 
 
@@ -248,7 +193,7 @@ async def test_health_timeout_kills_the_server_after_its_whole_grace_and_says_so
     assert variant.state is VariantState.FAILED
     assert "did not answer health within 1s" in variant.reason
     assert "server killed with SIGKILL: still running 2s after SIGTERM · exit code 137" in variant.reason
-    record = json.loads(variant._child.record_path.read_text())
+    record = json.loads(variant.child.record_path.read_text())
     term, kill = (datetime.fromisoformat(sent["at"]).timestamp() for sent in record["signals"])
     assert kill - term >= 2.0, "the server gets the whole configured grace"
     assert grace_until == record["sigkill_due_at"] <= kill, "the countdown ends as SIGKILL is sent"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from demo_sessions import demo_variant, write_config
 from polling import eventually
-from test_engine import demo_variant, write_config
 from verifiers.v1.episode import WireEpisode
 
 from core.recordings.export import (

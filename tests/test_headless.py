@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 
-from test_engine import demo_variant, write_config
+from demo_sessions import demo_variant, write_config
 
 from core.session import headless
 from core.session.config import load_config

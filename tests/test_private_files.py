@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from demo_sessions import demo_variant, write_config
 from polling import until
-from test_engine import demo_variant, write_config
 
 from core.paths import default_recording_path
 from core.recordings.recorder import Recorder

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from demo_sessions import demo_variant, write_config
 from polling import eventually
-from test_engine import demo_variant, write_config
-from test_run_dir import fixture_episodes
+from tui_standin import fixture_episodes
 from verifiers.v1.cli.output import save_config
 from verifiers.v1.configs.cli.eval import EvalConfig
 from verifiers.v1.episode import WireEpisode

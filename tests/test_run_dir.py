@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
+from tui_standin import fixture_episodes
 from verifiers.v1.cli.output import save_config
 from verifiers.v1.configs.cli.eval import EvalConfig
 from verifiers.v1.episode import WireEpisode
@@ -15,12 +15,6 @@ from verifiers.v1.utils.trace_store import write_episode
 
 from core.recordings.recorder import Recorder
 from core.recordings.run_dir import RunDirError, open_run
-
-FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
-
-
-def fixture_episodes() -> list[dict]:
-    return [e["episode"] for e in json.loads((FIXTURE / "episodes.json").read_text())]
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from demo_sessions import demo_variant, write_config
 from polling import alive
-from test_engine import demo_variant, write_config
 
 TIMEOUT = 45.0
 """The demo's stuck rollouts start only once earlier ones free a slot; a loaded
@@ -205,13 +205,15 @@ def test_headless_prints_progress_and_a_summary_and_fails_on_a_failed_rollout(tm
     assert recording.stat().st_size > 0
 
 
-@pytest.mark.parametrize("command", [[], ["attach"], ["replay"], ["open"]], ids=["main", "attach", "replay", "open"])
+@pytest.mark.parametrize("command", [[], ["attach"], ["replay"], ["open"], ["export"]], ids=["main", "attach", "replay", "open", "export"])
 def test_every_command_has_help(command: list[str], tmp_path: Path) -> None:
-    """Each form documents itself and exits 0 without starting anything."""
+    """Each form documents itself and exits 0 without starting anything; each that
+    shows a session can run it without a screen."""
     done = run_cli(*command, "--help", home=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: " + " ".join(["tracewatch", *command]))
-    assert "--headless" in done.stdout
+    assert ("--headless" in done.stdout) == (command != ["export"])
+    assert not (tmp_path / "sessions").exists(), "help starts nothing"
 
 
 def test_a_config_typo_exits_2_with_a_suggestion(tmp_path: Path) -> None:

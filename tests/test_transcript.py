@@ -99,7 +99,7 @@ async def test_fixture_turns_appear_in_order_with_call_facts():
             store.apply(key, row["delta"], t=row["t"])
             trace = next(iter(store.rollouts[key].traces.values()))
             transcript.show(key, trace)
-        await until(pilot, lambda: len(transcript._lines) > 20)
+        await until(pilot, lambda: transcript.virtual_size.height > 20)
         text = "\n".join(all_lines(transcript))
         order = [text.index(s) for s in ("── turn 1", "system  #0", "user  #1", "assistant  #2", "── turn 2",
                                          "tool  #3 · bash · call_1_0", "assistant  #4", "tool  #5", "The answer is 391.")]
@@ -254,7 +254,7 @@ async def test_trace_text_is_shown_literally():
     async with app.run_test(size=(120, 90)) as pilot:
         transcript = app.query_one(Transcript)
         transcript.show(trace.key, trace.state)
-        await until(pilot, lambda: len(transcript._lines) > 30)
+        await until(pilot, lambda: transcript.virtual_size.height > 30)
         strips = [transcript.render_line(y) for y in range(transcript.scrollable_content_region.height)]
         shown = "\n".join(strip.text for strip in strips)
         for segment in (segment for strip in strips for segment in strip):
@@ -348,9 +348,9 @@ async def test_resize_rewraps_long_lines():
         transcript = app.query_one(Transcript)
         transcript.show(trace.key, trace.state)
         await pilot.pause()
-        wide = len(transcript._lines)
+        wide = transcript.virtual_size.height
         await pilot.resize_terminal(50, 30)
-        await until(pilot, lambda: len(transcript._lines) > wide)
+        await until(pilot, lambda: transcript.virtual_size.height > wide)
         assert all(len(line.rstrip()) <= 49 for line in screen_lines(transcript))
 
 
@@ -406,12 +406,12 @@ async def test_pending_clock_advances_without_rendering_blocks():
         transcript.show(trace.key, trace.state)
         await pilot.pause()
         assert "awaiting reply · 0:12 ━" in "\n".join(all_lines(transcript))
-        blocks, lines = transcript.blocks_rendered, len(transcript._lines)
+        blocks, lines = transcript.blocks_rendered, transcript.virtual_size.height
         now[0] = 165.0
         transcript._tick_pending()
         await pilot.pause()
         assert "awaiting reply · 1:05 ━" in "\n".join(screen_lines(transcript))
-        assert (transcript.blocks_rendered, len(transcript._lines)) == (blocks, lines)
+        assert (transcript.blocks_rendered, transcript.virtual_size.height) == (blocks, lines)
         store.failed(trace.key, "cancelled by the user", cancelled=True)
         transcript._tick_pending()
         await pilot.pause()

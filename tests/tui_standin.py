@@ -29,6 +29,11 @@ def load_fixture() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dic
     return deltas, tasks, {r["request"]: r["reply"] for r in replies if r["request"]}
 
 
+def fixture_episodes() -> list[dict[str, Any]]:
+    """The fixture's episodes, as verifiers wrote them."""
+    return [e["episode"] for e in json.loads((FIXTURE / "episodes.json").read_text())]
+
+
 def feed(store: RolloutStore, variant: str, copies: int = 1, finish: bool = True, label: str = "") -> list[str]:
     """Add `copies` of every fixture run to `variant` and apply their deltas; with
     `finish`, apply the replies too (done, failed, cancelled)."""

@@ -103,6 +103,12 @@ class Variant:
         return self.config.attach is None
 
     @property
+    def child(self) -> SupervisedChild | None:
+        """The supervised server of the latest start (None when attached or never
+        started): its pid, outcome and supervisor record."""
+        return self._child
+
+    @property
     def can_start(self) -> bool:
         return self.state.can_start
 

@@ -1,0 +1,32 @@
+"""Fixtures every test module may use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from demo_sessions import write_config
+
+from core.session.config import load_config
+from core.session.engine import Engine
+
+
+@pytest.fixture
+def engine_for(tmp_path: Path) -> Iterator[Callable[..., Engine]]:
+    """Engines over demo variant configs (`demo_sessions.demo_variant`); no server
+    they started outlives the test."""
+    engines: list[Engine] = []
+
+    def make(*variants: str) -> Engine:
+        engine = Engine(load_config(write_config(tmp_path, list(variants))), session_dir=tmp_path / "session")
+        engines.append(engine)
+        return engine
+
+    yield make
+    # nothing may outlive a test, whatever it asserted
+    for engine in engines:
+        for variant in engine.variants.values():
+            child = variant.child
+            if child is not None and child.poll() is None:
+                child.terminate(1.0)
