@@ -183,12 +183,16 @@ def test_a_stream_that_lost_a_delta_names_its_rollout(tmp_path):
     with pytest.raises(AssemblyError, match=f"rollout {records[lost]['id']}: "):
         rebuild_episodes(damaged)
 
+    # exported, the damaged rollout is written as far as it assembles, saying why; the rest whole
     broken = tmp_path / "lost.twrec"
     broken.write_bytes(b"".join(msgpack.packb(r) for r in [recording.header, *damaged]))
     out = tmp_path / "episodes.jsonl"
-    with pytest.raises(AssemblyError):
-        export_recording(broken, out, episodes=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixture.twrec", "lost.twrec"]
+    exported = export_recording(broken, out, episodes=True)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert exported.lines == len(lines) == len({r["id"] for r in records if r["k"] == "rollout"})
+    partial = {line[ORIGIN_KEY]["rollout"]: line for line in lines if line.get("partial")}
+    assert "the server reports" in partial[records[lost]["id"]]["error"]
+    assert exported.partial["done"] == [records[lost]["id"]]  # its reply said done; its deltas do not add up
 
 
 def test_a_rerun_rollout_starts_a_fresh_episode(tmp_path):

@@ -165,7 +165,7 @@ def test_a_cut_file_reads_up_to_its_cut_with_a_note(tmp_path):
             assert str(cut_path) in rec.truncated
 
 
-def test_damaged_data_stops_with_a_note(tmp_path):
+def test_damaged_data_is_skipped_and_counted_and_the_rest_reads(tmp_path):
     path = tmp_path / "damaged.twrec"
     write_sample(path)
     header_end, ends, records = boundaries(path)
@@ -173,9 +173,8 @@ def test_damaged_data_stops_with_a_note(tmp_path):
     # 0xc1 is the one byte msgpack never uses
     path.write_bytes(data[: ends[2]] + b"\xc1" + data[ends[2] :])
     rec = read_recording(path)
-    assert list(rec) == records[:3]
-    assert f"unreadable data at byte {ends[2]}" in rec.truncated
-    assert "3 records read before it" in rec.truncated
+    assert list(rec) == records
+    assert f"1 damaged record(s) skipped, the first at byte {ends[2]}" in rec.truncated
 
 
 @pytest.mark.parametrize(

@@ -405,7 +405,7 @@ class TracewatchApp(App[None]):
     def _export(self, key: str) -> None:
         try:
             path = self.engine.export_episode(key)
-        except OSError as error:
+        except (OSError, ValueError) as error:  # ValueError: nested too deep for JSON
             self.call_from_thread(self.notify, f"Export failed: {error}", severity="error")
         else:
             self.call_from_thread(self.notify, safe(str(path)), title="Exported")

@@ -108,6 +108,8 @@ def export(args: argparse.Namespace) -> int:
         print(f"  {len(ids)} {ended} without an episode, written partial (traces so far): {_some(ids)}")
     if result.skipped:
         print(f"  skipped {len(result.skipped)} that never started (nothing to write): {_some(result.skipped)}")
+    if result.unwritable:
+        print(f"  left out {result.unwritable} nested too deep for JSON (a hostile server's; the run failed on it)")
     if result.truncated:
         print(f"note: {result.truncated}", file=sys.stderr)
     return 0

@@ -34,12 +34,20 @@ know; the variant is also `env.name`, the field verifiers keeps for the name a
 consumer runs an env under."""
 
 
-def json_safe(value: Any) -> Any:
-    """`value` with bytes marked as base64 and non-finite floats as None."""
+JSON_DEPTH = 200
+"""Deeper than any delta the assembly keeps (`delta_checks.MAX_DEPTH`) plus a record
+around it; a hostile token array can still be deeper, and is refused, not recursed."""
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """`value` with bytes marked as base64 and non-finite floats as None; ValueError
+    for anything nested deeper than `JSON_DEPTH`."""
+    if depth > JSON_DEPTH:
+        raise ValueError(f"a value is nested deeper than {JSON_DEPTH} levels: it cannot be written as JSON")
     if isinstance(value, Mapping):
-        return {key if isinstance(key, str) else str(key): json_safe(item) for key, item in value.items()}
+        return {key if isinstance(key, str) else str(key): json_safe(item, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple, Packed)):
-        return [json_safe(item) for item in value]
+        return [json_safe(item, depth + 1) for item in value]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {BYTES_MARKER: base64.b64encode(value).decode("ascii")}
     if isinstance(value, float) and not math.isfinite(value):
@@ -92,27 +100,31 @@ def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], endin
     announce: Mapping[str, Any] = {}
     assembly: EpisodeAssembly | None = None
     episode: dict[str, Any] | None = None
+    broken: str | None = None
     for record in records:
         kind = record.get("k")
         try:
             if kind == "rollout":
                 announce = record
             elif kind == "request":
-                assembly, episode = EpisodeAssembly(), None
-            elif kind == "delta":
+                assembly, episode, broken = EpisodeAssembly(), None, None
+            elif kind == "delta" and broken is None:
                 assembly = assembly or EpisodeAssembly()
                 assembly.apply(record["d"])
-            elif kind == "reply":
+            elif kind == "reply" and broken is None:
                 reply = record["r"]
                 if reply.get("success") and reply.get("head") is not None:
                     assembly = assembly or EpisodeAssembly()
                     episode = assembly.finish(reply["head"], reply.get("traces") or ())
         except AssemblyError as error:
-            raise AssemblyError(f"rollout {rollout_id}: {error}") from error
+            # a delta the run failed on live (recorded first, then refused), or a
+            # damaged recording: the traces it had before, and why it stopped there
+            broken = str(error)
     if assembly is None:
         return None
     if episode is None:
         reason = "no reply: it was still running when the recording ended" if ending is None else ending.reason
+        reason = broken or reason
         episode = partial_episode(announce.get("task_data") or {}, assembly.traces.values(), reason)
     variant = announce.get("variant") or rollout_id.partition("/")[0]
     episode["env"] = {**(episode.get("env") or {}), "name": variant}
@@ -137,6 +149,9 @@ class Exported:
     """Rollout ids written as partial episodes, by how they ended (cancelled, ...)."""
     skipped: list[str] = field(default_factory=list)
     """Rollouts not written: they never started, so there is nothing to write."""
+    unwritable: int = 0
+    """Records (or episodes) left out because JSON cannot hold them: nested deeper
+    than `JSON_DEPTH`, which only a hostile server sends (the run failed on it)."""
 
 
 def export_recording(
@@ -168,8 +183,7 @@ def export_recording(
                         continue
                     if episode.get("partial"):
                         result.partial.setdefault(summary.status.value, []).append(rollout_id)
-                    out.write(episode_json(episode) + "\n")
-                    result.lines += 1
+                    result.lines += _write_line(out, episode, result)
             else:
                 recording = read_recording(path_in)
                 out.write(_dumps(recording.header) + "\n")
@@ -177,14 +191,24 @@ def export_recording(
                 for record in recording:
                     if record.get("k") == "reply":
                         record = {**record, "end": end_field(recorded_ending(record))}
-                    out.write(_dumps(record) + "\n")
-                    result.lines += 1
+                    result.lines += _write_line(out, record, result)
                 result.truncated = recording.truncated
         os.replace(partial, path_out)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
     return result
+
+
+def _write_line(out: Any, value: Any, result: Exported) -> int:
+    """One JSON line; 0 (and counted) for a value JSON cannot hold."""
+    try:
+        line = _dumps(value)
+    except ValueError:
+        result.unwritable += 1
+        return 0
+    out.write(line + "\n")
+    return 1
 
 
 def _dumps(value: Any) -> str:

@@ -11,8 +11,10 @@ from typing import Any
 import msgpack
 
 from core.recordings.ending import recorded_ending
+from core.recordings.format import Damage
 from core.recordings.reader import Scan, read_header
 from core.session.store import Ending, RolloutFacts, Status, episode_reward, trace_phase
+from core.wire.delta_checks import DeltaValueError, check_scalars
 from core.wire.protocol import UNPACK_OPTIONS
 
 
@@ -31,8 +33,18 @@ class _TraceCounts:
         self.turns += delta.get("sampled", 0)
         self.errors += delta.get("errors", 0) + delta.get("failed_calls", 0)
         scalars = delta.get("set")
-        if isinstance(scalars, dict):
+        if isinstance(scalars, dict) and _usable(scalars):
             self.scalars.update(scalars)
+
+
+def _usable(scalars: dict[str, Any]) -> bool:
+    """Whether a recorded `set` is one the live store kept (it rejected the others,
+    failing the run): a row computes its phase, tokens and reward from these."""
+    try:
+        check_scalars(scalars, "set")
+    except DeltaValueError:
+        return False
+    return True
 
 
 class RolloutSummary:
@@ -139,9 +151,14 @@ def _read_for_index(unpacker: msgpack.Unpacker) -> dict[str, Any]:
         if key != "d":
             record[key] = unpacker.unpack()
             continue
+        try:
+            fields = unpacker.read_map_header()
+        except ValueError:  # a delta that is not a map (the run failed on it): kept whole
+            record[key] = unpacker.unpack()
+            continue
         delta: dict[str, Any] = {}
         record[key] = delta
-        for _ in range(unpacker.read_map_header()):
+        for _ in range(fields):
             field = unpacker.unpack()
             if field in ("trace", "set", "discard"):
                 delta[field] = unpacker.unpack()
@@ -196,36 +213,48 @@ class RecordingIndex:
         """By rollout id, in the order they were announced."""
         self.events: list[dict[str, Any]] = []
         self.records = 0
-        self.truncated: str | None = None
+        self.damage = Damage()
+        self._read_note: str | None = None
+
+    @property
+    def truncated(self) -> str | None:
+        """Where a cut or damaged file stopped, and what was skipped, if anything."""
+        return self.damage.note(self._read_note, self.path)
 
     @classmethod
     def build(cls, path: str | os.PathLike[str]) -> RecordingIndex:
         path = Path(path)
         header, start, note = read_header(path)
         index = cls(path, header)
-        index.truncated = note
+        index._read_note = note
         if note is not None:
             return index
         scan = Scan(path, start, _read_for_index)
         for offset, length, record in scan:
-            rollout_id = record.get("id")
-            if rollout_id is not None:
-                summary = index.rollouts.get(rollout_id)
-                if summary is None:
-                    summary = index.rollouts[rollout_id] = RolloutSummary(rollout_id)
-                summary._add(offset, length, record)
-            elif record.get("k") == "event":
+            kind, rollout_id = record.get("k"), record.get("id")
+            if index.damage.check(record, f"byte {offset}", announced=index.rollouts):
+                continue
+            if kind == "rollout":
+                index.rollouts[rollout_id] = RolloutSummary(rollout_id)
+            if kind in ("rollout", "request", "delta", "reply"):
+                index.rollouts[rollout_id]._add(offset, length, record)
+            elif kind == "event":
                 index.events.append(record)
         index.records = scan.count
-        index.truncated = scan.note
+        index._read_note = scan.note
         return index
 
     def load(self, rollout_id: str) -> list[dict[str, Any]]:
-        """That rollout's records in order, read from the file now."""
+        """That rollout's records in order, read from the file now; one that cannot be
+        decoded whole (nested deeper than msgpack reads, which the index skipped over)
+        is left out and counted."""
         summary = self.rollouts[rollout_id]
+        records = []
         with open(self.path, "rb") as file:
             fd = file.fileno()
-            return [
-                msgpack.unpackb(os.pread(fd, length, offset), **UNPACK_OPTIONS)
-                for offset, length in zip(summary._offsets, summary._lengths)
-            ]
+            for offset, length in zip(summary._offsets, summary._lengths):
+                try:
+                    records.append(msgpack.unpackb(os.pread(fd, length, offset), **UNPACK_OPTIONS))
+                except (ValueError, msgpack.UnpackException) as error:
+                    self.damage.count(f"{error!r} (at byte {offset})")
+        return records

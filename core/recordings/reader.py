@@ -4,9 +4,10 @@ reads up to where it breaks and says where."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgpack
 
@@ -52,49 +53,91 @@ def read_header(path: Path) -> tuple[dict[str, Any], int, str | None]:
 Reader = Callable[[msgpack.Unpacker], Any]
 
 
+RECORD_START = re.compile(rb"[\x81-\x8f]\xa1k")
+"""How every record begins: a small map whose first key is "k" (its kind). After
+damage, reading resumes at the next place that looks like this."""
+
+SEARCH_CHUNK = 1 << 20
+
+
 class Scan:
     """One pass over a recording's records, from `start`, yielding (offset, length,
-    record). On a cut or unreadable record it stops and leaves `note` saying where."""
+    record). A record that cannot be read (a flipped byte, a bad length) is skipped
+    and counted, and reading resumes at the next record; a file that ends inside a
+    record stops there. `note` says where, after the pass."""
 
     def __init__(self, path: Path, start: int, read: Reader) -> None:
         self.path = path
         self.start = start
         self.read = read
         self.count = 0
-        self.note: str | None = None
+        self.skipped = 0
+        self._first_damage: str | None = None
+        self._cut: str | None = None
+
+    @property
+    def note(self) -> str | None:
+        """Where the file was cut, and how many damaged records were skipped."""
+        parts = [self._cut] if self._cut else []
+        if self.skipped:
+            parts.append(f"{self.skipped} damaged record(s) skipped, the first {self._first_damage}")
+        return f"{self.path}: " + "; ".join(parts) if parts else None
 
     def __iter__(self) -> Iterator[tuple[int, int, Any]]:
         with open(self.path, "rb") as file:
-            file.seek(self.start)
-            unpacker = open_unpacker(file)
-            offset = self.start
-            while True:
-                try:
-                    record = self.read(unpacker)
-                except msgpack.OutOfData:
-                    size = file.tell()
-                    if size > offset:
-                        self.note = (
-                            f"{self.path}: cut at byte {offset} of {size} inside a record "
-                            f"({size - offset} bytes of it); {self.count} records read"
-                        )
-                    return
-                except (ValueError, TypeError, msgpack.UnpackException) as error:
-                    self.note = (
-                        f"{self.path}: unreadable data at byte {offset} ({error}); "
-                        f"{self.count} records read before it"
-                    )
-                    return
-                end = self.start + unpacker.tell()
-                if not isinstance(record, dict):
-                    self.note = (
-                        f"{self.path}: unreadable data at byte {offset} (a {type(record).__name__}, "
-                        f"not a record); {self.count} records read before it"
-                    )
-                    return
-                self.count += 1
-                yield offset, end - offset, record
-                offset = end
+            offset: int | None = self.start
+            while offset is not None:
+                file.seek(offset)
+                unpacker = open_unpacker(file)
+                base = offset
+                while True:
+                    try:
+                        record = self.read(unpacker)
+                    except msgpack.OutOfData:
+                        size = file.tell()
+                        resume = _next_start(file, offset + 1) if size > offset else None
+                        if resume is None:
+                            if size > offset:
+                                self._cut = (
+                                    f"cut at byte {offset} of {size} inside a record "
+                                    f"({size - offset} bytes of it); {self.count} records read"
+                                )
+                            return
+                        offset = self._damaged(offset, "a record runs past the next one", resume)
+                        break
+                    except msgpack.StackError:
+                        why = "nested deeper than msgpack reads: a hostile delta, which failed its run live"
+                        offset = self._damaged(offset, why, _next_start(file, offset + 1))
+                        break
+                    except (ValueError, TypeError, msgpack.UnpackException) as error:
+                        offset = self._damaged(offset, repr(error), _next_start(file, offset + 1))
+                        break
+                    end = base + unpacker.tell()
+                    if not isinstance(record, dict):
+                        offset = self._damaged(offset, f"a {type(record).__name__}, not a record", _next_start(file, offset + 1))
+                        break
+                    self.count += 1
+                    yield offset, end - offset, record
+                    offset = end
+
+    def _damaged(self, offset: int, why: str, resume: int | None) -> int | None:
+        self.skipped += 1
+        if self._first_damage is None:
+            self._first_damage = f"at byte {offset} ({short_repr(why, 80)})"
+        return resume
+
+
+def _next_start(file: BinaryIO, position: int) -> int | None:
+    """The offset of the next place a record could start, from `position`."""
+    file.seek(position)
+    carry = b""
+    while chunk := file.read(SEARCH_CHUNK):
+        found = RECORD_START.search(carry + chunk)
+        if found is not None:
+            return position - len(carry) + found.start()
+        carry = chunk[-2:]
+        position += len(chunk)
+    return None
 
 
 class Recording:

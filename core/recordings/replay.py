@@ -16,6 +16,7 @@ from typing import Any
 from core.paths import new_session_dir
 from core.recordings.ending import recorded_ending
 from core.recordings.export import ORIGIN_KEY
+from core.recordings.format import Damage
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.run_dir import open_run
@@ -24,6 +25,10 @@ from core.session.engine import Session
 from core.session.store import RolloutStore, Status
 from core.wire.assembly import LIST_FIELDS, AssemblyError
 from core.wire.protocol import delta_failure
+
+MAX_GAP = 60.0
+"""The longest silence a replay waits out at its recorded pace (times `speed`): a
+longer one (a stall, or a damaged time) replays as this long."""
 
 FAST_BATCH = 200
 """Records applied between yields when replaying as fast as possible, so the app
@@ -111,8 +116,9 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
         if reply.get("success") and reply.get("head") is not None:
             try:
                 episode = store.rollouts[key].assembly.finish(reply["head"], reply.get("traces") or [])
-            except AssemblyError as error:  # the recorded deltas do not add up to the reply
-                store.failed(key, str(error), t=t)
+            except Exception as error:  # noqa: BLE001 - the recorded deltas do not add up to the reply
+                reason = str(error) if isinstance(error, AssemblyError) else f"the recorded reply is damaged ({error!r})"
+                store.failed(key, reason, t=t)
                 return
         store.ended(key, recorded_ending(record, episode), episode, t)
     elif kind == "event":
@@ -152,10 +158,12 @@ class ReplaySession(Session):
         self._player: asyncio.Task[None] | None = None
         self._seek: str | None = None
         self.variants: dict[str, RecordedVariant] = {}
+        self.damage = Damage()
+        """Records that read back but are not ones the app writes: skipped, counted."""
 
     @property
     def truncated(self) -> str | None:
-        return self.recording.truncated
+        return self.damage.note(self.recording.truncated, self.recording.path)
 
     @property
     def replay(self) -> ReplaySession:
@@ -206,10 +214,12 @@ class ReplaySession(Session):
         self._resume.set()
 
     def _apply(self, record: dict[str, Any]) -> None:
+        self.applied += 1
+        if self.damage.check(record, f"record {self.applied}", announced=self.store.rollouts):
+            return
         if record.get("t"):
             self.clock.now = float(record["t"])
         apply_record(self.store, self.variants, record)
-        self.applied += 1
 
     async def _play(self) -> None:
         previous: float | None = None
@@ -218,6 +228,7 @@ class ReplaySession(Session):
         for record in self._records:
             await self._resume.wait()
             t = record.get("t")
+            t = t if type(t) in (int, float) else None  # a damaged time is skipped with its record
             fast = self.speed <= 0 or self._seek is not None
             if fast or previous is None or t is None:
                 burst += 1
@@ -225,7 +236,7 @@ class ReplaySession(Session):
                     burst = 0
                     await asyncio.sleep(0)
             else:
-                target = pace_start + (t - previous) / self.speed
+                target = pace_start + min(t - previous, MAX_GAP) / self.speed
                 delay = target - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -278,7 +289,11 @@ def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[st
     end = max((span.get("end") or 0.0 for t in timing for span in t.values() if isinstance(span, dict)), default=0.0)
     store.started(rollout.key, str(episode.get("id") or rollout.key), start)
     for trace in episode.get("traces") or []:
-        store.apply(rollout.key, trace_as_delta(trace), end or start)
+        try:
+            store.apply(rollout.key, trace_as_delta(trace), end or start)
+        except AssemblyError as error:  # a value no reader could use: shown, not loaded
+            store.failed(rollout.key, f"this episode cannot be shown: {error}", t=end or start)
+            return
     if not episode.get("partial"):
         store.finished(rollout.key, episode, end or start)
     elif origin.get("ended") != "running":
@@ -296,7 +311,9 @@ def trace_as_delta(trace: dict[str, Any]) -> dict[str, Any]:
     for key in LIST_FIELDS:
         if trace.get(key):
             delta[key] = trace[key]
-    scalars = {k: v for k, v in trace.items() if k not in HEADER_KEYS and k not in LIST_FIELDS}
+    if "pending" in trace:  # a partial episode's preview, as it was when it ended
+        delta["pending"] = trace["pending"]
+    scalars = {k: v for k, v in trace.items() if k not in HEADER_KEYS and k not in LIST_FIELDS and k != "pending"}
     if scalars:
         delta["set"] = scalars
     return delta

@@ -153,4 +153,6 @@ def summary_lines(engine: SessionView) -> list[str]:
         lines.append(f"frames dropped: {engine.store.dropped_frames} (last: {engine.store.last_drop})")
     if engine.recording_path is not None:
         lines.append(f"recording: {engine.recording_path}")
+    if engine.truncated is not None:
+        lines.append(f"note: {engine.truncated}")
     return lines

@@ -8,6 +8,7 @@ tick redraws only those, however many deltas landed in between.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -244,11 +245,17 @@ def trace_reward(rewards: Any) -> float | None:
     if not isinstance(rewards, dict):
         return None
     values = [
-        float(r.get("score", 0.0)) * float(r.get("weight", 1.0))
+        score * (weight if _finite(weight := r.get("weight")) else 1.0)
         for r in rewards.values()
-        if isinstance(r, dict)
+        if isinstance(r, dict) and _finite(score := r.get("score", 0.0))
     ]
     return sum(values) if values else None
+
+
+def _finite(value: Any) -> bool:
+    """A number a reward can be computed with (a recording opened offline was never
+    checked: its values are read, not trusted)."""
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def trace_phase(timing: dict[str, Any], ok: Any, has_errors: bool) -> str:
@@ -482,8 +489,8 @@ class RolloutStore:
 
 
 def _first_error(record: dict[str, Any]) -> str | None:
-    for errors in [record.get("errors") or []] + [t.get("errors") or [] for t in record.get("traces", ())]:
-        for error in errors:
+    for errors in [record.get("errors")] + [t.get("errors") for t in record.get("traces", ())]:
+        for error in errors if isinstance(errors, list) else ():
             if isinstance(error, dict):
                 return f"{error.get('type', 'Error')}: {error.get('message', '')}".strip()
     return None

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from core.text import short_repr
+from core.wire.delta_checks import DeltaValueError, check_delta
 
 LIST_FIELDS = (
     "nodes",
@@ -56,6 +57,10 @@ class EpisodeAssembly:
         if get("discard"):
             self.unknown.pop(trace_id, None)
             return self.traces.pop(trace_id, {})
+        try:
+            check_delta(delta, trace_id)
+        except DeltaValueError as error:
+            raise AssemblyError(str(error)) from None
         trace = self.traces.get(trace_id)
         opening = trace is None
         if trace is None:

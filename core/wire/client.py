@@ -21,6 +21,7 @@ import zmq
 import zmq.asyncio
 
 from core.wire.assembly import AssemblyError, EpisodeAssembly
+from core.wire.delta_checks import DeltaValueError, check_nesting
 from core.wire.protocol import (
     ABORTED_ERROR,
     KIND_DELTA,
@@ -29,6 +30,7 @@ from core.wire.protocol import (
     CancelResponse,
     ClientConfig,
     HealthRequest,
+    MalformedReply,
     Request,
     RunRequest,
     RunResponse,
@@ -188,6 +190,10 @@ class EnvClient:
             raise RunFailed(response.error)
         if response.head is None:
             raise AssemblyError("the server's run reply has no episode head")
+        try:
+            check_nesting(response.head, "its head")
+        except DeltaValueError as error:
+            raise MalformedReply(f"the server's run reply is malformed: {error}") from None
         return assembly.finish(response.head, response.traces)
 
     async def cancel(self, request_id: str, timeout: float | None = 10.0) -> bool:
