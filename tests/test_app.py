@@ -270,7 +270,7 @@ async def test_export_writes_the_selected_episode_and_says_where(tmp_path: Path)
         await select(pilot, "baseline/run0/0")
         await pilot.press("e")
         await until(pilot, lambda: any(n.startswith("Exported") for n in notices(app)))
-        assert notices(app) == [f"Exported\n{path}"]
+        assert notices(app) == [f"Exported to {path.parent}\n{path.name}"]
     assert json.loads(path.read_text()) == json.loads(episode_json(engine.store.rollouts["baseline/run0/0"].record or {}))
 
 

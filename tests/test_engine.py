@@ -95,9 +95,38 @@ async def test_attach_to_nothing_fails_after_health_timeout(engine_for):
     await asyncio.wait_for(engine.wait(), 15)
     variant = engine.variants["remote"]
     assert variant.state is VariantState.FAILED
-    assert f"tcp://127.0.0.1:{port} did not answer health within 1s" in variant.reason
+    assert variant.reason == f"nothing listens at 127.0.0.1:{port} (connection refused) for the whole health timeout (1s)"
     assert time.monotonic() - started >= 1.0
     assert engine.store.rollouts["remote/0"].status is Status.FAILED
+
+
+async def test_attach_to_something_that_is_not_an_env_server_fails_at_once(engine_for):
+    """Issue 11 item 22: an HTTP-like server is named as such, without waiting out
+    the (here ten-minute) health timeout."""
+
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(10)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(http, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    engine = engine_for(
+        "[[variants]]\n"
+        'name = "remote"\n'
+        f'attach = "tcp://127.0.0.1:{port}"\n'
+        'tasks = [{ id = "t" }]\n'
+        'model = "m"\n'
+        "health_timeout = 600.0\n"
+    )
+    async with server:
+        await engine.start()
+        await asyncio.wait_for(engine.wait(), 15)
+    variant = engine.variants["remote"]
+    assert variant.state is VariantState.FAILED
+    assert variant.reason == f"something at 127.0.0.1:{port} is not a ZMQ env server (it answered b'HTTP/1.1 4')"
+    assert variant.log_tail()[0].startswith(f"(attached to tcp://127.0.0.1:{port}: its output stays where it runs")
 
 
 async def test_cancel_one_rollout_over_the_wire(engine_for):

@@ -23,7 +23,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
-from tui.format import Palette, clock, safe
+from tui.format import Palette, clock, home_short, safe
 from tui.keys import KEYS, bindings
 from tui.logs_view import LogsView
 from tui.rollout_filter import RowFilter
@@ -408,7 +408,7 @@ class TracewatchApp(App[None]):
         except (OSError, ValueError) as error:  # ValueError: nested too deep for JSON
             self.call_from_thread(self.notify, f"Export failed: {error}", severity="error")
         else:
-            self.call_from_thread(self.notify, safe(str(path)), title="Exported")
+            self.call_from_thread(self.notify, safe(path.name), title=f"Exported to {safe(home_short(path.parent))}")
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(KEYS))

@@ -27,6 +27,7 @@ COMMANDS = ("attach", "replay", "open", "export")
 
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
     parser.add_argument("--headless", action="store_true", help="no screen: print one line per rollout event and a summary; exit 0 only if every rollout finished without error")
+    parser.add_argument("--export-dir", type=Path, metavar="DIR", help="where `e` writes episodes (default: the session's folder under $TRACEWATCH_HOME/sessions)")
     if live:
         record = parser.add_mutually_exclusive_group()
         record.add_argument("--record", type=Path, metavar="PATH", help="record every delta to PATH (default: a new file under $TRACEWATCH_HOME/recordings)")
@@ -70,6 +71,8 @@ def attach_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="gpt-4.1-mini", help="model name sent with each run")
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="the model endpoint the server calls")
     parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="NAME of the environment variable (on the server) holding the API key")
+    parser.add_argument("--name", default="attached", help="the variant's name on screen and in the recording")
+    parser.add_argument("--health-timeout", type=float, default=60.0, metavar="SECONDS", help="how long to wait for the server to answer health (nothing listening or something that is not an env server is told apart at once)")
     _common(parser)
     return parser
 
@@ -135,6 +138,8 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
             model=args.model,
             base_url=args.base_url,
             api_key_var=args.api_key_var,
+            name=args.name,
+            health_timeout=args.health_timeout,
         )
     if args.config is not None:
         return load_config(args.config)
@@ -165,12 +170,26 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RecordingError, RunDirError, OSError) as error:
         print(f"tracewatch: {error}", file=sys.stderr)
         return 2
+    if args.export_dir is not None:
+        engine.export_dir = args.export_dir
     if args.headless:
         return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
     from tui.app import TracewatchApp
 
     TracewatchApp(engine).run()
+    for line in where_things_went(engine, recorded=command not in ("replay", "open")):
+        print(line)
     return 0
+
+
+def where_things_went(engine: Session, recorded: bool) -> list[str]:
+    """Printed after the screen closes: the recording and the exports, to find them."""
+    lines = []
+    if recorded and engine.recording_path is not None:
+        lines.append(f"recording: {engine.recording_path}")
+    if engine.exported:
+        lines.append(f"exported {len(engine.exported)} episode(s) to {engine.export_dir}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ read from CSS component classes (Rich cells cannot read `$primary` themselves)."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.style import Style
 from textual.widget import Widget
 
@@ -28,6 +30,14 @@ def clock(seconds: float | None) -> str:
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
+
+
+def home_short(path: Path) -> str:
+    """A path with the home folder as `~`: shorter in a toast or a status line."""
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
 
 
 def reward_text(reward: float | None) -> str:

@@ -302,11 +302,13 @@ class Config(BaseModel):
         model: str | None = None,
         base_url: str | None = None,
         api_key_var: str | None = None,
+        name: str = "attached",
+        health_timeout: float | None = None,
     ) -> Config:
         """One variant attached to a running server, as the command line describes it;
         validated like a file, so a bad flag gets the same precise message."""
         variant: dict[str, Any] = {
-            "name": address.removeprefix("tcp://") or "attached",
+            "name": name,
             "attach": address,
             "tasks": os.fspath(tasks_path),
             "rollouts_per_task": rollouts,
@@ -314,6 +316,8 @@ class Config(BaseModel):
         }
         if model is not None:
             variant["model"] = model
+        if health_timeout is not None:
+            variant["health_timeout"] = health_timeout
         endpoint = {"base_url": base_url, "api_key_var": api_key_var}
         if endpoint := {key: value for key, value in endpoint.items() if value is not None}:
             variant["endpoint"] = endpoint

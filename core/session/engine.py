@@ -32,6 +32,9 @@ class Session:
         self.session_dir = session_dir
         self.recording_path = recording_path
         self.variants: Mapping[str, VariantView] = {}
+        self.export_dir = session_dir / "exports"
+        """Where `export_episode` writes (`--export-dir`)."""
+        self.exported: list[Path] = []
 
     @property
     def truncated(self) -> str | None:
@@ -68,8 +71,10 @@ class Session:
         replied, else the traces as assembled so far."""
         rollout = self.store.rollouts[key]
         record = rollout.record or partial_episode(rollout.task_data, rollout.assembly.traces.values(), rollout.reason)
-        directory = private_dir(directory or self.session_dir / "exports")
-        return write_private(directory / f"{key.replace('/', '-')}.json", episode_json(record))
+        directory = private_dir(directory or self.export_dir)
+        path = write_private(directory / f"{key.replace('/', '-')}.json", episode_json(record))
+        self.exported.append(path)
+        return path
 
 
 class Engine(Session):

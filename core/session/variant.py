@@ -27,6 +27,7 @@ from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
 from core.wire.assembly import AssemblyError
 from core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
+from core.wire.probe import probe
 from core.wire.protocol import MalformedReply
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ runs' replies) before it ends the rollout here regardless."""
 
 CANCEL_ANSWER_WAIT = 10.0
 """How long a rollout cancel waits for the server to answer the cancel itself."""
+
+
+class AttachFailed(RuntimeError):
+    """What listens at an attached address is not an env server."""
 
 
 class ServerExited(RuntimeError):
@@ -199,10 +204,13 @@ class Variant:
         watchdog: asyncio.Task[None] | None = None
         try:
             address = await self._launch()
+            health_timeout = self.config.health_timeout
+            if self.config.attach:
+                deadline = time.monotonic() + health_timeout
+                await self._wait_for_listener(address, deadline)
+                health_timeout = round(max(0.1, deadline - time.monotonic()), 1)
             self._client = EnvClient(address, on_drop=lambda reason: self.store.dropped_frame(self.name, reason))
-            await self._client.wait_for_server_startup(
-                self.config.health_timeout, on_wait=self._health_countdown
-            )
+            await self._client.wait_for_server_startup(health_timeout, on_wait=self._health_countdown)
             self.health_left = None
             self._event("healthy", address=address)
             self._set(VariantState.RUNNING)
@@ -215,7 +223,7 @@ class Variant:
             await self._stop_server()
             self._set(VariantState.FAILED if self.reason else VariantState.DONE)
         except Exception as error:
-            known = isinstance(error, (ServerExited, TimeoutError, ChildError, OSError))
+            known = isinstance(error, (ServerExited, AttachFailed, TimeoutError, ChildError, OSError))
             if not known:
                 logger.exception("variant %s failed", self.name)
             self.health_left = None
@@ -269,6 +277,24 @@ class Variant:
             model=self.model, sampling=self.sampling,
         )
         return self.address
+
+    async def _wait_for_listener(self, address: str, deadline: float) -> None:
+        """An attached address, probed before the health wait: something that is not a
+        ZMQ server fails at once; nothing listening is said while we wait for it."""
+        host, _, port = address.removeprefix("tcp://").rpartition(":")
+        while True:
+            found = await probe(host.strip("[]"), int(port), timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+            if found.zmq:
+                self.reason = None
+                return
+            if found.listening:
+                raise AttachFailed(found.detail)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{found.detail} for the whole health timeout ({self.config.health_timeout:g}s)")
+            self.reason = found.detail
+            self._health_countdown(left)
+            await asyncio.sleep(min(0.5, left))
 
     def _health_countdown(self, left: float) -> None:
         self.health_left = left

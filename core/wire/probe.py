@@ -1,0 +1,52 @@
+"""Who listens at an attached server's address, told apart before the health wait:
+nothing (connection refused), a peer that is not ZMQ (an HTTP server, a database), or
+a ZMQ peer (whose health answer then says whether it is an env server).
+
+A ZMTP peer starts every connection with a 10-byte signature whose first byte is 0xFF
+and last 0x7F (ZMTP 3.x, rfc.zeromq.org/spec/23). We send ours and read what comes
+back: a ZMQ peer answers with its own at once, an HTTP server with an error page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from core.text import short_repr
+
+SIGNATURE = b"\xff" + b"\x00" * 8 + b"\x7f"
+
+
+@dataclass(frozen=True)
+class Probe:
+    listening: bool
+    zmq: bool
+    detail: str
+    """What was found, in words a user can act on."""
+
+
+async def probe(host: str, port: int, timeout: float = 2.0) -> Probe:
+    """Connect to host:port, greet as ZMTP, and say what answered."""
+    where = f"{host}:{port}"
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except ConnectionRefusedError:
+        return Probe(False, False, f"nothing listens at {where} (connection refused)")
+    except (OSError, TimeoutError) as error:
+        return Probe(False, False, f"cannot connect to {where}: {error or type(error).__name__}")
+    try:
+        writer.write(SIGNATURE)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(len(SIGNATURE)), timeout)
+    except TimeoutError:
+        answer = None
+    except OSError as error:
+        return Probe(True, False, f"{where} accepted, then dropped the connection ({error}): not a ZMQ env server")
+    finally:
+        writer.close()
+    if answer is None:
+        return Probe(True, False, f"{where} accepted the connection but sent no ZMQ greeting within {timeout:g}s: not a ZMQ env server")
+    if answer[:1] == SIGNATURE[:1]:
+        return Probe(True, True, f"a ZMQ peer listens at {where}")
+    said = f"it answered {short_repr(answer)}" if answer else "it closed the connection"
+    return Probe(True, False, f"something at {where} is not a ZMQ env server ({said})")
