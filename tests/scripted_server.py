@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,16 @@ import msgpack
 import zmq
 import zmq.asyncio
 
+from core.recordings.recorder import Recorder
+from core.recordings.replay import ReplaySession
 from core.session.config import Config, build_config
+from core.session.engine import Engine
+from core.session.headless import run_headless
+from core.session.store import RolloutStore, Status
 from core.wire.protocol import ABORTED_ERROR
+
+DEADLINE = 30.0
+"""A run that has not ended by then never would."""
 
 Step = tuple[str, Any]
 """("delta", value) and ("reply", value) send one frame of that kind (value packed
@@ -119,3 +128,27 @@ def good_run(trace: str = "t", turns: int = 2) -> list[Step]:
     reply = {**OK, "head": {"id": f"episode-{trace}", "ok": True}, "traces": [{"id": trace, "nodes": 2 * turns, "calls": turns}]}
     steps.append(("reply", reply))
     return steps
+
+
+async def run_live(
+    tmp_path: Path, server: ScriptedServer, tasks: list[str], cancel_stalled: float | None = None, **settings: Any
+) -> tuple[Engine, int, str]:
+    """A headless run of one variant attached to `server`, recorded to live.twrec:
+    the engine, the exit code and what it printed."""
+    recorder = Recorder(tmp_path / "live.twrec")
+    engine = Engine(attached(server.address, tasks, tmp_path, **settings), recorder=recorder, session_dir=tmp_path / "session")
+    out = io.StringIO()
+    code = await asyncio.wait_for(run_headless(engine, out, cancel_stalled=cancel_stalled), DEADLINE)
+    return engine, code, out.getvalue()
+
+
+async def replay(path: Path) -> ReplaySession:
+    """The recording replayed as fast as it goes, to its end."""
+    session = ReplaySession(path, speed=0)
+    await session.start()
+    await asyncio.wait_for(session.wait(), DEADLINE)
+    return session
+
+
+def endings(store: RolloutStore) -> dict[str, tuple[Status, str | None]]:
+    return {key: (r.status, r.reason) for key, r in store.rollouts.items()}

@@ -14,8 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 from polling import until
-from scripted_server import ScriptedServer, attached, good_run, header
-from test_run_endings import DEADLINE, endings, replay
+from scripted_server import DEADLINE, ScriptedServer, attached, endings, good_run, header, replay
 
 from core.recordings.export import export_recording
 from core.recordings.recorder import Recorder

@@ -5,40 +5,10 @@ runner; what was recorded replays to the same ending."""
 
 from __future__ import annotations
 
-import asyncio
-import io
-from pathlib import Path
-
-from scripted_server import ScriptedServer, attached, good_run, header
+from scripted_server import ScriptedServer, endings, good_run, header, replay, run_live
 
 from core.recordings.reader import read_recording
-from core.recordings.recorder import Recorder
-from core.recordings.replay import ReplaySession
-from core.session.engine import Engine
-from core.session.headless import run_headless
 from core.session.store import Status
-
-DEADLINE = 30.0
-"""A run that has not ended by then never would."""
-
-
-async def run_live(tmp_path: Path, server: ScriptedServer, tasks: list[str], cancel_stalled: float | None = None, **settings) -> tuple[Engine, int, str]:
-    recorder = Recorder(tmp_path / "live.twrec")
-    engine = Engine(attached(server.address, tasks, tmp_path, **settings), recorder=recorder, session_dir=tmp_path / "session")
-    out = io.StringIO()
-    code = await asyncio.wait_for(run_headless(engine, out, cancel_stalled=cancel_stalled), DEADLINE)
-    return engine, code, out.getvalue()
-
-
-async def replay(path: Path) -> ReplaySession:
-    session = ReplaySession(path, speed=0)
-    await session.start()
-    await asyncio.wait_for(session.wait(), DEADLINE)
-    return session
-
-
-def endings(store) -> dict[str, tuple[Status, str | None]]:
-    return {key: (r.status, r.reason) for key, r in store.rollouts.items()}
 
 
 async def test_a_failure_reply_with_a_non_text_error_fails_its_rollout(tmp_path):
