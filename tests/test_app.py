@@ -453,3 +453,27 @@ async def test_the_status_line_counts_dropped_frames() -> None:
         engine.store.dropped_frame("baseline", "an unreadable delta")
         engine.store.dropped_frame("candidate", "a reply for a run it no longer holds")
         await until(pilot, lambda: "2 frames dropped" in str(status.render()))
+
+
+async def test_quitting_a_proxy_asks_first_and_says_the_drivers_lose_their_route() -> None:
+    engine = make_engine()
+    engine.quit_warning = "drivers pointed at tcp://127.0.0.1:6000 lose their route to tcp://127.0.0.1:5000"
+    engine.variants["baseline"].cancel_unavailable = "the env server behind a proxy is not ours to stop"
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        await select(pilot, "baseline/run0/0")
+        await pilot.press("x")
+        await until(pilot, lambda: any("not ours to stop" in n.message for n in app._notifications))
+        assert not isinstance(app.screen, ConfirmScreen) and engine.variants["baseline"].calls == []
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "lose their route" in str(app.screen.question)
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert engine.shutdowns == 0
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: app.return_code == 0)
+    assert engine.shutdowns == 1

@@ -77,6 +77,9 @@ class StandInVariant:
         self.outcome_text: str | None = None
         self.model: str | None = "demo-model"
         self.sampling: dict[str, Any] = {"temperature": 0.2 if name == "baseline" else 0.8}
+        self.cancel_unavailable: str | None = None
+        self.rollout_cancel_unavailable: str | None = None
+        self.status_line: str | None = None
         self.calls: list[str] = []
         self.lines = [f"{name} server listening", "\x1b[31mred?\x1b[0m [bold]not markup[/bold]"]
         store.add_variant(name)
@@ -125,6 +128,7 @@ class StandInEngine(Session):
         self.shutdown_gate: asyncio.Event | None = None
         """Set: shutdown waits for it, so a test can look at the quit screen meanwhile."""
         self.started = 0
+        self.quit_warning: str | None = None
         self.selections: list[str] = []
 
     async def start(self) -> None:

@@ -307,6 +307,9 @@ class TracewatchApp(App[None]):
         if target is None:
             self.notify("Select a rollout or focus a variant card first.", severity="warning")
             return
+        if target.cancel_unavailable:
+            self.notify(safe(target.cancel_unavailable), title=f"{safe(target.name)}: no cancel", severity="warning")
+            return
         if not target.can_cancel:
             self.notify(f"{safe(target.name)} is {target.state}: nothing to cancel.", severity="warning")
             return
@@ -347,6 +350,8 @@ class TracewatchApp(App[None]):
             self.notify("Select a rollout first.", severity="warning")
         elif rollout.status.finished:
             self.notify(f"{safe(rollout.key)} already {rollout.status}.", severity="warning")
+        elif (variant := self.engine.variants.get(rollout.variant)) and variant.rollout_cancel_unavailable:
+            self.notify(safe(variant.rollout_cancel_unavailable), title="No rollout cancel", severity="warning")
         elif self.engine.cancel_rollout(rollout.key):
             self.notify(f"Cancelling {safe(rollout.key)}…")
         else:
@@ -414,9 +419,22 @@ class TracewatchApp(App[None]):
         self.push_screen(HelpScreen(KEYS))
 
     async def action_quit(self) -> None:
-        if not self._quitting:
-            self._quitting = True
-            self.push_screen(QuitScreen(self.engine.shutdown))
+        if self._quitting:
+            return
+        warning = self.engine.quit_warning
+        if warning is None:
+            self._quit()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._quit()
+
+        self.push_screen(ConfirmScreen(Text(f"Quit?\n\n{safe(warning)}.")), answered)
+
+    def _quit(self) -> None:
+        self._quitting = True
+        self.push_screen(QuitScreen(self.engine.shutdown))
 
     def notify(self, message: str, *, markup: bool = False, **kwargs: Any) -> None:
         """Notices here carry names, keys and paths from data: never read as markup."""

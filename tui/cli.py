@@ -21,8 +21,9 @@ from core.session.config import Config, load_config
 from core.session.config_errors import ConfigError
 from core.session.engine import Engine, Session
 from core.session.headless import run_headless
+from core.taps.forwarder import ForwarderError, check_proxy_addresses
 
-COMMANDS = ("attach", "replay", "open", "export")
+COMMANDS = ("attach", "proxy", "replay", "open", "export")
 
 
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
@@ -53,7 +54,7 @@ def main_parser() -> argparse.ArgumentParser:
     parser = _parser(
         "tracewatch",
         "Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
-        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
+        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('tracewatch')}")
     parser.add_argument("config", nargs="?", type=Path, help="a TOML config of variants (see README)")
@@ -73,6 +74,18 @@ def attach_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="NAME of the environment variable (on the server) holding the API key")
     parser.add_argument("--name", default="attached", help="the variant's name on screen and in the recording")
     parser.add_argument("--health-timeout", type=float, default=60.0, metavar="SECONDS", help="how long to wait for the server to answer health (nothing listening or something that is not an env server is told apart at once)")
+    _common(parser)
+    return parser
+
+
+def proxy_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracewatch proxy",
+        description="Watch the runs another program drives: point the driver at --listen instead of its env server; every frame goes on to --upstream unchanged.",
+    )
+    parser.add_argument("--listen", required=True, help="tcp://HOST:PORT the drivers connect to")
+    parser.add_argument("--upstream", required=True, help="tcp://HOST:PORT of the env server")
+    parser.add_argument("--name", help="the variant's name (default: proxy)")
     _common(parser)
     return parser
 
@@ -141,6 +154,10 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
             name=args.name,
             health_timeout=args.health_timeout,
         )
+    if command == "proxy":
+        config = Config.for_proxy(args.listen, args.upstream, args.name)
+        check_proxy_addresses(args.listen, args.upstream)
+        return config
     if args.config is not None:
         return load_config(args.config)
     return demo_config(sys.executable, speed=args.speed)
@@ -157,7 +174,7 @@ def _offline_session(command: str, args: argparse.Namespace) -> Session:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    parsers = {None: main_parser, "attach": attach_parser, "replay": replay_parser, "open": open_parser, "export": export_parser}
+    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "replay": replay_parser, "open": open_parser, "export": export_parser}
     args = parsers[command]().parse_args(argv[1:] if command else argv)
     try:
         if command == "export":
@@ -167,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             config = _live_config(command, args)
             engine = Engine(config, recorder=_recorder(args, {"argv": argv}))
-    except (ConfigError, RecordingError, RunDirError, OSError) as error:
+    except (ConfigError, RecordingError, RunDirError, ForwarderError, OSError) as error:
         print(f"tracewatch: {error}", file=sys.stderr)
         return 2
     if args.export_dir is not None:

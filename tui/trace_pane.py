@@ -88,6 +88,8 @@ class TracePane(Vertical):
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(rollout.variant), style="bold")
         text.append(f" · {safe(rollout.task_label)} · {rollout.phase}")
+        if rollout.note:
+            text.append(f" · {safe(rollout.note)}")
         if rollout.reason and rollout.reason.lower() != rollout.phase:  # not "cancelled · cancelled"
             text.append(f" · {safe(rollout.reason)}", style="bold")
         if self.hidden:

@@ -78,6 +78,7 @@ class VariantCard(Horizontal, can_focus=True):
         start, cancel = self.start, self.cancel
         start.disabled = self.readonly or not variant.can_start
         cancel.disabled = self.readonly or not variant.can_cancel
+        cancel.tooltip = variant.cancel_unavailable
         cancel.label = "Kill" if variant.state is VariantState.CANCELLING else "Cancel"
 
     def _body(self, now: float, palette: Palette) -> Text:
@@ -150,6 +151,8 @@ class VariantCard(Horizontal, can_focus=True):
             return text
         if variant.reason:
             return Text(safe(variant.reason), style=palette.error)
+        if variant.status_line:
+            return Text(safe(variant.status_line), style=palette.muted)
         return None
 
 

@@ -42,6 +42,9 @@ class RecordedVariant:
     can_cancel = False
     supervised = False
     health_left = None
+    cancel_unavailable = None
+    rollout_cancel_unavailable = None
+    status_line = None
 
     def __init__(self, name: str) -> None:
         self.name = name

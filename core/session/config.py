@@ -46,6 +46,14 @@ _SAMPLING_KEYS = (*SamplingConfig.model_fields, "max_completion_tokens", "extra_
 _MAX_BAD_LINES = 5
 
 
+def _short_name(value: str) -> str:
+    if not value.strip():
+        raise ValueError("expected a non-empty name")
+    if len(value) > 64 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"expected a short name without control characters, got {short_repr(value)}")
+    return value
+
+
 class TaskSource(BaseModel):
     """A loaded task list and where it came from. Variants naming the same file share
     one instance, so the file is read once."""
@@ -138,11 +146,7 @@ class VariantConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("expected a non-empty name")
-        if len(value) > 64 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-            raise ValueError(f"expected a short name without control characters, got {short_repr(value)}")
-        return value
+        return _short_name(value)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -285,12 +289,60 @@ class VariantConfig(BaseModel):
         return {**{name: os.environ[name] for name in names if name in os.environ}, **self.env}
 
 
+def _tcp(value: Any, what: str, port_zero: bool = False) -> Any:
+    match = _TCP.match(value) if isinstance(value, str) else None
+    low = 0 if port_zero else 1
+    if match is None or not low <= int(match.group(2)) <= 65535:
+        raise ValueError(f"expected tcp://host:port {what} (e.g. tcp://127.0.0.1:5000), got {short_repr(value)}")
+    return value
+
+
+class ProxySpec(BaseModel):
+    """Where drivers connect (`listen`) and the env server their frames go on to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    listen: str = Field(description="tcp://host:port the drivers connect to instead of the server")
+    upstream: str = Field(description="tcp://host:port of the env server")
+
+    @field_validator("listen", mode="before")
+    @classmethod
+    def _listen(cls, value: Any) -> Any:
+        return _tcp(value, "to listen on", port_zero=True)
+
+    @field_validator("upstream", mode="before")
+    @classmethod
+    def _upstream(cls, value: Any) -> Any:
+        return _tcp(value, "of the env server the drivers use")
+
+
+class TapVariantConfig(BaseModel):
+    """A variant whose rollouts another program drives: a wire proxy between drivers
+    and their env server. Tasks, model and sampling come from the driver."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str = Field(description="a short unique name, e.g. \"eval-proxy\"")
+    proxy: ProxySpec
+    stall_seconds: float = Field(60.0, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _short_name(value)
+
+
+AnyVariantConfig = VariantConfig | TapVariantConfig
+TAP_KEYS = frozenset({"proxy"})
+"""A variant table with one of these keys is a tap, validated as `TapVariantConfig`."""
+
+
 class Config(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     source: str
     """The config file, or "command line" / "built-in demo"."""
-    variants: list[VariantConfig]
+    variants: list[AnyVariantConfig]
 
     @classmethod
     def from_attach(
@@ -321,6 +373,12 @@ class Config(BaseModel):
         endpoint = {"base_url": base_url, "api_key_var": api_key_var}
         if endpoint := {key: value for key, value in endpoint.items() if value is not None}:
             variant["endpoint"] = endpoint
+        return build_config({"variants": [variant]}, "command line", Path.cwd())
+
+    @classmethod
+    def for_proxy(cls, listen: str, upstream: str, name: str | None = None) -> Config:
+        """One proxy variant, as `tracewatch proxy` describes it."""
+        variant = {"name": name or "proxy", "proxy": {"listen": listen, "upstream": upstream}}
         return build_config({"variants": [variant]}, "command line", Path.cwd())
 
 
@@ -399,10 +457,14 @@ def build_config(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
             return ("defaults", *loc) if from_defaults else ("variants", index, *loc)
 
         secrets = [Problem(source, field_path(where(loc)), message) for loc, message in find_secrets(merged)]
+        kind: type[VariantConfig] | type[TapVariantConfig] = TapVariantConfig if TAP_KEYS & own.keys() else VariantConfig
+        if kind is TapVariantConfig:
+            # a tap takes from [defaults] only what it has: tasks and models are the driver's
+            merged = {k: v for k, v in merged.items() if k in own or k in TapVariantConfig.model_fields}
         try:
-            variants.append(VariantConfig.model_validate(merged, context=context))
+            variants.append(kind.model_validate(merged, context=context))
         except ValidationError as error:
-            found = problems_of(error, source, VariantConfig, where)
+            found = problems_of(error, source, kind, where)
             # a problem at, inside or around a credential could repeat it: the credential's own says enough
             found = [p for p in found if not any(_overlaps(p.path, s.path) for s in secrets)]
             problems += [p for p in found if p not in problems]

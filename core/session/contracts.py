@@ -94,6 +94,15 @@ class VariantView(Protocol):
     def can_start(self) -> bool: ...
     @property
     def can_cancel(self) -> bool: ...
+    @property
+    def cancel_unavailable(self) -> str | None:
+        """Why this variant is never cancelled from here (a proxy: the server is not ours)."""
+    @property
+    def rollout_cancel_unavailable(self) -> str | None:
+        """Why its rollouts cannot be cancelled one by one, if so."""
+    @property
+    def status_line(self) -> str | None:
+        """A tap's live counters (frames forwarded, copies the view dropped), for its card."""
 
     def grace_left(self, now: float | None = None) -> float | None: ...
     def log_tail(self, n: int = 200) -> list[str]: ...
@@ -150,6 +159,9 @@ class SessionView(Protocol):
     @property
     def replay(self) -> ReplayControls | None:
         """The replay's controls, or None when this session is not a replay."""
+    @property
+    def quit_warning(self) -> str | None:
+        """What quitting costs someone else (a proxy's drivers lose their route), if anything."""
 
     async def start(self) -> None: ...
     async def wait(self) -> None:

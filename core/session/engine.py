@@ -14,10 +14,11 @@ from typing import Any
 
 from core.paths import new_session_dir, private_dir, write_private
 from core.recordings.export import episode_json, partial_episode
-from core.session.config import Config
+from core.session.config import AnyVariantConfig, Config, TapVariantConfig
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
 from core.session.store import RolloutStore
 from core.session.variant import Variant
+from core.taps.proxy_variant import ProxyVariant
 
 
 class Session:
@@ -43,6 +44,11 @@ class Session:
 
     @property
     def replay(self) -> ReplayControls | None:
+        return None
+
+    @property
+    def quit_warning(self) -> str | None:
+        """What quitting costs someone else (a proxy's drivers lose their route), if anything."""
         return None
 
     async def start(self) -> None:
@@ -92,10 +98,19 @@ class Engine(Session):
         )
         self.config = config
         self.recorder = recorder
-        self.variants: dict[str, Variant] = {
-            variant.name: Variant(variant, self.store, self.session_dir, recorder)
-            for variant in config.variants
+        self.variants: dict[str, Variant | ProxyVariant] = {
+            variant.name: self._variant(variant) for variant in config.variants
         }
+
+    def _variant(self, config: AnyVariantConfig) -> Variant | ProxyVariant:
+        if isinstance(config, TapVariantConfig):
+            return ProxyVariant(config.name, config.proxy.listen, config.proxy.upstream, self.store, self.recorder)
+        return Variant(config, self.store, self.session_dir, self.recorder)
+
+    @property
+    def quit_warning(self) -> str | None:
+        warnings = [v.route_warning for v in self.variants.values() if isinstance(v, ProxyVariant)]
+        return "; ".join(w for w in warnings if w) or None
 
     @property
     def recording_note(self) -> str | None:
@@ -107,7 +122,7 @@ class Engine(Session):
         for variant in self.variants.values():
             variant.start()
 
-    def variant_of(self, key: str) -> Variant | None:
+    def variant_of(self, key: str) -> Variant | ProxyVariant | None:
         rollout = self.store.rollouts.get(key)
         return self.variants.get(rollout.variant) if rollout is not None else None
 
@@ -127,12 +142,16 @@ class Engine(Session):
         while any(v.state is VariantState.CANCELLING or v.state.active for v in active):
             on_progress(self._shutdown_progress(active))
             await asyncio.sleep(0.1)
+        for variant in self.variants.values():
+            if isinstance(variant, ProxyVariant) and variant.state.active:
+                on_progress(f"{variant.name}: stopping the proxy; {variant.route_warning}")
+                await variant.stop()
         await self.wait()
         on_progress("every server stopped")
         if self.recorder is not None:
             await asyncio.to_thread(self.recorder.close)  # its last write and fsync block
 
-    def _shutdown_progress(self, variants: list[Variant]) -> str:
+    def _shutdown_progress(self, variants: list[Variant | ProxyVariant]) -> str:
         parts = []
         for variant in variants:
             text = f"{variant.name}: {variant.state.value}"

@@ -8,6 +8,7 @@ script can rely on it.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from typing import Any, TextIO
 
@@ -41,7 +42,11 @@ async def run_headless(
     if cancel_stalled is not None:
         store.stall_seconds = min(store.stall_seconds, cancel_stalled)
     await engine.start()
-    settle = asyncio.get_running_loop().create_task(engine.wait())
+    loop = asyncio.get_running_loop()
+    settle = loop.create_task(engine.wait())
+    # SIGINT/SIGTERM end the session cleanly (a proxy runs until told to stop)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, settle.cancel)
 
     def report_variants(names: set[str], settled: bool) -> None:
         for name in sorted(names):
@@ -81,9 +86,11 @@ async def run_headless(
         while not settle.done():
             report()
             await asyncio.wait({settle}, timeout=POLL_SECONDS)
-        report()
     finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
         await engine.shutdown()
+    report()
     for line in summary_lines(engine):
         print(line, file=out, flush=True)
     ok = store.rollouts and all(r.status is Status.DONE for r in store.rollouts.values())

@@ -150,6 +150,8 @@ class Rollout:
     """The finished episode record, once the reply landed."""
     facts: RolloutFacts | None = None
     """An index's summary, read while no trace is loaded."""
+    note: str | None = None
+    """What a run another program drove asked for (model, sampling), as one line."""
 
     @property
     def ending(self) -> Ending | None:

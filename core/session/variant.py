@@ -58,6 +58,10 @@ class ServerExited(RuntimeError):
 
 
 class Variant:
+    cancel_unavailable = None
+    rollout_cancel_unavailable = None
+    status_line = None
+
     def __init__(
         self,
         config: VariantConfig,

@@ -1,0 +1,126 @@
+"""Runs someone else drives, fed into the same store and recording as our own.
+
+Every tap (the wire proxy, the injected eval tap, a relay viewer) hears of a run as
+three kinds of news: it began (with its task, and the model and sampling it asked
+for), a delta, and the reply. `ObservedRuns` turns that news into rollouts exactly as
+a dispatched run would be: the client's assembly, the store's display state, and
+records a replay reads back. A run whose view breaks (a bad delta, frames the view
+dropped) fails *in the view* with the reason; the driver's run is not ours to touch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable
+from typing import Any
+
+from core.session.store import RolloutStore
+from core.text import short_repr
+from core.wire.assembly import AssemblyError
+from core.wire.protocol import ABORTED_ERROR, RunResponse
+
+
+def run_note(model: Any, sampling: Any) -> str:
+    """What a foreign run asked for, in one line: the model and the sampling set."""
+    parts = [f"model {model}"] if model else []
+    if isinstance(sampling, dict):
+        parts += [f"{key} {value}" for key, value in sampling.items() if value is not None]
+    return " · ".join(parts)
+
+
+class ObservedRuns:
+    def __init__(self, variant: str, store: RolloutStore, recorder: Any = None) -> None:
+        self.variant = variant
+        self.store = store
+        self.recorder = recorder
+        self.keys: dict[Hashable, str] = {}
+        """Run id (whatever identifies a run to its tap) -> rollout key."""
+        self._task_index: dict[str, int] = {}
+        self._rollouts_of: dict[int, int] = {}
+
+    def key_of(self, run: Hashable) -> str | None:
+        return self.keys.get(run)
+
+    def begin(
+        self,
+        run: Hashable,
+        task_data: Any,
+        request_id: str,
+        *,
+        model: Any = None,
+        sampling: Any = None,
+        task_index: int | None = None,
+        rollout_index: int | None = None,
+    ) -> str:
+        """A new run: a rollout in the store, numbered by its task (the same task data
+        twice is the same task) unless the tap knows the numbers."""
+        task = task_data if isinstance(task_data, dict) else {"task_data": short_repr(task_data)}
+        if task_index is None:
+            fingerprint = json.dumps(task, sort_keys=True, default=repr)
+            task_index = self._task_index.setdefault(fingerprint, len(self._task_index))
+        if rollout_index is None:
+            rollout_index = self._rollouts_of.get(task_index, 0)
+        self._rollouts_of[task_index] = max(self._rollouts_of.get(task_index, 0), rollout_index + 1)
+        rollout = self.store.add_rollout(self.variant, task_index, task, rollout_index)
+        rollout.note = run_note(model, sampling) or None
+        self.keys[run] = rollout.key
+        self.store.started(rollout.key, request_id)
+        if self.recorder is not None:
+            self.recorder.rollout(rollout.key, self.variant, task_index, task, rollout_index)
+            self.recorder.request(rollout.key, request_id)
+            if rollout.note:
+                self.recorder.event(self.variant, "run", id=rollout.key, model=model, sampling=sampling)
+        return rollout.key
+
+    def delta(self, run: Hashable, delta: Any) -> None:
+        key = self.keys.get(run)
+        if key is None or self.store.rollouts[key].status.finished:
+            return
+        if self.recorder is not None:
+            self.recorder.delta(key, delta)
+        try:
+            if not isinstance(delta, dict):
+                raise AssemblyError(f"a delta is a {type(delta).__name__}, not a map")
+            self.store.apply(key, delta)
+        except Exception as error:
+            self.lose(run, f"a delta could not be applied: {error}")
+
+    def reply(self, run: Hashable, reply: Any) -> None:
+        key = self.keys.pop(run, None)
+        if key is None:
+            return
+        rollout = self.store.rollouts[key]
+        if rollout.status.finished:
+            return
+        if self.recorder is not None:
+            self.recorder.reply(key, reply if isinstance(reply, dict) else {"success": False, "error": short_repr(reply)})
+        try:
+            response = RunResponse.model_validate(reply)
+            if not response.success:
+                error = response.error or "the run failed"
+                self.store.failed(key, error, cancelled=error.startswith(ABORTED_ERROR.split(":")[0]))
+                return
+            if response.head is None:
+                raise AssemblyError("the run's reply has no episode head")
+            self.store.finished(key, rollout.assembly.finish(response.head, response.traces))
+        except Exception as error:
+            self.store.failed(key, f"the reply could not be read here: {error}")
+
+    def lose(self, run: Hashable, reason: str) -> None:
+        """The view of this run broke; the run itself goes on without us."""
+        key = self.keys.get(run)
+        if key is None or self.store.rollouts[key].status.finished:
+            return
+        reason = f"view lost: {reason} (the run itself is unaffected)"
+        self.store.failed(key, reason)
+        if self.recorder is not None:
+            self.recorder.reply(key, {"success": False, "error": reason})
+
+    def end_all(self, reason: str, cancelled: bool = False) -> None:
+        """Every run still open ends here (the tap closed before their replies)."""
+        for run in list(self.keys):
+            key = self.keys.pop(run)
+            if not self.store.rollouts[key].status.finished:
+                self.store.failed(key, reason, cancelled=cancelled)
+                if self.recorder is not None:
+                    self.recorder.reply(key, {"success": False, "error": reason})

@@ -1,0 +1,250 @@
+"""A variant that is a wire proxy: drivers point at our listen address, their frames
+go on to the env server unchanged, and every run that passes through is shown.
+
+The forwarding thread never waits for us; here, on the app's loop, copies of the
+frames are read in batches and fed to the same assembly, store and recording as a run
+we dispatch. The server is not ours, so the variant offers no cancel; a rollout's
+cancel is a real `cancel` sent upstream, and the driver gets verifiers' own aborted
+reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from typing import Any
+
+from core.session.contracts import Escalation, VariantState
+from core.session.store import RolloutStore
+from core.taps.forwarder import TO_SERVER, Copy, Forwarder, ForwarderError, counters_line
+from core.taps.observed import ObservedRuns
+from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack
+
+BATCH = 2000
+"""Copies handled before the loop gets a turn (the screen must stay responsive)."""
+IDLE_WAIT = 0.02
+CARD_EVERY = 0.25
+"""The card's counters are redrawn at most this often."""
+LOG_LINES = 500
+
+ROUTE_LOST = "drivers pointed at {listen} lose their route to {upstream} until a proxy listens there again"
+
+
+class ProxyVariant:
+    cancel_unavailable = "the env server behind a proxy is not ours to stop; cancel runs one by one, or quit to stop the proxy"
+    rollout_cancel_unavailable = None
+    pid = None
+    health_left = None
+    outcome_text = None
+    supervised = False
+    model = None
+    """Each run names its own model and sampling (shown on its rollout)."""
+    sampling: dict[str, Any] = {}
+
+    def __init__(self, name: str, listen: str, upstream: str, store: RolloutStore, recorder: Any = None) -> None:
+        self.name = name
+        self.listen = listen
+        self.upstream = upstream
+        self.store = store
+        self.recorder = recorder
+        self.state = VariantState.IDLE
+        self.reason: str | None = None
+        self.server_started_at: float | None = None
+        self.escalation: list[Escalation] = []
+        self.forwarder: Forwarder | None = None
+        self.runs = ObservedRuns(name, store, recorder)
+        self.frames = collections.Counter[str]()
+        """Requests seen by method (run, health, cancel)."""
+        self._log: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
+        self._logged = 0
+        self._main: asyncio.Task | None = None
+        self._dropped_seen = 0
+        self._upstream_seen: tuple[bool | None, str] | None = None
+        self._forwarded_seen = 0
+        self._touched = 0.0
+        store.add_variant(name)
+
+    @property
+    def address(self) -> str:
+        return f"{self.listen} → {self.upstream}"
+
+    @property
+    def can_start(self) -> bool:
+        return not self.state.active
+
+    @property
+    def can_cancel(self) -> bool:
+        return False
+
+    @property
+    def status_line(self) -> str | None:
+        forwarder = self.forwarder
+        if forwarder is None:
+            return None
+        upstream = "upstream ok" if forwarder.upstream_ok else f"upstream: {forwarder.upstream_note}"
+        return f"{upstream} · {counters_line(forwarder)}"
+
+    @property
+    def route_warning(self) -> str | None:
+        """What quitting costs the drivers, while the proxy forwards."""
+        if not self.state.active:
+            return None
+        return ROUTE_LOST.format(listen=self.listen, upstream=self.upstream)
+
+    def grace_left(self, now: float | None = None) -> float | None:
+        return None
+
+    def log_tail(self, n: int = 200) -> list[str]:
+        return list(self._log)[-n:]
+
+    def log_size(self) -> int:
+        return self._logged
+
+    def start(self) -> None:
+        if not self.can_start:
+            return
+        self.reason = None
+        forwarder = Forwarder(self.listen, self.upstream)
+        try:
+            forwarder.start()
+        except ForwarderError as error:
+            self.reason = str(error)
+            self._set(VariantState.FAILED)
+            return
+        self.forwarder = forwarder
+        self.listen = forwarder.listen
+        self.server_started_at = time.time()
+        self._say(f"listening on {self.listen}, forwarding to {self.upstream}")
+        self._event("started", address=self.address)
+        self._set(VariantState.RUNNING)
+        self._main = asyncio.get_running_loop().create_task(self._watch(forwarder), name=f"proxy {self.name}")
+
+    def cancel(self) -> None:
+        """Not offered: see `cancel_unavailable`."""
+
+    def cancel_rollout(self, key: str) -> bool:
+        rollout = self.store.rollouts.get(key)
+        forwarder = self.forwarder
+        if rollout is None or rollout.status.finished or forwarder is None or rollout.request_id is None:
+            return False
+        if key not in self.runs.keys.values():
+            return False
+        forwarder.cancel(rollout.request_id)
+        self.store.cancelling(key)
+        self._say(f"cancel sent upstream for {key} (request {rollout.request_id})")
+        return True
+
+    async def wait(self) -> None:
+        if self._main is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(self._main)
+
+    async def stop(self) -> None:
+        """Stop forwarding: the last copies are read, runs still open end here."""
+        forwarder = self.forwarder
+        if forwarder is None or not self.state.active:
+            return
+        await asyncio.to_thread(forwarder.stop)
+        if self._main is not None:
+            self._main.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._main
+        self._drain(forwarder, limit=None)
+        self.runs.end_all("the proxy stopped before the run replied (the driver lost its route)")
+        if forwarder.dropped:
+            self.reason = f"the view dropped {forwarder.dropped:,} frame copies (the drivers got every frame)"
+        self._say(f"stopped: {counters_line(forwarder)}")
+        self._event("exited", detail=counters_line(forwarder))
+        self._set(VariantState.DONE)
+
+    # -- reading the copies --------------------------------------------------------
+
+    async def _watch(self, forwarder: Forwarder) -> None:
+        while True:
+            handled = self._drain(forwarder, BATCH)
+            self._check(forwarder)
+            await asyncio.sleep(0 if handled >= BATCH else IDLE_WAIT)
+
+    def _drain(self, forwarder: Forwarder, limit: int | None) -> int:
+        copies = forwarder.take(limit if limit is not None else len(forwarder.copies) + 1)
+        for copy in copies:
+            try:
+                self._read(copy)
+            except Exception as error:  # one odd frame must not stop the view of the rest
+                self._say(f"a frame could not be read: {error!r}")
+        return len(copies)
+
+    def _read(self, copy: Copy) -> None:
+        if len(copy.frames) != 3:
+            self._say(f"a {len(copy.frames)}-frame message passed through (not the env-server protocol); forwarded as is")
+            return
+        raw_id, word, payload = copy.frames
+        run = (copy.driver, raw_id)
+        if copy.direction == TO_SERVER:
+            method = word.decode(errors="replace")
+            self.frames[method] += 1
+            if word == RunRequest.method.encode():
+                request = unpack(payload)
+                if not isinstance(request, dict):
+                    raise ValueError(f"a run request is a {type(request).__name__}, not a map")
+                self.runs.begin(
+                    run,
+                    request.get("task_data"),
+                    raw_id.decode(errors="replace"),
+                    model=request.get("model"),
+                    sampling=request.get("sampling"),
+                )
+            return
+        if self.runs.key_of(run) is None:
+            return  # health and cancel replies, or a run begun before we watched
+        if word == KIND_DELTA:
+            try:
+                delta = unpack(payload)
+            except Exception as error:
+                self.runs.lose(run, f"a delta could not be decoded ({error})")
+                return
+            self.runs.delta(run, delta)
+        elif word == KIND_REPLY:
+            try:
+                reply = unpack(payload)
+            except Exception as error:
+                reply = {"success": False, "error": f"the reply could not be decoded here ({error})"}
+            self.runs.reply(run, reply)
+
+    def _check(self, forwarder: Forwarder) -> None:
+        """Counters and upstream news: a card redraw when they change; a drop loses
+        the view of every run in flight, since it may have been any of theirs."""
+        if forwarder.dropped != self._dropped_seen:
+            lost = forwarder.dropped - self._dropped_seen
+            self._dropped_seen = forwarder.dropped
+            self._say(f"the view fell behind and dropped {lost:,} frame copies; the drivers got every frame")
+            for run in list(self.runs.keys):
+                self.runs.lose(run, "the view fell behind and dropped frame copies")
+        upstream = (forwarder.upstream_ok, forwarder.upstream_note)
+        if upstream != self._upstream_seen:
+            self._upstream_seen = upstream
+            self._say(f"upstream {self.upstream}: {forwarder.upstream_note}")
+            self.store.touch_variant(self.name)
+        now = time.monotonic()
+        if forwarder.forwarded != self._forwarded_seen and now - self._touched >= CARD_EVERY:
+            self._forwarded_seen, self._touched = forwarder.forwarded, now
+            self.store.touch_variant(self.name)
+
+    # -- bookkeeping ---------------------------------------------------------------
+
+    def _say(self, line: str) -> None:
+        text = f"{time.strftime('%H:%M:%S')} {line}"
+        self._log.append(text)
+        self._logged += len(text) + 1
+
+    def _set(self, state: VariantState) -> None:
+        self.state = state
+        self.store.touch_variant(self.name)
+        self._event(state.value, reason=self.reason)
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
+

@@ -1,0 +1,266 @@
+"""The wire proxy: frames pass byte for byte both ways (a scripted ROUTER upstream and
+raw DEALER drivers), verifiers' own EnvClient drives the demo server through it while
+the store shows every run, a cancel from the view reaches the server, a down upstream
+is waited for, and bad addresses are refused with a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+import zmq
+from demo_launch import launch, stop
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polling import eventually, wait_until
+from verifiers.v1.configs.client import EvalClientConfig
+from verifiers.v1.episode import WireEpisode
+from verifiers.v1.serve import EnvClient as VerifiersClient
+from verifiers.v1.types import SamplingConfig
+
+from core.recordings.replay import OpenedRecording
+from core.session.config import Config
+from core.session.engine import Engine
+from core.session.store import Status
+from core.taps.forwarder import TO_DRIVER, TO_SERVER, Forwarder
+from core.taps.proxy_variant import ProxyVariant
+from core.wire.client import EnvClient
+
+SPEED = 60.0
+WAIT = 60.0
+SAMPLING = {"temperature": 0.3, "max_tokens": 512}
+
+
+def free_address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def task(i: int, scenario: str = "normal") -> dict:
+    return {"id": f"p{i}", "name": f"{scenario} {i}", "prompt": "p", "scenario": scenario, "kind": "coding"}
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    proc, address = launch(speed=SPEED, seed=3, stderr=subprocess.DEVNULL)
+    yield address
+    stop(proc)
+
+
+@pytest.fixture
+async def proxy_engine(upstream, tmp_path):
+    engines: list[Engine] = []
+
+    async def make(recorder=None, upstream_address: str = upstream) -> tuple[Engine, ProxyVariant]:
+        engine = Engine(Config.for_proxy(free_address(), upstream_address, "px"), recorder=recorder, session_dir=tmp_path / "s")
+        engines.append(engine)
+        await engine.start()
+        variant = engine.variants["px"]
+        assert isinstance(variant, ProxyVariant) and variant.state.active, variant.reason
+        return engine, variant
+
+    yield make
+    for engine in engines:
+        await engine.shutdown()
+
+
+class ScriptedServer:
+    """A ROUTER that records every message and answers each with scripted frames."""
+
+    def __init__(self, context: zmq.Context, replies: list[list[bytes]]) -> None:
+        self.socket = context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        port = self.socket.bind_to_random_port("tcp://127.0.0.1")
+        self.address = f"tcp://127.0.0.1:{port}"
+        self.replies = replies
+        self.received: dict[bytes, list[list[bytes]]] = {}
+
+    def serve(self, messages: int) -> None:
+        for _ in range(messages):
+            identity, *frames = self.socket.recv_multipart()
+            self.received.setdefault(identity, []).append(frames)
+            for reply in self.replies:
+                self.socket.send_multipart([identity, *reply])
+
+
+frame = st.binary(max_size=64)
+message = st.lists(frame, min_size=1, max_size=4)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(requests=st.lists(message, min_size=1, max_size=5), replies=st.lists(message, min_size=1, max_size=4))
+def test_every_frame_passes_byte_for_byte_in_order_both_ways(requests, replies) -> None:
+    """Any frames at all (not only the protocol's) reach the other side unchanged and in
+    order, for two drivers at once, and the watcher gets a copy of each."""
+    context = zmq.Context()
+    server = ScriptedServer(context, replies)
+    forwarder = Forwarder("tcp://127.0.0.1:0", server.address, health_interval=None)
+    forwarder.start()
+    drivers = [context.socket(zmq.DEALER) for _ in range(2)]
+    try:
+        for driver in drivers:
+            driver.setsockopt(zmq.LINGER, 0)
+            driver.connect(forwarder.listen)
+        serving = threading.Thread(target=server.serve, args=(2 * len(requests),), daemon=True)
+        serving.start()
+        for request in requests:
+            for driver in drivers:
+                driver.send_multipart(request)
+        got = [[driver.recv_multipart() for _ in range(len(requests) * len(replies))] for driver in drivers]
+        serving.join(WAIT)
+        assert got == [[reply for _ in requests for reply in replies]] * 2
+        # the server sees one peer per driver, each one's messages in the order it sent them
+        assert list(server.received.values()) == [requests, requests]
+        copies = wait_until(lambda: forwarder.forwarded >= 2 * len(requests) * (1 + len(replies)) and forwarder.take(10_000))
+        assert sorted(c.frames for c in copies if c.direction == TO_SERVER) == sorted(requests * 2)
+        assert [c.frames for c in copies if c.direction == TO_DRIVER] == got[0] + got[1] or sorted(
+            c.frames for c in copies if c.direction == TO_DRIVER
+        ) == sorted(got[0] + got[1])
+        assert forwarder.dropped == 0
+    finally:
+        forwarder.stop()
+        for driver in drivers:
+            driver.close()
+        server.socket.close()
+        context.term()
+
+
+async def test_verifiers_client_through_the_proxy_gets_what_it_gets_direct_and_the_store_shows_each_run(
+    proxy_engine, upstream, tmp_path
+) -> None:
+    from core.recordings.recorder import Recorder
+
+    recording = tmp_path / "proxy.twrec"
+    engine, variant = await proxy_engine(Recorder(recording, meta={}))
+    tasks = [task(0), task(1, "multi-agent"), task(2, "failing")]
+
+    async def drive(address: str) -> list[WireEpisode]:
+        client = VerifiersClient(address)
+        try:
+            await client.wait_for_server_startup(timeout=WAIT)
+            runs = (client.run(EvalClientConfig(), "demo-model", SamplingConfig(**SAMPLING), t) for t in tasks)
+            return await asyncio.wait_for(asyncio.gather(*runs), WAIT)
+        finally:
+            await client.close()
+
+    via_proxy = await drive(variant.listen)
+    direct = await drive(upstream)
+    for proxied, straight in zip(via_proxy, direct, strict=True):
+        assert [len(t.nodes) for t in proxied.traces] == [len(t.nodes) for t in straight.traces]
+        assert proxied.ok == straight.ok
+    rollouts = await eventually(
+        lambda: (r := list(engine.store.variant_rollouts("px"))) and all(x.status.finished for x in r) and r,
+        WAIT,
+        "every proxied run ended in the store",
+    )
+    by_task = {r.task_data["id"]: r for r in rollouts}
+    assert by_task["p0"].status is Status.DONE and by_task["p1"].status is Status.DONE
+    assert by_task["p2"].status is Status.FAILED
+    assert by_task["p0"].note == "model demo-model · temperature 0.3 · max_tokens 512"
+    for episode, t in zip(via_proxy, tasks):
+        record = by_task[t["id"]].record
+        assert record is not None and WireEpisode.model_validate(record).model_dump() == episode.model_dump()
+    assert variant.frames["health"] >= 1 and variant.frames["run"] == 3
+    await engine.shutdown()
+    opened = OpenedRecording(recording)
+    assert sorted(r.status for r in opened.store.rollouts.values()) == sorted(r.status for r in rollouts)
+
+
+async def test_cancel_from_the_view_sends_a_real_cancel_and_the_driver_gets_verifiers_aborted_reply(proxy_engine) -> None:
+    engine, variant = await proxy_engine()
+    client = VerifiersClient(variant.listen)
+    try:
+        run = asyncio.ensure_future(
+            client.run(EvalClientConfig(), "demo-model", SamplingConfig(**SAMPLING), task(7, "stuck"))
+        )
+        key = await eventually(lambda: next(iter(engine.store.variants["px"]), None), WAIT, "the run in the store")
+        assert engine.cancel_rollout(key)
+        with pytest.raises(RuntimeError, match="Cancelled: rollout aborted"):
+            await asyncio.wait_for(run, WAIT)
+        await eventually(lambda: engine.store.rollouts[key].status is Status.CANCELLED, WAIT, "the rollout cancelled")
+        assert variant.frames["cancel"] == 0  # ours went on our own socket, not a driver's
+    finally:
+        await client.close()
+    assert variant.cancel_unavailable and not variant.can_cancel
+
+
+async def test_a_down_upstream_gets_no_answer_until_it_comes_up(proxy_engine) -> None:
+    upstream = free_address()
+    _engine, variant = await proxy_engine(upstream_address=upstream)
+    client = EnvClient(variant.listen)
+    proc = None
+    try:
+        assert not await client.health(timeout=0.5)
+        await eventually(lambda: variant.forwarder.upstream_ok is False, WAIT, "the proxy noticing the upstream is down")
+        proc, _ = await asyncio.to_thread(launch, speed=SPEED, address=upstream, stderr=subprocess.DEVNULL)
+        await client.wait_for_server_startup(timeout=WAIT)
+        await eventually(lambda: variant.forwarder.upstream_ok, WAIT, "the proxy seeing the upstream healthy")
+    finally:
+        await client.close()
+        if proc is not None:
+            stop(proc)
+
+
+def test_a_view_that_falls_behind_drops_copies_never_frames(upstream) -> None:
+    forwarder = Forwarder("tcp://127.0.0.1:0", upstream, capacity=3)
+    forwarder.start()
+
+    async def drive() -> dict:
+        client = EnvClient(forwarder.listen)
+        try:
+            return await asyncio.wait_for(client.run(task(9), {}, "demo-model", SAMPLING), WAIT)
+        finally:
+            await client.close()
+
+    try:
+        record = asyncio.run(drive())
+        assert record["traces"] and record["traces"][0]["nodes"]
+        assert forwarder.dropped == forwarder.forwarded - 3 > 0
+    finally:
+        forwarder.stop()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tui.cli", "proxy", *args, "--headless", "--no-record"],
+        capture_output=True, text=True, timeout=WAIT,
+    )
+
+
+def test_a_listen_address_in_use_is_a_clear_error(upstream) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = cli("--listen", f"tcp://127.0.0.1:{taken.getsockname()[1]}", "--upstream", upstream)
+    assert result.returncode == 2
+    assert "cannot listen on tcp://127.0.0.1:" in result.stderr and "in use" in result.stderr
+
+
+def test_an_upstream_that_is_not_an_env_server_is_a_clear_error() -> None:
+    with socket.socket() as http:
+        http.bind(("127.0.0.1", 0))
+        http.listen()
+        result = cli("--listen", free_address(), "--upstream", f"tcp://127.0.0.1:{http.getsockname()[1]}")
+    assert result.returncode == 2
+    assert "not an env server" in result.stderr
+
+
+def test_the_config_form_builds_a_proxy_variant(tmp_path) -> None:
+    from core.session.config import TapVariantConfig, load_config
+
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[defaults]\nmodel = "m"\ntasks = [{ prompt = "x" }]\n'
+        '[[variants]]\nname = "tap"\nproxy = { listen = "tcp://127.0.0.1:5999", upstream = "tcp://127.0.0.1:5000" }\n'
+    )
+    (variant,) = load_config(path).variants
+    assert isinstance(variant, TapVariantConfig) and variant.proxy.upstream == "tcp://127.0.0.1:5000"
+    path.write_text('[[variants]]\nname = "tap"\nproxy = { listen = "tcp://127.0.0.1:5999", upstream = "http://x" }\n')
+    with pytest.raises(Exception, match=r"variants\[0\]\.proxy\.upstream: expected tcp://host:port"):
+        load_config(path)
+
