@@ -128,7 +128,6 @@ class StandInEngine(Session):
         self.shutdown_gate: asyncio.Event | None = None
         """Set: shutdown waits for it, so a test can look at the quit screen meanwhile."""
         self.started = 0
-        self.quit_warning: str | None = None
         self.selections: list[str] = []
 
     async def start(self) -> None:

@@ -27,6 +27,8 @@ class Session:
 
     readonly_reason: str | None = None
     """Why start and cancel do nothing here (a replay or an offline run), if so."""
+    quit_warning: str | None = None
+    """What quitting costs someone else (a proxy's drivers lose their route), if anything."""
 
     def __init__(self, store: RolloutStore, session_dir: Path, recording_path: Path | None = None) -> None:
         self.store = store
@@ -46,10 +48,6 @@ class Session:
     def replay(self) -> ReplayControls | None:
         return None
 
-    @property
-    def quit_warning(self) -> str | None:
-        """What quitting costs someone else (a proxy's drivers lose their route), if anything."""
-        return None
 
     async def start(self) -> None:
         for name in self.variants:
@@ -107,7 +105,7 @@ class Engine(Session):
             return ProxyVariant(config.name, config.proxy.listen, config.proxy.upstream, self.store, self.recorder)
         return Variant(config, self.store, self.session_dir, self.recorder)
 
-    @property
+    @property  # type: ignore[override]
     def quit_warning(self) -> str | None:
         warnings = [v.route_warning for v in self.variants.values() if isinstance(v, ProxyVariant)]
         return "; ".join(w for w in warnings if w) or None
