@@ -307,28 +307,45 @@ class Variant:
             raise ServerExited(self._exit_reason(code, "before it answered health"))
 
     async def _dispatch(self, keys: list[str]) -> None:
-        gate = asyncio.Semaphore(self.config.max_concurrent)
+        """Run the queued rollouts, `max_concurrent` at a time, in order.
 
-        async def one(key: str) -> None:
-            async with gate:
-                # a dead server gets nothing more (its rollouts are failed already)
+        A fixed pool of workers takes the next queued key: with 100,000 tasks there are
+        still only `max_concurrent` waiting coroutines, so starting, cancelling and
+        quitting cost nothing per queued rollout (a task per rollout parked on a
+        semaphore made cancelling them quadratic). `_runs` holds the runs in flight.
+        """
+        loop = asyncio.get_running_loop()
+        upcoming = iter(keys)
+
+        def take() -> str | None:
+            # a dead server gets nothing more (its rollouts are failed already)
+            for key in upcoming:
                 if self._gone is None and self.store.rollouts[key].status is Status.QUEUED:
-                    await self._run_one(key)
+                    return key
+            return None
 
-        tasks = [asyncio.get_running_loop().create_task(one(key)) for key in keys]
-        self._runs = dict(zip(keys, tasks))
-        pending = set(tasks)
+        async def worker() -> None:
+            while (key := take()) is not None:
+                run = loop.create_task(self._run_one(key), name=f"run {key}")
+                self._runs[key] = run
+                try:
+                    await run
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # the variant is stopping, not just this run
+                finally:
+                    del self._runs[key]
+            if self.state is VariantState.RUNNING:
+                self._set(VariantState.DRAINING)
+
+        workers = [loop.create_task(worker()) for _ in range(min(self.config.max_concurrent, len(keys)))]
         try:
-            while pending:
-                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                queued = any(self.store.rollouts[k].status is Status.QUEUED for k in keys)
-                if not queued and self.state is VariantState.RUNNING:
-                    self._set(VariantState.DRAINING)
+            await asyncio.gather(*workers)
         finally:
-            for task in pending:
+            for task in workers:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            self._runs = {}
+            await asyncio.gather(*workers, return_exceptions=True)
 
     async def _run_one(self, key: str) -> None:
         client = self._client
