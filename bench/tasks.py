@@ -1,6 +1,6 @@
 """A large task list in the real app on a real demo server: how long until the first
 rows show, until every row is in the table, and from `q` until the app has exited
-(every run cancelled, every rollout ended, the server stopped), for 100,000 tasks
+(every run cancelled, every rollout ended and recorded, the server stopped), for 100,000 tasks
 against 100 tasks in the same run. Also reading and validating the tasks file.
 
     .venv/bin/python bench/tasks.py [TASKS]
@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from polling import until  # noqa: E402
 
+from core.recordings.recorder import Recorder  # noqa: E402
 from core.session.config import load_config  # noqa: E402
 from core.session.engine import Engine  # noqa: E402
 from tui.app import TracewatchApp  # noqa: E402
@@ -48,7 +49,8 @@ async def measure(tasks: int) -> dict[str, float]:
         started = time.perf_counter()
         config = load_config(config_path)
         loaded = time.perf_counter()
-        engine = Engine(config, session_dir=Path(folder) / "session")
+        recorder = Recorder(Path(folder) / "session.twrec")
+        engine = Engine(config, session_dir=Path(folder) / "session", recorder=recorder)
         app = TracewatchApp(engine)
         shown_from = time.perf_counter()
         async with app.run_test(size=(120, 40)) as pilot:

@@ -169,8 +169,7 @@ class TracewatchApp(App[None]):
         self.timing.show(self._rollout(), self.trace_pane.trace_id, now)
 
     def _draw_status(self, now: float) -> None:
-        rollouts = self.store.rollouts.values()
-        running = sum(1 for r in rollouts if r.status is Status.RUNNING)
+        running = sum(1 for r in self.store.live() if r.status is Status.RUNNING)
         stalled = len(self.store.stalled(now))
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(self.title), style="bold")

@@ -349,7 +349,7 @@ class OpenedRecording(Session):
             if summary.ending is not None:
                 self.store.ended(key, summary.ending, t=summary.ended_t)
             else:
-                rollout.status = summary.status
+                self.store.restore(key, summary.status)
             self.clock.now = max(self.clock.now, summary.last_t or 0.0)
 
     @property

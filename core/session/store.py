@@ -38,7 +38,10 @@ class Status(StrEnum):
 
     @property
     def finished(self) -> bool:
-        return self in (Status.DONE, Status.FAILED, Status.CANCELLED)
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,6 @@ class Rollout:
     rollout_index: int
     status: Status = Status.QUEUED
     request_id: str | None = None
-    assembly: EpisodeAssembly = field(default_factory=EpisodeAssembly)
     traces: dict[str, TraceState] = field(default_factory=dict)
     created_at: float = 0.0
     started_at: float | None = None
@@ -152,6 +154,15 @@ class Rollout:
     """An index's summary, read while no trace is loaded."""
     note: str | None = None
     """What a run another program drove asked for (model, sampling), as one line."""
+    _assembly: EpisodeAssembly | None = field(default=None, repr=False)
+
+    @property
+    def assembly(self) -> EpisodeAssembly:
+        """The episode as its deltas build it; made on first use, so queueing 100,000
+        rollouts costs no assembly for those that never run."""
+        if self._assembly is None:
+            self._assembly = EpisodeAssembly()
+        return self._assembly
 
     @property
     def ending(self) -> Ending | None:
@@ -333,6 +344,13 @@ class RolloutStore:
         self.dropped_frames = 0
         """Frames a client could not use (the screen may then miss what they held)."""
         self.last_drop: str | None = None
+        self._live: set[str] = set()
+        """Keys of the rollouts running or cancelling: what can stall, without a look at
+        every queued and finished one."""
+        self._stats: dict[str, tuple[int, VariantStats]] = {}
+        self._versions: dict[str, int] = {}
+        """Per variant, bumped whenever a rollout's status, ending or record changes:
+        `stats` is recomputed only then, not at every redraw of 100,000 rollouts."""
 
     def add_variant(self, name: str) -> None:
         if name not in self.variants:
@@ -349,6 +367,7 @@ class RolloutStore:
         self.rollouts[key] = rollout
         self.variants[variant].append(key)
         self._touch(rollout)
+        self._bump(rollout)
         self._changes.added.append(key)
         return rollout
 
@@ -358,7 +377,9 @@ class RolloutStore:
         old = self.rollouts[key]
         rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, created_at=old.created_at)
         self.rollouts[key] = rollout
+        self._live.discard(key)
         self._touch(rollout)
+        self._bump(rollout)
         return rollout
 
     def started(self, key: str, request_id: str, t: float | None = None) -> None:
@@ -366,13 +387,26 @@ class RolloutStore:
         rollout.request_id = request_id
         rollout.status = Status.RUNNING
         rollout.started_at = t if t is not None else self.clock()
+        self._live.add(key)
         self._touch(rollout)
+        self._bump(rollout)
+
+    def restore(self, key: str, status: Status) -> None:
+        """An unfinished rollout's status as a recording's index last saw it."""
+        rollout = self.rollouts[key]
+        rollout.status = status
+        if status in (Status.RUNNING, Status.CANCELLING):
+            self._live.add(key)
+        self._touch(rollout)
+        self._bump(rollout)
 
     def cancelling(self, key: str) -> None:
         rollout = self.rollouts[key]
         if not rollout.status.finished:
             rollout.status = Status.CANCELLING
+            self._live.add(key)
             self._touch(rollout)
+            self._bump(rollout)
 
     def apply(self, key: str, delta: dict[str, Any], t: float | None = None) -> None:
         """Apply a delta the client has not applied (replay, recordings)."""
@@ -433,8 +467,10 @@ class RolloutStore:
         rollout = self.rollouts[key]
         if record is not None:
             rollout.record = record
+            self._bump(rollout)
         if rollout.status.finished:
             return
+        self._live.discard(key)
         rollout.reason = ending.reason
         rollout.status = ending.status
         rollout.ended_at = t if t is not None else self.clock()
@@ -445,6 +481,7 @@ class RolloutStore:
             for phase, seconds in phase_durations(rollout.primary.timing).items():
                 durations[phase].append(seconds)
         self._touch(rollout)
+        self._bump(rollout)
 
     def dropped_frame(self, variant: str, reason: str) -> None:
         self.dropped_frames += 1
@@ -463,12 +500,28 @@ class RolloutStore:
         return (self.rollouts[key] for key in self.variants.get(variant, ()))
 
     def stats(self, variant: str) -> VariantStats:
+        """Counts, mean reward and phase percentiles; cached until one of the variant's
+        rollouts changes status, ending or record. Do not mutate what it returns."""
+        version = self._versions.get(variant, 0)
+        cached = self._stats.get(variant)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        stats = self._compute_stats(variant)
+        self._stats[variant] = (version, stats)
+        return stats
+
+    def _compute_stats(self, variant: str) -> VariantStats:
         counts = dict.fromkeys(Status, 0)
         rewards = []
-        for rollout in self.variant_rollouts(variant):
-            counts[rollout.status] += 1
-            if rollout.status.finished and (reward := rollout.reward) is not None:
-                rewards.append(reward)
+        rollouts = self.rollouts
+        for key in self.variants.get(variant, ()):
+            rollout = rollouts[key]
+            status = rollout.status
+            counts[status] += 1
+            # one that ended before any trace or summary (cancelled while queued) has no reward
+            if status in _FINISHED and (rollout.traces or rollout.facts is not None):
+                if (reward := rollout.reward) is not None:
+                    rewards.append(reward)
         phases = {
             phase: (percentile(values, 0.5), percentile(values, 0.95))
             for phase, values in ((p, sorted(v)) for p, v in self._durations.get(variant, {}).items())
@@ -481,13 +534,20 @@ class RolloutStore:
             phases=phases,
         )
 
+    def live(self) -> list[Rollout]:
+        """The rollouts running or cancelling, oldest first."""
+        return sorted((self.rollouts[key] for key in self._live), key=lambda r: r.started_at or 0.0)
+
     def stalled(self, now: float | None = None) -> list[Rollout]:
         now = now if now is not None else self.clock()
-        return [r for r in self.rollouts.values() if r.stalled(now, self.stall_seconds)]
+        return [r for r in self.live() if r.stalled(now, self.stall_seconds)]
 
     def _touch(self, rollout: Rollout) -> None:
         self._changes.rollouts.add(rollout.key)
         self._changes.variants.add(rollout.variant)
+
+    def _bump(self, rollout: Rollout) -> None:
+        self._versions[rollout.variant] = self._versions.get(rollout.variant, 0) + 1
 
 
 def _first_error(record: dict[str, Any]) -> str | None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,10 @@ HEALTH_MISSES = 3
 
 CHILD_POLL = 0.2
 """How often a supervised child's exit is looked for: an exit is noticed at once."""
+
+QUEUE_CHUNK = 1000
+"""Rollouts queued per turn of the event loop: the first rows of a 100,000-task list
+show at once, and the screen stays live while the rest are queued."""
 
 CANCEL_REPLY_WAIT = 2.0
 """How long a cancel waits for the aborted run's reply (or a variant cancel for its
@@ -167,8 +173,13 @@ class Variant:
         self._gone = None
         self._set(VariantState.STARTING)
         self._starts += 1
-        keys = self._queue_rollouts()
-        self._main = asyncio.get_running_loop().create_task(self._run(keys), name=f"variant {self.name}")
+        upcoming = (
+            (task_index, task_data, rollout_index)
+            for task_index, task_data in enumerate(self.config.task_list())
+            for rollout_index in range(self.config.rollouts_per_task)
+        )
+        keys = self._queue_rollouts(upcoming)
+        self._main = asyncio.get_running_loop().create_task(self._run(keys, upcoming), name=f"variant {self.name}")
 
     def cancel(self) -> None:
         """First call: cancel the runs over the wire, then stop the server (SIGTERM,
@@ -204,9 +215,12 @@ class Variant:
 
     # -- the life of one start ----------------------------------------------------
 
-    async def _run(self, keys: list[str]) -> None:
+    async def _run(self, keys: list[str], upcoming: Iterator[tuple[int, dict[str, Any], int]]) -> None:
         watchdog: asyncio.Task[None] | None = None
         try:
+            while more := self._queue_rollouts(upcoming):  # a long task list: the rest, a turn at a time
+                keys += more
+                await asyncio.sleep(0)
             address = await self._launch()
             health_timeout = self.config.health_timeout
             if self.config.attach:
@@ -242,14 +256,14 @@ class Variant:
                 watchdog.cancel()
             await self._close_client()
 
-    def _queue_rollouts(self) -> list[str]:
+    def _queue_rollouts(self, upcoming: Iterator[tuple[int, dict[str, Any], int]]) -> list[str]:
+        """Queue the next `QUEUE_CHUNK` rollouts (fewer at the end of the task list)."""
         keys = []
-        for task_index, task_data in enumerate(self.config.task_list()):
-            for rollout_index in range(self.config.rollouts_per_task):
-                rollout = self.store.add_rollout(self.name, task_index, task_data, rollout_index)
-                keys.append(rollout.key)
-                if self.recorder is not None:
-                    self.recorder.rollout(rollout.key, self.name, task_index, task_data, rollout_index)
+        for task_index, task_data, rollout_index in itertools.islice(upcoming, QUEUE_CHUNK):
+            rollout = self.store.add_rollout(self.name, task_index, task_data, rollout_index)
+            keys.append(rollout.key)
+            if self.recorder is not None:
+                self.recorder.rollout(rollout.key, self.name, task_index, task_data, rollout_index)
         return keys
 
     async def _launch(self) -> str:
