@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from polling import until
 from textual.app import App, ComposeResult
+from textual.pilot import Pilot
 
 from core.session.store import RolloutStore, TraceState
 from tui.transcript import Transcript
@@ -49,6 +51,16 @@ def call(index: int | None, error: dict | None = None) -> dict:
         "time": {"start": 10.0, "end": 11.5},
         "error": error,
     }
+
+
+@asynccontextmanager
+async def showing(trace: Trace) -> AsyncIterator[tuple[TranscriptApp, Pilot, Transcript]]:
+    """`trace`'s transcript in a running app."""
+    app = TranscriptApp()
+    async with app.run_test(size=SIZE) as pilot:
+        transcript = app.query_one(Transcript)
+        transcript.show(trace.key, trace.state)
+        yield app, pilot, transcript
 
 
 class Trace:
@@ -165,10 +177,7 @@ async def test_pending_block_shows_then_goes_when_the_turn_commits():
 async def test_follow_keeps_the_bottom_in_view_as_turns_arrive():
     store = RolloutStore()
     trace = Trace(store)
-    app = TranscriptApp()
-    async with app.run_test(size=SIZE) as pilot:
-        transcript = app.query_one(Transcript)
-        transcript.show(trace.key, trace.state)
+    async with showing(trace) as (app, pilot, transcript):
         for _index in range(12):
             trace.turn()
             transcript.refresh_trace()
@@ -184,10 +193,7 @@ async def test_scrolling_up_stops_following_and_counts_new_messages():
     trace = Trace(store)
     for _ in range(10):
         trace.turn()
-    app = TranscriptApp()
-    async with app.run_test(size=SIZE) as pilot:
-        transcript = app.query_one(Transcript)
-        transcript.show(trace.key, trace.state)
+    async with showing(trace) as (app, pilot, transcript):
         transcript.focus()
         await until(pilot, lambda: transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y)
         await pilot.press("pageup")
@@ -281,10 +287,7 @@ async def test_a_new_node_renders_only_its_own_block():
     trace = Trace(store)
     for _ in range(30):
         trace.turn()
-    app = TranscriptApp()
-    async with app.run_test(size=SIZE) as pilot:
-        transcript = app.query_one(Transcript)
-        transcript.show(trace.key, trace.state)
+    async with showing(trace) as (app, pilot, transcript):
         await pilot.pause()
         assert transcript.blocks_rendered == 60
         blocks, headers = transcript.blocks_rendered, transcript.headers_rendered
@@ -321,10 +324,7 @@ async def test_cursor_selects_a_block_to_copy():
         calls=[call(1)],
     )
     trace.add(node("tool", "file.txt\n", 1, tool_call_id="c"))
-    app = TranscriptApp()
-    async with app.run_test(size=SIZE) as pilot:
-        transcript = app.query_one(Transcript)
-        transcript.show(trace.key, trace.state)
+    async with showing(trace) as (app, pilot, transcript):
         transcript.focus()
         await pilot.pause()
         assert transcript.selected_block() == "file.txt\n"
@@ -359,10 +359,7 @@ async def test_two_thousand_turns_render_and_scroll():
     trace = Trace(store)
     for _ in range(2000):
         trace.turn("output " * 30)
-    app = TranscriptApp()
-    async with app.run_test(size=SIZE) as pilot:
-        transcript = app.query_one(Transcript)
-        transcript.show(trace.key, trace.state)
+    async with showing(trace) as (app, pilot, transcript):
         await until(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y > 19000)
         transcript.scroll_to(y=transcript.max_scroll_y // 2, animate=False, immediate=True)
         await pilot.pause()
@@ -422,10 +419,7 @@ async def test_styles_follow_the_theme():
     store = RolloutStore()
     trace = Trace(store)
     trace.turn()
-    app = TranscriptApp()
-    async with app.run_test(size=SIZE) as pilot:
-        transcript = app.query_one(Transcript)
-        transcript.show(trace.key, trace.state)
+    async with showing(trace) as (app, pilot, transcript):
         await pilot.pause()
         dark = [segment.style for segment in transcript.render_line(1)]
         app.theme = "textual-light"
