@@ -37,6 +37,12 @@ def demo_variant(name: str, scenarios: list[str], **extra: object) -> str:
     return "\n".join(lines) + "\n"
 
 
+def attached_variant(name: str, address: str, **extra: object) -> str:
+    """A variant attached to a server at `address`, with one task."""
+    lines = ["[[variants]]", f'name = "{name}"', f'attach = "{address}"', 'tasks = [{ id = "t" }]', 'model = "m"']
+    return "\n".join([*lines, *(f"{key} = {json.dumps(value)}" for key, value in extra.items())]) + "\n"
+
+
 def server_pids(engine: Engine, name: str) -> list[int]:
     """The supervisor and the server it started, from the supervisor's record."""
     record_path = engine.variants[name].child.record_path

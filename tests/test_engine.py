@@ -12,7 +12,7 @@ import threading
 import time
 from datetime import datetime
 
-from demo_sessions import WAIT, demo_variant, server_pids
+from demo_sessions import WAIT, attached_variant, demo_variant, server_pids
 from polling import alive, eventually
 
 from core.recordings.recorder import Recorder
@@ -82,14 +82,7 @@ async def test_attach_to_nothing_fails_after_health_timeout(engine_for):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    engine = engine_for(
-        "[[variants]]\n"
-        'name = "remote"\n'
-        f'attach = "tcp://127.0.0.1:{port}"\n'
-        'tasks = [{ id = "t" }]\n'
-        'model = "m"\n'
-        "health_timeout = 1.0\n"
-    )
+    engine = engine_for(attached_variant("remote", f"tcp://127.0.0.1:{port}", health_timeout=1.0))
     started = time.monotonic()
     await engine.start()
     await asyncio.wait_for(engine.wait(), 15)
@@ -112,14 +105,7 @@ async def test_attach_to_something_that_is_not_an_env_server_fails_at_once(engin
 
     server = await asyncio.start_server(http, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    engine = engine_for(
-        "[[variants]]\n"
-        'name = "remote"\n'
-        f'attach = "tcp://127.0.0.1:{port}"\n'
-        'tasks = [{ id = "t" }]\n'
-        'model = "m"\n'
-        "health_timeout = 600.0\n"
-    )
+    engine = engine_for(attached_variant("remote", f"tcp://127.0.0.1:{port}", health_timeout=600.0))
     async with server:
         await engine.start()
         await asyncio.wait_for(engine.wait(), 15)
