@@ -130,7 +130,9 @@ class RolloutSummary:
             self.started_t, self.ended_t, self.ending = t, None, None
         elif kind == "delta":
             self.deltas += 1
-            delta = record.get("d") or {}
+            delta = record.get("d")
+            if not isinstance(delta, dict):  # a delta the run failed on: nothing to count
+                return
             trace = str(delta.get("trace"))
             if delta.get("discard"):
                 self._traces.pop(trace, None)
@@ -246,8 +248,8 @@ class RecordingIndex:
 
     def load(self, rollout_id: str) -> list[dict[str, Any]]:
         """That rollout's records in order, read from the file now; one that cannot be
-        decoded whole (nested deeper than msgpack reads, which the index skipped over)
-        is left out and counted."""
+        decoded whole (nested deeper than msgpack reads, or damaged where the index
+        skipped over it) is left out and counted."""
         summary = self.rollouts[rollout_id]
         records = []
         with open(self.path, "rb") as file:
@@ -255,6 +257,6 @@ class RecordingIndex:
             for offset, length in zip(summary._offsets, summary._lengths):
                 try:
                     records.append(msgpack.unpackb(os.pread(fd, length, offset), **UNPACK_OPTIONS))
-                except (ValueError, msgpack.UnpackException) as error:
+                except (ValueError, TypeError, msgpack.UnpackException) as error:
                     self.damage.count(f"{error!r} (at byte {offset})")
         return records

@@ -123,7 +123,7 @@ class Scan:
     def _damaged(self, offset: int, why: str, resume: int | None) -> int | None:
         self.skipped += 1
         if self._first_damage is None:
-            self._first_damage = f"at byte {offset} ({short_repr(why, 80)})"
+            self._first_damage = f"at byte {offset} ({why[:80]})"
         return resume
 
 

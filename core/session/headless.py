@@ -30,10 +30,12 @@ def rollout_line(rollout: Rollout, now: float) -> str:
 
 
 async def run_headless(
-    engine: SessionView, out: TextIO = sys.stdout, cancel_stalled: float | None = None
+    engine: SessionView, out: TextIO | None = None, cancel_stalled: float | None = None
 ) -> int:
-    """Run every variant to the end; with `cancel_stalled`, a rollout silent for that
-    many seconds is cancelled rather than waited on forever."""
+    """Run every variant to the end, printing to `out` (standard output as it is at
+    the call); with `cancel_stalled`, a rollout silent for that many seconds is
+    cancelled rather than waited on forever."""
+    out = out if out is not None else sys.stdout
     store = engine.store
     seen: dict[str, Status] = {}
     states: dict[str, str] = {}

@@ -121,8 +121,10 @@ class EpisodeAssembly:
         """The episode record: `head` joined with the assembled traces in the server's
         order. The counts are the server's word on what streamed: a mismatch means a
         delta was lost."""
+        if not isinstance(head, Mapping):
+            raise AssemblyError(f"the episode head is a {type(head).__name__}, not a map")
         traces = []
-        for summary in summaries:
+        for summary in summaries if isinstance(summaries, Iterable) else ():
             trace_id, nodes, calls = _summary_fields(summary)
             trace = self.traces.get(trace_id)
             if trace is None:
@@ -137,9 +139,16 @@ class EpisodeAssembly:
 
 
 def _summary_fields(summary: Any) -> tuple[str, int, int]:
-    if isinstance(summary, Mapping):
-        return summary["id"], summary["nodes"], summary["calls"]
-    return summary.id, summary.nodes, summary.calls
+    """A trace summary's id and counts (a map, or a `TraceSummary`), checked."""
+    fields = (
+        (summary.get("id"), summary.get("nodes"), summary.get("calls"))
+        if isinstance(summary, Mapping)
+        else (getattr(summary, "id", None), getattr(summary, "nodes", None), getattr(summary, "calls", None))
+    )
+    trace_id, nodes, calls = fields
+    if type(trace_id) is not str or type(nodes) is not int or type(calls) is not int:
+        raise AssemblyError(f"a trace summary must have a text id and node and call counts, got {short_repr(summary)}")
+    return trace_id, nodes, calls
 
 
 def _indexed(value: Any, key: str, trace_id: str, count: int) -> list[tuple[int, Any]]:
