@@ -127,7 +127,8 @@ async def test_header_click_and_key_sort() -> None:
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(160, 40)) as pilot:
         rows = await started(pilot)
-        x = sum(width + 2 for _, _, width in COLUMNS[:5]) + 2
+        before = [key for key, _, _ in COLUMNS].index("tokens")
+        x = sum(width + 2 for _, _, width in COLUMNS[:before]) + 2
         await pilot.click(RolloutsTable, offset=(x, 0))  # the Tokens header
         await until(pilot, lambda: rows.sort_column == "tokens")
         tokens = [int(rows.cell_text(key, "tokens").replace(",", "")) for key in rows.ordered_keys]
@@ -477,3 +478,18 @@ async def test_quitting_a_proxy_asks_first_and_says_the_drivers_lose_their_route
         await pilot.press("y")
         await until(pilot, lambda: app.return_code == 0)
     assert engine.shutdowns == 1
+
+
+async def test_rows_of_one_task_are_numbered_and_a_second_start_is_its_own_run() -> None:
+    """Issue 11 item 11: the rollout number (and run) tells rows of one task apart;
+    the card counts this start's rollouts, not every start's summed."""
+    engine = make_engine(variants=("baseline",), copies=2)
+    store = engine.store
+    again = [store.add_rollout("baseline", 0, {"name": "again"}, index, key=f"baseline/again/{index}", run=2) for index in (0, 1)]
+    store.started(again[0].key, "r-again")
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 40)) as pilot:
+        rows = await started(pilot, rows=16)
+        assert [rows.cell_text(f"baseline/run0/{copy}", "number") for copy in (0, 1)] == ["1", "2"]
+        assert [rows.cell_text(r.key, "number") for r in again] == ["2:1", "2:2"]
+        await until(pilot, lambda: "start 2: run 1  done 0  fail 0  cxl 0" in str(app.cards["baseline"].body.render()))

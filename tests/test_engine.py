@@ -141,6 +141,8 @@ async def test_start_after_done_starts_a_fresh_child(engine_for):
     await asyncio.wait_for(engine.wait(), 30)
     assert variant.state is VariantState.DONE and variant.child is not first
     assert [r.status for r in engine.store.variant_rollouts("again")] == [Status.DONE, Status.DONE]
+    assert [r.run for r in engine.store.variant_rollouts("again")] == [1, 2], "each start is its own run (issue 11 item 11)"
+    assert engine.store.stats("again", run=2).counts[Status.DONE] == 1
 
 
 async def test_second_cancel_kills_a_server_that_ignores_sigterm(engine_for):

@@ -234,8 +234,8 @@ def test_export_of_episodes_keeps_variants_and_cancelled_runs_and_says_what_it_s
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     origins = {e[ORIGIN_KEY]["rollout"]: e[ORIGIN_KEY] for e in lines}
     assert origins == {
-        "stuck/0": {"rollout": "stuck/0", "variant": "stuck", "task_index": 0, "rollout_index": 0, "ended": "cancelled"},
-        "other/0": {"rollout": "other/0", "variant": "other", "task_index": 0, "rollout_index": 0, "ended": "done"},
+        "stuck/0": {"rollout": "stuck/0", "variant": "stuck", "task_index": 0, "rollout_index": 0, "run": 1, "ended": "cancelled"},
+        "other/0": {"rollout": "other/0", "variant": "other", "task_index": 0, "rollout_index": 0, "run": 1, "ended": "done"},
     }
     assert [e.get("partial", False) for e in lines] == [True, False]
 

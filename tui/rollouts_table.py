@@ -31,6 +31,7 @@ from tui.rollout_filter import RowFilter
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("variant", "Variant", 10),
     ("task", "Task", 24),
+    ("number", "#", 4),
     ("phase", "Phase", 10),
     ("activity", "Activity", 16),
     ("turns", "Turns", 5),
@@ -61,6 +62,8 @@ def sort_value(column: str, rollout: Rollout, now: float) -> Any:
             return rollout.variant
         case "task":
             return rollout.task_label.lower()
+        case "number":
+            return (rollout.run, rollout.rollout_index)
         case "trace":
             return next(iter(rollout.traces), "")
         case "phase":
@@ -73,6 +76,13 @@ def sort_value(column: str, rollout: Rollout, now: float) -> Any:
             return rollout.activity(now)[1]
         case _:
             return getattr(rollout, column)
+
+
+def rollout_number(rollout: Rollout) -> str:
+    """Which of its task's rollouts this is (1-based), after its run when the variant
+    was started again: `2:1` is the second run's first; two rows of one task differ."""
+    number = str(rollout.rollout_index + 1)
+    return number if rollout.run == 1 else f"{rollout.run}:{number}"
 
 
 def fit(text: str, width: int) -> str:
@@ -470,6 +480,8 @@ class RolloutsTable(ScrollView, can_focus=True):
                     cells[column] = (safe(rollout.variant), plain)
                 case "task":
                     cells[column] = (safe(rollout.task_label), plain)
+                case "number":
+                    cells[column] = (rollout_number(rollout), palette.muted)
                 case "trace":
                     ids = list(rollout.traces)
                     # "+N" more traces must fit the column: a shorter id makes room for it

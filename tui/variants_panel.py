@@ -99,12 +99,16 @@ class VariantCard(Horizontal, can_focus=True):
         if variant.server_started_at is not None and state in (VariantState.RUNNING, VariantState.DRAINING, VariantState.CANCELLING):
             text.append(f" · up {clock(now - variant.server_started_at)}", style=palette.muted)
         self._describe(text)
-        stats = self.store.stats(variant.name)
+        run = self.store.latest_run(variant.name)
+        stats = self.store.stats(variant.name, run=run)  # this start's, not every start's summed
         detail = self._detail(now, palette)
         if detail is not None and stats.mean_reward is not None:
             text.append(f" · reward {stats.mean_reward:.2f}", style="bold")
         counts = stats.counts
-        text.append(f"\nrun {counts[Status.RUNNING] + counts[Status.CANCELLING]}")
+        text.append("\n")
+        if run > 1:
+            text.append(f"start {run}: ", style="bold")
+        text.append(f"run {counts[Status.RUNNING] + counts[Status.CANCELLING]}")
         text.append(f"  done {counts[Status.DONE]}", style=palette.success)
         text.append(f"  fail {counts[Status.FAILED]}", style=palette.error if counts[Status.FAILED] else "")
         text.append(f"  cxl {counts[Status.CANCELLED]}")

@@ -133,6 +133,7 @@ def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], endin
         "variant": variant,
         "task_index": announce.get("task_index", 0),
         "rollout_index": announce.get("rollout_index", 0),
+        "run": announce.get("run", 1),
         "ended": Status.RUNNING.value if ending is None else ending.status.value,
     }
     return episode

@@ -70,6 +70,7 @@ class Recorder:
         task_data: Mapping[str, Any],
         rollout_index: int,
         t: float | None = None,
+        run: int = 1,
     ) -> None:
         self._append(
             {
@@ -80,6 +81,7 @@ class Recorder:
                 "task_index": task_index,
                 "task_data": task_data,
                 "rollout_index": rollout_index,
+                "run": run,
             }
         )
 

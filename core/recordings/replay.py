@@ -92,6 +92,12 @@ class RecordedVariant:
             self.outcome_text = str(event.get("outcome") or f"exit code {event.get('code')} · {event.get('status', 'exited')}")
 
 
+def _run_of(announce: dict[str, Any]) -> int:
+    """Which start of its variant a recorded rollout belongs to (1 in older files)."""
+    run = announce.get("run")
+    return run if isinstance(run, int) and run > 0 else 1
+
+
 def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], record: dict[str, Any]) -> None:
     """One recorded record into the store, exactly as the live engine put it there."""
     kind = record.get("k")
@@ -99,7 +105,7 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
     if kind == "rollout":
         store.add_rollout(
             record["variant"], record.get("task_index", 0), record.get("task_data") or {},
-            record.get("rollout_index", 0), key=record["id"],
+            record.get("rollout_index", 0), key=record["id"], run=_run_of(record),
         )
         variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
     elif kind == "request":
@@ -285,7 +291,7 @@ def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[st
     origin = origin if isinstance(origin, dict) else {}
     rollout = store.add_rollout(
         variant, origin.get("task_index", index), task.get("data") or task, origin.get("rollout_index", 0),
-        key=origin.get("rollout") if isinstance(origin.get("rollout"), str) else None,
+        key=origin.get("rollout") if isinstance(origin.get("rollout"), str) else None, run=_run_of(origin),
     )
     timing = [t.get("timing") or {} for t in episode.get("traces") or []]
     start = min((t.get("start") or 0.0 for t in timing), default=0.0) or None
@@ -342,7 +348,7 @@ class OpenedRecording(Session):
             self.variants.setdefault(variant, RecordedVariant(variant))
             rollout = self.store.add_rollout(
                 variant, announce.get("task_index", 0), announce.get("task_data") or {},
-                announce.get("rollout_index", 0), key=key,
+                announce.get("rollout_index", 0), key=key, run=_run_of(announce),
             )
             rollout.facts = summary.facts
             rollout.started_at = summary.started_t

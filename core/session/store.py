@@ -138,6 +138,8 @@ class Rollout:
     task_index: int
     task_data: dict[str, Any]
     rollout_index: int
+    run: int = 1
+    """Which start of its variant queued it (pressing Start again queues a second run)."""
     status: Status = Status.QUEUED
     request_id: str | None = None
     traces: dict[str, TraceState] = field(default_factory=dict)
@@ -347,7 +349,7 @@ class RolloutStore:
         self._live: set[str] = set()
         """Keys of the rollouts running or cancelling: what can stall, without a look at
         every queued and finished one."""
-        self._stats: dict[str, tuple[int, VariantStats]] = {}
+        self._stats: dict[tuple[str, int | None], tuple[int, VariantStats]] = {}
         self._versions: dict[str, int] = {}
         """Per variant, bumped whenever a rollout's status, ending or record changes:
         `stats` is recomputed only then, not at every redraw of 100,000 rollouts."""
@@ -359,11 +361,17 @@ class RolloutStore:
             self._changes.variants.add(name)
 
     def add_rollout(
-        self, variant: str, task_index: int, task_data: dict[str, Any], rollout_index: int = 0, key: str | None = None
+        self,
+        variant: str,
+        task_index: int,
+        task_data: dict[str, Any],
+        rollout_index: int = 0,
+        key: str | None = None,
+        run: int = 1,
     ) -> Rollout:
         self.add_variant(variant)
         key = key or f"{variant}/{len(self.variants[variant])}"
-        rollout = Rollout(key, variant, task_index, task_data, rollout_index, created_at=self.clock())
+        rollout = Rollout(key, variant, task_index, task_data, rollout_index, run, created_at=self.clock())
         self.rollouts[key] = rollout
         self.variants[variant].append(key)
         self._touch(rollout)
@@ -375,7 +383,7 @@ class RolloutStore:
         """A fresh rollout in the same place, for records about to be applied again
         from the start (a rollout loaded on demand)."""
         old = self.rollouts[key]
-        rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, created_at=old.created_at)
+        rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at)
         self.rollouts[key] = rollout
         self._live.discard(key)
         self._touch(rollout)
@@ -499,23 +507,30 @@ class RolloutStore:
     def variant_rollouts(self, variant: str) -> Iterable[Rollout]:
         return (self.rollouts[key] for key in self.variants.get(variant, ()))
 
-    def stats(self, variant: str) -> VariantStats:
-        """Counts, mean reward and phase percentiles; cached until one of the variant's
-        rollouts changes status, ending or record. Do not mutate what it returns."""
+    def latest_run(self, variant: str) -> int:
+        keys = self.variants.get(variant)
+        return self.rollouts[keys[-1]].run if keys else 1
+
+    def stats(self, variant: str, run: int | None = None) -> VariantStats:
+        """Counts, mean reward (over one run's rollouts, if given) and phase
+        percentiles; cached until one of the variant's rollouts changes status, ending
+        or record. Do not mutate what it returns."""
         version = self._versions.get(variant, 0)
-        cached = self._stats.get(variant)
+        cached = self._stats.get((variant, run))
         if cached is not None and cached[0] == version:
             return cached[1]
-        stats = self._compute_stats(variant)
-        self._stats[variant] = (version, stats)
+        stats = self._compute_stats(variant, run)
+        self._stats[(variant, run)] = (version, stats)
         return stats
 
-    def _compute_stats(self, variant: str) -> VariantStats:
+    def _compute_stats(self, variant: str, run: int | None) -> VariantStats:
         counts = dict.fromkeys(Status, 0)
         rewards = []
         rollouts = self.rollouts
         for key in self.variants.get(variant, ()):
             rollout = rollouts[key]
+            if run is not None and rollout.run != run:
+                continue
             status = rollout.status
             counts[status] += 1
             # one that ended before any trace or summary (cancelled while queued) has no reward

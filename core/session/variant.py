@@ -260,10 +260,10 @@ class Variant:
         """Queue the next `QUEUE_CHUNK` rollouts (fewer at the end of the task list)."""
         keys = []
         for task_index, task_data, rollout_index in itertools.islice(upcoming, QUEUE_CHUNK):
-            rollout = self.store.add_rollout(self.name, task_index, task_data, rollout_index)
+            rollout = self.store.add_rollout(self.name, task_index, task_data, rollout_index, run=self._starts)
             keys.append(rollout.key)
             if self.recorder is not None:
-                self.recorder.rollout(rollout.key, self.name, task_index, task_data, rollout_index)
+                self.recorder.rollout(rollout.key, self.name, task_index, task_data, rollout_index, run=self._starts)
         return keys
 
     async def _launch(self) -> str:
