@@ -120,6 +120,9 @@ class StandInEngine(Session):
     """A session whose variants are stand-ins; it counts what the app asks of it
     (start, select, cancel, shutdown). Export is core's own."""
 
+    quit_warning: str | None = None
+    """Set by a test to stand in for a proxy's warning."""
+
     def __init__(self, store: RolloutStore, variants: dict[str, StandInVariant], session_dir: Path = Path(".")) -> None:
         super().__init__(store, session_dir)
         self.variants: dict[str, StandInVariant] = variants

@@ -445,7 +445,7 @@ def build_config(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
         message = "a name belongs to one variant; expected it in each [[variants]] table, not in [defaults]"
         problems.append(Problem(source, "defaults.name", message))
     context = {"base_dir": base_dir, "tasks": {}}
-    variants: list[VariantConfig] = []
+    variants: list[AnyVariantConfig] = []
     seen: dict[str, int] = {}
     for index, own in enumerate(top.variants):
         merged, inherited = _merge(top.defaults, own)

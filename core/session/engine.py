@@ -27,8 +27,6 @@ class Session:
 
     readonly_reason: str | None = None
     """Why start and cancel do nothing here (a replay or an offline run), if so."""
-    quit_warning: str | None = None
-    """What quitting costs someone else (a proxy's drivers lose their route), if anything."""
 
     def __init__(self, store: RolloutStore, session_dir: Path, recording_path: Path | None = None) -> None:
         self.store = store
@@ -38,6 +36,11 @@ class Session:
         self.export_dir = session_dir / "exports"
         """Where `export_episode` writes (`--export-dir`)."""
         self.exported: list[Path] = []
+
+    @property
+    def quit_warning(self) -> str | None:
+        """What quitting costs someone else (a proxy's drivers lose their route), if anything."""
+        return None
 
     @property
     def truncated(self) -> str | None:
@@ -105,7 +108,7 @@ class Engine(Session):
             return ProxyVariant(config.name, config.proxy.listen, config.proxy.upstream, self.store, self.recorder)
         return Variant(config, self.store, self.session_dir, self.recorder)
 
-    @property  # type: ignore[override]
+    @property
     def quit_warning(self) -> str | None:
         warnings = [v.route_warning for v in self.variants.values() if isinstance(v, ProxyVariant)]
         return "; ".join(w for w in warnings if w) or None

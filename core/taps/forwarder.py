@@ -72,13 +72,13 @@ class Forwarder:
         self._commands: collections.deque[tuple[str, str]] = collections.deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._context: zmq.Context | None = None
-        self._front: zmq.Socket | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._front: zmq.Socket[bytes] | None = None
 
     def start(self) -> None:
         """Bind the listen address here, so a taken one is an error to the caller,
         then forward on a thread until `stop`."""
-        context = zmq.Context()
+        context = zmq.Context[zmq.Socket[bytes]]()
         front = context.socket(zmq.ROUTER)
         for option in (zmq.LINGER, zmq.SNDHWM, zmq.RCVHWM):
             front.setsockopt(option, 0)
@@ -125,8 +125,8 @@ class Forwarder:
         poller.register(front, zmq.POLLIN)
         control = self._dealer(context)
         poller.register(control, zmq.POLLIN)
-        backends: dict[bytes, zmq.Socket] = {}
-        drivers: dict[zmq.Socket, bytes] = {}
+        backends: dict[bytes, zmq.Socket[bytes]] = {}
+        drivers: dict[zmq.Socket[bytes], bytes] = {}
         probe: tuple[str, float] | None = None
         next_probe = 0.0
         try:
@@ -159,14 +159,14 @@ class Forwarder:
                 sock.close(linger=0)
             context.term()
 
-    def _dealer(self, context: zmq.Context) -> zmq.Socket:
+    def _dealer(self, context: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
         dealer = context.socket(zmq.DEALER)
         for option in (zmq.LINGER, zmq.SNDHWM, zmq.RCVHWM):
             dealer.setsockopt(option, 0)
         dealer.connect(self.upstream)
         return dealer
 
-    def _from_drivers(self, front: zmq.Socket, backends: dict, drivers: dict, poller: zmq.Poller, context: zmq.Context) -> None:
+    def _from_drivers(self, front: zmq.Socket[bytes], backends: dict[bytes, zmq.Socket[bytes]], drivers: dict[zmq.Socket[bytes], bytes], poller: zmq.Poller, context: zmq.Context[zmq.Socket[bytes]]) -> None:
         for _ in range(BATCH):
             try:
                 frames = front.recv_multipart(zmq.NOBLOCK)
@@ -182,7 +182,7 @@ class Forwarder:
             backend.send_multipart(rest)
             self._copy(TO_SERVER, driver, rest)
 
-    def _from_server(self, backend: zmq.Socket, driver: bytes, front: zmq.Socket) -> None:
+    def _from_server(self, backend: zmq.Socket[bytes], driver: bytes, front: zmq.Socket[bytes]) -> None:
         for _ in range(BATCH):
             try:
                 frames = backend.recv_multipart(zmq.NOBLOCK)
@@ -201,7 +201,7 @@ class Forwarder:
         else:
             self.dropped += 1
 
-    def _control_reply(self, control: zmq.Socket, probe: tuple[str, float] | None) -> tuple[str, float] | None:
+    def _control_reply(self, control: zmq.Socket[bytes], probe: tuple[str, float] | None) -> tuple[str, float] | None:
         frames = control.recv_multipart()
         if probe is None or not frames or frames[0] != probe[0].encode():
             return probe  # a cancel's answer, or a probe we already gave up on

@@ -59,7 +59,7 @@ class ProxyVariant:
         """Requests seen by method (run, health, cancel)."""
         self._log: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
         self._logged = 0
-        self._main: asyncio.Task | None = None
+        self._main: asyncio.Task[None] | None = None
         self._dropped_seen = 0
         self._upstream_seen: tuple[bool | None, str] | None = None
         self._forwarded_seen = 0
