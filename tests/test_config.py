@@ -4,6 +4,7 @@ file, the field path and what was expected."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.demo.config import demo_config
+from core.session import config as config_module
 from core.session.config import Config, load_config
 from core.session.config_errors import ConfigError
 from core.wire.protocol import ClientConfig
@@ -437,3 +439,36 @@ def test_attach_flags_are_checked_the_same_way(tmp_path, capsys):
     assert "endpoint.base_url: holds what looks like a URL with a password" in error
     assert "endpoint.api_key_var: holds what looks like an API key" in error
     assert "pw-0123456789" not in error and "sk-0123456789" not in error
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
+def test_a_tasks_file_that_is_not_a_file_is_refused_at_once(tmp_path, kind):
+    """/dev/zero would grow until MemoryError and a FIFO would block forever: the whole
+    command refuses either with one clear line (the subprocess timeout only guards a hang)."""
+    tasks = {"device": Path("/dev/zero"), "fifo": tmp_path / "tasks.fifo", "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(tasks)
+    config = write(tmp_path, variant().replace('tasks = "tasks.jsonl"', f"tasks = {json.dumps(str(tasks))}"), tasks=None)
+    for argv in (["--headless", str(config)], ["attach", "tcp://127.0.0.1:9", "--tasks", str(tasks), "--headless"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=60, cwd=REPO
+        )
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        expected = "is a directory" if kind == "directory" else "is not a regular file (a FIFO, device or socket)"
+        assert f"{tasks} {expected}; expected a JSONL file of tasks in a regular file" in done.stderr
+
+
+def test_a_tasks_file_over_the_size_limit_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(config_module, "MAX_TASKS_BYTES", 1 << 16)
+    lines = [json.dumps({"prompt": "x" * 100, "i": i}) for i in range(1000)]  # about 120 KB
+    message = problems(write(tmp_path, variant(), tasks="\n".join(lines) + "\n"))
+    assert f"{tmp_path / 'tasks.jsonl'} is larger than 0.0625 MiB; expected a tasks file below that" in message
+    one_line = "x" * (1 << 17)  # no newline at all: the read stops at the limit
+    assert "is larger than" in problems(write(tmp_path, variant(), tasks=one_line))
+
+
+def test_a_line_that_is_not_utf8_is_named(tmp_path):
+    path = write(tmp_path, variant(), tasks=None)
+    (tmp_path / "tasks.jsonl").write_bytes(b'{"prompt": "a"}\n{"prompt": "\xff"}\n')
+    assert f"{tmp_path / 'tasks.jsonl'}:2: not UTF-8 text" in problems(path)

@@ -18,6 +18,7 @@ from polling import alive, eventually
 from core.recordings.recorder import Recorder
 from core.session.contracts import VariantState
 from core.session.store import Status
+from core.session.variant import QUEUE_CHUNK
 from core.supervision import capture
 
 
@@ -242,3 +243,28 @@ async def test_hashing_captures_and_syncing_the_recording_stay_off_the_event_loo
     await engine.shutdown()
     assert len(ran_on["hash"]) == 2 and len(ran_on["close"]) == 1
     assert loop_thread not in ran_on["hash"] + ran_on["close"]
+
+
+async def test_a_long_task_list_shows_at_once_and_costs_no_task_per_queued_rollout(engine_for, tmp_path):
+    """5,000 tasks: the first thousand are in the store when start returns (the table
+    can show them), the rest follow a thousand per turn of the loop; only
+    max_concurrent runs wait on the server (no coroutine per queued rollout, which made
+    quitting 100,000 quadratic); cancelling ends every one, cancelled."""
+    lines = [json.dumps({"id": f"t{i}", "name": "stuck", "prompt": "p", "scenario": "stuck", "kind": "coding"}) for i in range(5000)]
+    (tmp_path / "long.jsonl").write_text("\n".join(lines) + "\n")
+    inline = demo_variant("long", ["stuck"], max_concurrent=2).splitlines()
+    engine = engine_for("\n".join(
+        f"tasks = {json.dumps(str(tmp_path / 'long.jsonl'))}" if line.startswith("tasks = ") else line for line in inline
+    ))
+    store = engine.store
+    before = len(asyncio.all_tasks())
+    await engine.start()
+    assert len(store.rollouts) == QUEUE_CHUNK
+    variant = engine.variants["long"]
+    await eventually(lambda: sum(r.status is Status.RUNNING for r in store.rollouts.values()) == 2, timeout=WAIT, what="two runs")
+    assert len(store.rollouts) == 5000
+    assert len(asyncio.all_tasks()) - before < 20
+    variant.cancel()
+    await asyncio.wait_for(engine.wait(), WAIT)
+    assert variant.state is VariantState.CANCELLED
+    assert all(r.status is Status.CANCELLED for r in store.rollouts.values())

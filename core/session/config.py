@@ -13,10 +13,11 @@ import json
 import os
 import re
 import shlex
+import stat
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import (
     BaseModel,
@@ -44,6 +45,10 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _TCP = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?):([0-9]{1,5})\Z")
 _SAMPLING_KEYS = (*SamplingConfig.model_fields, "max_completion_tokens", "extra_body")
 _MAX_BAD_LINES = 5
+MAX_TASKS_BYTES = 256 << 20
+"""A tasks file larger than this is refused with a clear error rather than read until
+memory runs out (`/dev/zero` never ends)."""
+MAX_CONFIG_BYTES = 16 << 20
 
 
 def _short_name(value: str) -> str:
@@ -394,7 +399,11 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     path = Path(path)
     source = str(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path, "a TOML config") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise OSError(f"larger than {MAX_CONFIG_BYTES >> 20} MiB; expected a TOML config")
+        raw = tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError([Problem(source, "", "no such file; expected a TOML config")]) from None
     except (OSError, UnicodeDecodeError) as error:
@@ -404,27 +413,56 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return build_config(raw, source, path.resolve().parent)
 
 
+def open_regular(path: Path, what: str) -> IO[bytes]:
+    """Open a file for reading only if it is a regular file: a FIFO would block until
+    someone writes to it (opened non-blocking, it cannot block the open either) and a
+    device such as /dev/zero never ends."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
+        raise OSError(f"{path} is {kind}; expected {what} in a regular file")
+    os.set_blocking(fd, True)
+    return open(fd, "rb")
+
+
 def _read_tasks(path: Path) -> list[dict[str, Any]]:
+    """One task_data object per line, read as a stream up to `MAX_TASKS_BYTES`; every
+    bad line (up to a few) is named by file:line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        handle = open_regular(path, "a JSONL file of tasks")
     except FileNotFoundError:
         raise ValueError(f"expected a JSONL file of tasks, but {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"expected a readable UTF-8 JSONL file of tasks, but {path}: {error}") from None
-    # one task_data object per line; every bad line (up to a few) is named by file:line
+    except OSError as error:
+        raise ValueError(f"expected a readable JSONL file of tasks, but {error.strerror or error}") from None
     items, bad = [], []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as error:
-            bad.append(f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno}); expected one JSON object per line")
-            continue
-        if not isinstance(item, dict):
-            bad.append(f"{path}:{number}: expected a JSON object (one task's task_data), got {_json_kind(item)}")
-            continue
-        items.append(item)
+    size = number = 0
+    with handle:
+        while raw := handle.readline(MAX_TASKS_BYTES + 1 - size):
+            number += 1
+            size += len(raw)
+            if size > MAX_TASKS_BYTES:
+                raise ValueError(
+                    f"{path} is larger than {MAX_TASKS_BYTES / (1 << 20):g} MiB; expected a tasks file below "
+                    "that (split the tasks over variants or runs)"
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                bad.append(f"{path}:{number}: not UTF-8 text ({error.reason} at byte {error.start})")
+                continue
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as error:
+                bad.append(f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno}); expected one JSON object per line")
+                continue
+            if not isinstance(item, dict):
+                bad.append(f"{path}:{number}: expected a JSON object (one task's task_data), got {_json_kind(item)}")
+                continue
+            items.append(item)
     if bad:
         more = [f"... and {len(bad) - _MAX_BAD_LINES} more bad lines"] if len(bad) > _MAX_BAD_LINES else []
         raise ValueError("\n    ".join(["bad lines in the tasks file:", *bad[:_MAX_BAD_LINES], *more]))
