@@ -25,7 +25,7 @@ from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import unpack as verifiers_unpack
 
 from core.wire.assembly import EpisodeAssembly
-from core.wire.protocol import unpack
+from core.wire.protocol import unpack, unpack_delta
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "verifiers-0.4.0" / "deltas.msgpack"
 
@@ -96,9 +96,10 @@ def kept_floor_pass(frames: list[bytes]) -> list:
 
 
 def ours_pass(frames: list[bytes]) -> EpisodeAssembly:
+    """What the client does: token arrays stay packed (`unpack_delta`)."""
     assembly = EpisodeAssembly()
     for data in frames:
-        assembly.apply(unpack(data))
+        assembly.apply(unpack_delta(data))
     return assembly
 
 

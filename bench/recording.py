@@ -155,6 +155,24 @@ def write_recorder(path: Path, stream) -> tuple[float, float]:
     return appending, time.perf_counter() - start
 
 
+def write_frames(path: Path, stream) -> float:
+    """Seconds inside append calls when each delta comes as the frame the wire carried
+    (the live path: `delta_frame` writes the bytes, nothing is packed again)."""
+    frames = [(kind, {**fields, "delta": msgpack.packb(fields["delta"], use_bin_type=True)} if kind == "delta" else fields) for kind, fields in stream]
+    rec = Recorder(path, meta={"bench": True})
+    calls = {"rollout": rec.rollout, "request": rec.request, "reply": rec.reply}
+    appending = 0.0
+    for kind, fields in frames:
+        t0 = time.perf_counter()
+        if kind == "delta":
+            rec.delta_frame(fields["id"], fields["delta"], fields.get("t"))
+        else:
+            calls[kind](**fields)
+        appending += time.perf_counter() - t0
+    rec.close()
+    return appending
+
+
 def write_baseline(path: Path, stream) -> float:
     """The same records (same shape, same clock reads), packed one by one and written
     to a buffered file: the floor for any msgpack recording."""
@@ -195,6 +213,12 @@ def main() -> None:
             f"open-to-closed {mb / total:,.0f} MB/s; baseline packb+write {mb / baseline:,.0f} MB/s"
         )
         print(f"       ratio appends/baseline {appending / baseline:.2f}, open-to-closed/baseline {total / baseline:.2f}")
+        as_frames = write_frames(folder / "frames.twrec", stream)
+        (folder / "frames.twrec").unlink()
+        print(
+            f"       appends of the received frames (the live path) {mb / as_frames:,.0f} MB/s: "
+            f"{as_frames / appending:.2f}x the time of packing each delta again"
+        )
 
         def plain_read() -> None:
             with open(recorded, "rb") as file:

@@ -213,6 +213,12 @@ class TracewatchApp(App[None]):
         if key != self.selected:
             self.selected = key
             self.engine.select(key)
+            # The cursor's move reaches the screen first: laying out a long transcript
+            # takes tens of ms, and a held arrow key must not wait on each one.
+            self.call_after_refresh(self._show_selected, key)
+
+    def _show_selected(self, key: str | None) -> None:
+        if key == self.selected and self.is_running:
             self.trace_pane.show(self._rollout())
             self._show_timing(self.store.clock())
 

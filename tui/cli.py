@@ -21,6 +21,7 @@ from core.session.config import Config, load_config
 from core.session.config_errors import ConfigError
 from core.session.engine import Engine, Session
 from core.session.headless import run_headless
+from core.session.retention import FreezeAfterSlowCollections
 from core.taps.forwarder import ForwarderError, check_proxy_addresses
 
 COMMANDS = ("attach", "proxy", "replay", "open", "export")
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.export_dir is not None:
         engine.export_dir = args.export_dir
+    FreezeAfterSlowCollections().install()
     if args.headless:
         return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
     from tui.app import TracewatchApp

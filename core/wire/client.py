@@ -48,6 +48,11 @@ V = TypeVar("V")
 CLOSE_LINGER_MS = 500
 """How long closing waits for queued cancels to leave the socket."""
 
+RECEIVE_QUEUE = 1000
+"""Frames zmq holds for us before it stops reading the socket: a source ahead of us
+keeps its backlog (TCP pushes back; nothing is dropped) instead of growing our memory
+by the whole stream."""
+
 BATCH_FRAMES = 256
 BATCH_SECONDS = 0.004
 """The receive loop hands the event loop back after this many queued frames or this
@@ -110,7 +115,7 @@ class EnvClient:
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.SNDHWM, 0)
-        self._socket.setsockopt(zmq.RCVHWM, 0)
+        self._socket.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         self._socket.connect(address)
         # the same socket, read without a future: how the loop takes what is queued
         self._queued: zmq.Socket[bytes] = zmq.Socket.shadow(self._socket.underlying)

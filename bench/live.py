@@ -1,0 +1,427 @@
+"""End to end at training scale: the real app, headless under `run_test`, attached to a
+local source that streams the demo's `scale` rollouts at socket speed.
+
+First the demo server plays the rollouts once and every frame is kept; then, for each
+client, a fresh source process replays those frames as fast as the socket takes them
+(one frame per live run per round, so runs interleave as on a busy server). Each
+client runs in its own process, so peak memory is its own:
+
+- verifiers 0.4.0's `EnvClient` (the baseline: decode, assemble, type the episode);
+- ours headless: engine, store and recorder, no screen;
+- the app: the same plus the screen, with Down/Up pressed every 100 ms while the
+  stream lands, then the same keys once everything has landed (idle).
+
+Reported: deltas/s (against verifiers'), keypress-to-repaint latency p50/p95/max
+(under load and idle), repaints/s, table staleness (a delta's arrival to its row being
+drawn, rows on screen), peak RSS growth / bytes received, the longest GC pause.
+
+    .venv/bin/python bench/live.py [--rollouts 256 --turns 200 --tokens 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.session.store import percentile  # noqa: E402
+from core.wire.protocol import (  # noqa: E402
+    ClientConfig,
+    HealthRequest,
+    RunRequest,
+    SamplingConfig,
+    request_payload,
+)
+
+KEY_EVERY = 0.1
+LOST_KEY = 5.0
+"""A key press not answered on screen within this long counts as this long."""
+IDLE_KEYS = 30
+
+
+def scale_task(index: int, turns: int, tokens: int) -> dict:
+    return {"id": f"scale-{index}", "prompt": "p", "scenario": "scale", "turns": turns, "tokens": tokens}
+
+
+# -- capture: the demo plays the rollouts once ------------------------------------------
+
+
+def capture(path: Path, rollouts: int, turns: int, tokens: int) -> None:
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "core.demo", "--address", address, "--log-level", "WARNING"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.RCVHWM, 0)
+    socket.connect(address)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            socket.send_multipart([b"health", b"health", request_payload(HealthRequest())])
+            if socket.poll(500):
+                socket.recv_multipart()
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("the demo server did not answer health")
+        runs: dict[bytes, list[bytes]] = {}
+        replies: dict[bytes, bytes] = {}
+        for index in range(rollouts):
+            request = RunRequest(
+                task_data=scale_task(index, turns, tokens),
+                client=ClientConfig(),
+                model="bench",
+                sampling=SamplingConfig(),
+            )
+            request_id = f"run-{index}".encode()
+            runs[request_id] = []
+            socket.send_multipart([request_id, b"run", request_payload(request)])
+        while len(replies) < rollouts:
+            request_id, kind, data = socket.recv_multipart()
+            if kind == b"delta":
+                runs[request_id].append(data)
+            else:
+                replies[request_id] = data
+    finally:
+        socket.close(linger=0)
+        context.term()
+        demo.terminate()
+        demo.wait(10)
+    path.write_bytes(
+        msgpack.packb([{"deltas": runs[key], "reply": replies[key]} for key in runs], use_bin_type=True)
+    )
+
+
+# -- the source: replays the captured frames at socket speed -------------------------------
+
+
+def serve(path: Path) -> None:
+    runs = msgpack.unpackb(path.read_bytes(), raw=False)
+    context = zmq.Context()
+    socket = context.socket(zmq.ROUTER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDHWM, 0)
+    socket.setsockopt(zmq.RCVHWM, 0)
+    socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    socket.bind("tcp://127.0.0.1:0")
+    print(socket.getsockopt_string(zmq.LAST_ENDPOINT), flush=True)
+    ok = msgpack.packb({"success": True, "error": None, "cancelled": False})
+    live: list[list[Any]] = []
+    started = 0
+    while True:
+        while socket.poll(0 if live else 100):
+            client, request_id, method, _payload = socket.recv_multipart()
+            if method == b"run":
+                run = runs[started % len(runs)]
+                started += 1
+                live.append([client, request_id, run["deltas"], 0, run["reply"]])
+            else:
+                socket.send_multipart([client, request_id, b"reply", ok])
+        for entry in live:
+            client, request_id, deltas, position, reply = entry
+            if position < len(deltas):
+                socket.send_multipart([client, request_id, b"delta", deltas[position]])
+            else:
+                socket.send_multipart([client, request_id, b"reply", reply])
+            entry[3] = position + 1
+        live = [entry for entry in live if entry[3] <= len(entry[2])]
+
+
+class Source:
+    def __init__(self, frames: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(frames)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+        )
+        assert self.process.stdout is not None
+        self.address = self.process.stdout.readline().strip()
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+# -- measuring one client, in its own process -----------------------------------------------
+
+
+class GcPauses:
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.longest = max(self.longest, time.perf_counter() - self._start)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def wire_bytes(frames: Path, rollouts: int) -> tuple[int, int]:
+    runs = msgpack.unpackb(frames.read_bytes(), raw=False)
+    chosen = [runs[i % len(runs)] for i in range(rollouts)]
+    return sum(sum(map(len, r["deltas"])) + len(r["reply"]) for r in chosen), sum(len(r["deltas"]) for r in chosen)
+
+
+def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> Any:
+    from core.recordings.recorder import Recorder
+    from core.session.config import load_config
+    from core.session.engine import Engine
+
+    tasks = ", ".join(json.dumps(scale_task(i, turns, tokens)).replace('": ', '" = ') for i in range(rollouts))
+    config = directory / "tracewatch.toml"
+    config.write_text(
+        f'[[variants]]\nname = "scale"\nattach = "{address}"\ntasks = [{tasks}]\nmodel = "bench"\n'
+        f"max_concurrent = {rollouts}\n"
+    )
+    recorder = Recorder(directory / "bench.twrec")
+    return Engine(load_config(config), recorder=recorder, session_dir=directory / "session")
+
+
+async def measure_verifiers(address: str, rollouts: int, turns: int, tokens: int) -> dict:
+    from verifiers.v1.configs.client import EvalClientConfig
+    from verifiers.v1.serve import EnvClient as VerifiersClient
+    from verifiers.v1.types import SamplingConfig as VerifiersSampling
+
+    client = VerifiersClient(address)
+    await client.wait_for_server_startup(timeout=60)
+    start = time.perf_counter()
+    runs = (
+        client.run(EvalClientConfig(), "bench", VerifiersSampling(), scale_task(i, turns, tokens)) for i in range(rollouts)
+    )
+    await asyncio.gather(*runs)
+    seconds = time.perf_counter() - start
+    await client.close()
+    return {"seconds": seconds}
+
+
+async def measure_headless(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> dict:
+    engine = engine_for(address, rollouts, turns, tokens, directory)
+    start = time.perf_counter()
+    await engine.start()
+    await engine.wait()
+    seconds = time.perf_counter() - start
+    await engine.shutdown()
+    return {"seconds": seconds, "deltas": sum(r.deltas for r in engine.store.rollouts.values())}
+
+
+async def measure_app(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> dict:
+    from textual import events
+
+    from tui.app import TracewatchApp
+
+    engine = engine_for(address, rollouts, turns, tokens, directory)
+    app = TracewatchApp(engine)
+    store = engine.store
+    displays: list[float] = []
+    latencies: list[float] = []
+    stale: list[float] = []
+    arrivals: dict[str, float] = {}
+    visible: set[str] = set()
+    waiting: list[Any] = []  # (pressed at, cursor row before), at most one
+
+    start = time.perf_counter()
+    async with app.run_test(size=(160, 50)) as pilot:
+        table = app.table
+        display, observe, row_strip = app._display, store.observe, table._row_strip
+
+        def on_display(screen: Any, renderable: Any) -> None:
+            display(screen, renderable)
+            if renderable is None:
+                return
+            now = time.perf_counter()
+            displays.append(now)
+            visible.clear()
+            visible.update(table._visible_keys())
+            if waiting and table.cursor_row != waiting[0][1]:
+                latencies.append(now - waiting.pop()[0])
+
+        def on_observe(key: str, delta: dict, t: float | None = None) -> None:
+            observe(key, delta, t)
+            if key in visible and key not in arrivals:
+                arrivals[key] = time.perf_counter()
+
+        def on_row_strip(key: str, layer: str | None) -> Any:
+            arrived = arrivals.pop(key, None)
+            if arrived is not None:
+                stale.append(time.perf_counter() - arrived)
+            return row_strip(key, layer)
+
+        app._display, store.observe, table._row_strip = on_display, on_observe, on_row_strip  # type: ignore[method-assign]
+
+        async def press_keys(until: Callable[[], bool], most: int | None = None) -> None:
+            """Down, Up, Down... each once the last one was answered on screen."""
+            down, pressed = True, 0
+            while not until() and (most is None or pressed < most):
+                if waiting and time.perf_counter() - waiting[0][0] > LOST_KEY:
+                    waiting.clear()
+                    latencies.append(LOST_KEY)
+                if not waiting:
+                    waiting.append((time.perf_counter(), table.cursor_row))
+                    app.post_message(events.Key("down" if down else "up", None))
+                    down, pressed = not down, pressed + 1
+                await asyncio.sleep(KEY_EVERY)
+            waiting.clear()
+
+        def finished() -> bool:
+            return len(store.rollouts) == rollouts and all(r.status.finished for r in store.rollouts.values())
+
+        await pilot.pause()
+        while table.row_count < 2:
+            await asyncio.sleep(0.01)
+        table.focus()
+        await press_keys(finished)
+        seconds = time.perf_counter() - start
+        loaded = latencies[:]
+        repaints = len(displays)
+        latencies.clear()
+        await pilot.pause(0.5)
+        await press_keys(lambda: False, most=IDLE_KEYS)
+        idle = latencies[:]
+        await engine.shutdown()
+    return {
+        "seconds": seconds,
+        "deltas": sum(r.deltas for r in store.rollouts.values()),
+        "keys_loaded": loaded,
+        "keys_idle": idle,
+        "repaints_per_second": repaints / seconds,
+        "staleness": stale,
+    }
+
+
+def measure(mode: str, frames: Path, rollouts: int, turns: int, tokens: int) -> dict:
+    if mode == "verifiers":
+        import verifiers.v1.serve  # noqa: F401 - imports are not the client's cost
+    else:
+        import tui.app  # noqa: F401
+    source = Source(frames)
+    gc.collect()
+    if mode != "verifiers":  # as tracewatch's own entry points do
+        from core.session.retention import FreezeAfterSlowCollections
+
+        FreezeAfterSlowCollections().install()
+    pauses = GcPauses()
+    before = rss_bytes()
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            directory = Path(scratch)
+            if mode == "verifiers":
+                result = asyncio.run(measure_verifiers(source.address, rollouts, turns, tokens))
+            elif mode == "headless":
+                result = asyncio.run(measure_headless(source.address, rollouts, turns, tokens, directory))
+            else:
+                result = asyncio.run(measure_app(source.address, rollouts, turns, tokens, directory))
+    finally:
+        source.close()
+    result.update(rss_growth=peak_rss_bytes() - before, gc_longest=pauses.longest)
+    return result
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def summary(values: list[float]) -> str:
+    if not values:
+        return "none"
+    ordered = sorted(values)
+    return (
+        f"p50 {percentile(ordered, 0.5) * 1e3:6.1f} ms  p95 {percentile(ordered, 0.95) * 1e3:6.1f} ms  "
+        f"max {ordered[-1] * 1e3:6.1f} ms  (n={len(values)})"
+    )
+
+
+def run_mode(mode: str, frames: Path, args: argparse.Namespace) -> dict:
+    argv = [sys.executable, __file__, "--measure", mode, "--frames", str(frames)]
+    argv += ["--rollouts", str(args.rollouts), "--turns", str(args.turns), "--tokens", str(args.tokens)]
+    output = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    if output.returncode:
+        raise SystemExit(f"{mode} failed:\n{output.stderr[-4000:]}")
+    return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def report(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        frames = Path(scratch) / "frames.msgpack"
+        started = time.perf_counter()
+        capture(frames, args.rollouts, args.turns, args.tokens)
+        received, deltas = wire_bytes(frames, args.rollouts)
+        print(
+            f"{args.rollouts} scale rollouts x {args.turns} turns x {args.tokens} tokens/node: "
+            f"{deltas:,} deltas, {received / 1e6:,.1f} MB on the wire (captured in {time.perf_counter() - started:.0f} s); "
+            f"{os.cpu_count()} cores"
+        )
+        results = {mode: run_mode(mode, frames, args) for mode in ("verifiers", "headless", "app")}
+    base = deltas / results["verifiers"]["seconds"]
+    print(f"\n{'client':<24}{'deltas/s':>10}{'vs verifiers':>14}{'RSS growth/wire':>17}{'longest GC':>12}")
+    for mode, result in results.items():
+        rate = deltas / result["seconds"]
+        print(
+            f"{mode:<24}{rate:>10,.0f}{rate / base:>13.2f}x{result['rss_growth'] / received:>16.2f}x"
+            f"{result['gc_longest'] * 1e3:>10.1f} ms"
+        )
+    app = results["app"]
+    loaded, idle = sorted(app["keys_loaded"]), sorted(app["keys_idle"])
+    print(f"\nkeypress to repaint, streaming: {summary(loaded)}")
+    print(f"keypress to repaint, idle:      {summary(idle)}")
+    if loaded and idle:
+        ratio = percentile(loaded, 0.95) / max(percentile(idle, 0.95), 1e-9)
+        print(f"  streaming p95 / idle p95: {ratio:.2f}x")
+    print(f"repaints/s while streaming: {app['repaints_per_second']:.1f}")
+    print(f"table staleness (rows on screen): {summary(app['staleness'])}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=256)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--frames", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+    elif args.measure:
+        print(json.dumps(measure(args.measure, args.frames, args.rollouts, args.turns, args.tokens)))
+    else:
+        report(args)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()
