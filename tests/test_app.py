@@ -35,8 +35,11 @@ async def started(pilot: Pilot, rows: int = 14) -> RolloutsTable:
 
 
 async def select(pilot: Pilot, key: str) -> None:
-    table(pilot.app).select(key)
-    await until(pilot, lambda: pilot.app.selected == key)
+    """Select a row and wait for the trace pane to show it (it follows the cursor's
+    repaint)."""
+    app = pilot.app
+    table(app).select(key)
+    await until(pilot, lambda: app.selected == key and app.trace_pane.rollout is app.store.rollouts[key])
 
 
 def svg(app: TracewatchApp, directory: Path, name: str) -> str:

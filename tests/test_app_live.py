@@ -85,7 +85,7 @@ async def select_row(pilot: Pilot, app: TracewatchApp, key: str) -> None:
     app.table.focus()
     steps = app.table.get_row_index(key) - app.table.cursor_row
     await pilot.press(*(["down"] * steps if steps > 0 else ["up"] * -steps))
-    await until(pilot, lambda: app.selected == key, f"{key} to be selected")
+    await until(pilot, lambda: app.selected == key and app.trace_pane.rollout is app.store.rollouts[key], f"{key} to be selected and shown")
 
 
 def keys_at_once(app: TracewatchApp, *keys: str) -> None:
