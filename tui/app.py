@@ -34,12 +34,14 @@ from tui.trace_pane import TracePane
 from tui.variants_panel import VariantCard, VariantsPanel
 
 TICK = 1 / 30
+NARROW_STATUS = 140
+"""Below this width the status line names the recording by its file name only."""
 CARD_EVERY = 4
 """Cards redraw every fourth tick at most: their counts scan the variant's rollouts."""
 
 class TracewatchApp(App[None]):
     CSS_PATH = "app.tcss"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (180, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-medium"), (180, "-wide")]
     BINDINGS = bindings("app", "replay")
 
     def __init__(self, engine: SessionView, *, title: str | None = None) -> None:
@@ -186,6 +188,9 @@ class TracewatchApp(App[None]):
         elif self.engine.readonly_reason:
             text.append(f"  read-only: {safe(self.engine.readonly_reason)}", style=self.palette.warning)
         elif (note := self.engine.recording_note) is not None:
+            path = self.engine.recording_path
+            if path is not None and note == str(path):  # the file's name fits a narrow line; quit prints it whole
+                note = home_short(path) if self.size.width >= NARROW_STATUS else path.name
             text.append(f"  rec {safe(note)}", style=self.palette.muted)
         if (cut := self.engine.truncated) is not None:
             text.append(f"  {safe(cut)}", style=self.palette.warning)

@@ -47,8 +47,13 @@ COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
 PADDING = 1
 """Blank cells each side of a column's text."""
 NARROW = 110
-"""Below this width the Task column gives up its extra width (`TASK_NARROW`)."""
+"""Below this width the table lays its columns out by `PRIORITY`: a one-cell gap
+between columns, the Task column as wide as what is left (at least `TASK_NARROW`), and
+the columns that do not fit left out rather than behind a horizontal scrollbar."""
 TASK_NARROW = 12
+PRIORITY = ("variant", "phase", "activity", "reward", "elapsed", "errors", "task", "number", "turns", "tokens", "trace")
+"""Which columns a narrow table keeps first: what runs, where it is, what it does now,
+how it ended, how long, whether it failed; the cross-references last."""
 TICKING = ("elapsed", "activity")
 
 _PHASE_ORDER = {p: i for i, p in enumerate(ROLLOUT_PHASES)}
@@ -158,7 +163,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._resort = False
         self._cursor_row = 0
         self._cursor_key: str | None = None
-        self._widths = self._column_widths(narrow=False)
+        self._columns, self._widths, self._pads = self._layout(NARROW)
         self._strips: dict[str, Strip] = {}
         """Each drawn row without the cursor, full width; dropped when its rollout changes."""
         self._styles: dict[tuple[Style, str | None], Style] = {}
@@ -203,12 +208,17 @@ class RolloutsTable(ScrollView, can_focus=True):
         """A column's header as drawn: its label, and in the sorted column the order's
         arrow (▲ ascending, ▼ reversed) in the cell after it, so no width cuts it."""
         label = next(label for key, label, _ in COLUMNS if key == column)
-        width = self._widths[COLUMN_KEYS.index(column)] - 2 * PADDING
-        pad = " " * PADDING
+        left, right = (" " * pad for pad in self._pads)
+        width = self._widths[self._columns.index(column)] - len(left) - len(right)
         if column != self.sort_column:
-            return pad + fit(label, width) + pad
+            return left + fit(label, width) + right
         text = fit(label, width).rstrip()
-        return pad + text + ("▼" if self.sort_reverse else "▲") + " " * (width - cell_len(text))
+        return left + text + ("▼" if self.sort_reverse else "▲") + " " * (width + len(right) - 1 - cell_len(text))
+
+    @property
+    def columns_shown(self) -> tuple[str, ...]:
+        """The columns on screen, left to right (a narrow table leaves some out)."""
+        return self._columns
 
     # -- the app's API -------------------------------------------------------------------
 
@@ -394,7 +404,7 @@ class RolloutsTable(ScrollView, can_focus=True):
                 self._move_cursor(row)
 
     def _column_at(self, x: int) -> str | None:
-        for key, width in zip(COLUMN_KEYS, self._widths, strict=True):
+        for key, width in zip(self._columns, self._widths, strict=True):
             if x < width:
                 return key
             x -= width
@@ -403,18 +413,31 @@ class RolloutsTable(ScrollView, can_focus=True):
     # -- drawing ---------------------------------------------------------------------------
 
     def on_resize(self) -> None:
-        """Crossing `NARROW` re-lays the columns (rare: a terminal resize), never a tick."""
-        widths = self._column_widths(narrow=self.size.width < NARROW)
-        if widths != self._widths:
-            self._widths = widths
-            self.virtual_size = Size(sum(widths), len(self._keys) + 1)
+        """A resize re-lays the columns (rare), never a tick."""
+        layout = self._layout(self.scrollable_content_region.width)
+        if layout != (self._columns, self._widths, self._pads):
+            self._columns, self._widths, self._pads = layout
+            self.virtual_size = Size(sum(self._widths), len(self._keys) + 1)
             self._forget_drawing()
         self._scroll_to_cursor()
 
     @staticmethod
-    def _column_widths(narrow: bool) -> list[int]:
-        """Each column's width on screen, its padding included."""
-        return [(TASK_NARROW if key == "task" and narrow else width) + 2 * PADDING for key, _, width in COLUMNS]
+    def _layout(width: int) -> tuple[tuple[str, ...], list[int], tuple[int, int]]:
+        """The columns shown, each one's width on screen (its padding included), and
+        the padding (left, right): every column from `NARROW` up, else by `PRIORITY`."""
+        if width >= NARROW:
+            return COLUMN_KEYS, [w + 2 * PADDING for _, _, w in COLUMNS], (PADDING, PADDING)
+        wanted = {key: (TASK_NARROW if key == "task" else w) + 1 for key, _, w in COLUMNS}
+        chosen: set[str] = set()
+        used = 0
+        for key in PRIORITY:
+            if used + wanted[key] <= width:
+                chosen.add(key)
+                used += wanted[key]
+        if "task" in chosen:
+            wanted["task"] += min(width - used, 24 - TASK_NARROW)
+        columns = tuple(key for key in COLUMN_KEYS if key in chosen)
+        return columns, [wanted[key] for key in columns], (0, 1)
 
     def notify_style_update(self) -> None:
         """A theme or CSS change: styles are resolved again, rows redrawn."""
@@ -444,7 +467,7 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     def _header_strip(self) -> Strip:
         style = self._style(Style(), "header")
-        texts = (self.header_label(key) for key in COLUMN_KEYS)
+        texts = (self.header_label(key) for key in self._columns)
         return Strip([Segment("".join(texts), style)], sum(self._widths))
 
     def _row_strip(self, key: str, layer: str | None) -> Strip:
@@ -452,10 +475,11 @@ class RolloutsTable(ScrollView, can_focus=True):
         if rollout is None:
             return Strip.blank(sum(self._widths), self.rich_style)
         self.rows_drawn += 1
-        cells = self._cells(rollout, self.now(), COLUMN_KEYS)
-        pad = " " * PADDING
+        cells = self._cells(rollout, self.now(), self._columns)
+        left, right = (" " * pad for pad in self._pads)
+        inner = len(left) + len(right)
         segments = [
-            Segment(pad + fit(text, width - 2 * PADDING) + pad, self._style(style, layer))
+            Segment(left + fit(text, width - inner) + right, self._style(style, layer))
             for (text, style), width in zip(cells.values(), self._widths, strict=True)
         ]
         return Strip(segments, sum(self._widths))

@@ -13,15 +13,23 @@ from tui.format import PALETTE_CLASSES, Palette, safe
 
 LABEL_WIDTH = 11
 DURATION_WIDTH = 9
+TYPICAL_WIDTH = 15
+"""Room for "p50/p95 4.1s/7.0s" after a bar, when the rows carry them (`NARROW`)."""
+NARROW = 100
+"""Below this width the per-variant table is below the fold (80x24): each bar also
+shows its variant's p50/p95 for that phase."""
 
 
 def seconds_text(seconds: float) -> str:
     return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.1f}s"
 
 
-def waterfall(timing: dict, horizon: float, width: int, palette: Palette) -> Text:
+def waterfall(
+    timing: dict, horizon: float, width: int, palette: Palette, typical: dict[str, tuple[float, float]] | None = None
+) -> Text:
     """One line per phase: a bar from its start to its end (or `horizon` while open) on a
-    shared scale; the agent line splits into model and harness time below it."""
+    shared scale; the agent line splits into model and harness time below it. With
+    `typical`, each line ends with that phase's p50/p95 for comparison."""
     spans: list[tuple[str, float, float, bool]] = []
     for phase in PHASES:
         span = timing.get(phase) or {}
@@ -33,13 +41,13 @@ def waterfall(timing: dict, horizon: float, width: int, palette: Palette) -> Tex
         return text.append("no timing yet", style=palette.muted)
     origin = timing.get("start") or spans[0][1]
     total = max(max(end for _, _, end, _ in spans) - origin, 1e-6)
-    bar_width = max(8, width - LABEL_WIDTH - DURATION_WIDTH - 1)
+    bar_width = max(8, width - LABEL_WIDTH - DURATION_WIDTH - 1 - (TYPICAL_WIDTH if typical is not None else 0))
     scale = bar_width / total
     agent = timing.get("agent") or {}
     for phase, start, end, open_ in spans:
         offset = int((start - origin) * scale)
         length = max(1, round((end - start) * scale))
-        _line(text, phase, offset, length, end - start, open_, palette)
+        _line(text, phase, offset, length, end - start, open_, palette, typical=typical)
         if phase == "agent":
             # model then harness, end to end under the agent bar: their sum is its length
             # (they interleave in time; the split is what the bars show)
@@ -49,7 +57,7 @@ def waterfall(timing: dict, horizon: float, width: int, palette: Palette) -> Tex
                 if seconds:
                     # cells from the rounded running sum, so the parts end where the agent does
                     first, last = offset + round(done * scale), offset + round((done + seconds) * scale)
-                    _line(text, f" └ {part}", first, max(1, last - first), seconds, False, palette, glyph)
+                    _line(text, f" └ {part}", first, max(1, last - first), seconds, False, palette, glyph, typical)
                     done += seconds
     text.append(f"{'':{LABEL_WIDTH}}0s{'':>{max(0, bar_width - 2 - len(seconds_text(total)))}}")
     text.append(seconds_text(total), style=palette.muted)
@@ -57,13 +65,26 @@ def waterfall(timing: dict, horizon: float, width: int, palette: Palette) -> Tex
 
 
 def _line(
-    text: Text, label: str, offset: int, length: int, seconds: float, open_: bool, palette: Palette, glyph: str = "█"
+    text: Text,
+    label: str,
+    offset: int,
+    length: int,
+    seconds: float,
+    open_: bool,
+    palette: Palette,
+    glyph: str = "█",
+    typical: dict[str, tuple[float, float]] | None = None,
 ) -> None:
-    style = palette.phase(label.strip(" └"))
+    phase = label.strip(" └")
+    style = palette.phase(phase)
     text.append(f"{label:<{LABEL_WIDTH}}", style=style)
     text.append(" " * offset)
     text.append(glyph * length, style=style)
-    text.append(f" {seconds_text(seconds)}{' …' if open_ else ''}\n", style=palette.muted if not open_ else "bold")
+    text.append(f" {seconds_text(seconds)}{' …' if open_ else ''}", style=palette.muted if not open_ else "bold")
+    if typical is not None and phase in typical:
+        p50, p95 = typical[phase]
+        text.append(f"  p50/p95 {seconds_text(p50)}/{seconds_text(p95)}", style=palette.muted)
+    text.append("\n")
 
 
 def variant_table(store: RolloutStore, palette: Palette) -> Table:
@@ -113,7 +134,8 @@ class TimingView(Widget):
             trace = rollout.traces.get(self.trace_id or "") or rollout.primary
             if trace is not None:
                 horizon = rollout.ended_at if rollout.status.finished and rollout.ended_at else self.now
-                body = waterfall(trace.timing, horizon, self.size.width, palette)
+                typical = self.store.stats(rollout.variant).phases if self.size.width < NARROW else None
+                body = waterfall(trace.timing, horizon, self.size.width, palette, typical)
         if isinstance(body, Text):
             body.end = "\n"  # the waterfall ends without one; the caption needs a blank line above
         caption = Text("\nphase p50 / p95 per variant (finished rollouts)", style="bold")

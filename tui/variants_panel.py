@@ -82,42 +82,45 @@ class VariantCard(Horizontal, can_focus=True):
         cancel.label = "Kill" if variant.state is VariantState.CANCELLING else "Cancel"
 
     def _body(self, now: float, palette: Palette) -> Text:
+        """Four rows: name and state; server, model and sampling; counts; the cancel's
+        escalation, the failure or the mean reward. A two-row card (80x24) keeps the
+        first two and puts the escalation or failure in place of the counts."""
         variant = self.variant
         state = variant.state
         style = palette.phase(_STATE_LOOK.get(state, state.value))
-        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        head = Text(no_wrap=True, overflow="ellipsis", end="")
         if self.has_focus:  # a glyph, not only a shade: `s` and `x` act on this card
-            text.append("▶ ", style="bold reverse")
-        text.append(safe(variant.name), style="bold reverse" if self.has_focus else "bold")
-        text.append("  ")
-        text.append(state.value, style=style)
+            head.append("▶ ", style="bold reverse")
+        head.append(safe(variant.name), style="bold reverse" if self.has_focus else "bold")
+        head.append("  ")
+        head.append(state.value, style=style)
         if state is VariantState.STARTING and variant.health_left is not None:
-            text.append(f" · health {variant.health_left:.0f}s", style=palette.muted)
-        text.append("\n")
-        server = f"pid {variant.pid}" if variant.pid is not None else safe(variant.address or "no server")
-        text.append(server)
+            head.append(f" · health {variant.health_left:.0f}s", style=palette.muted)
+        server = Text(f"pid {variant.pid}" if variant.pid is not None else safe(variant.address or "no server"))
         if variant.server_started_at is not None and state in (VariantState.RUNNING, VariantState.DRAINING, VariantState.CANCELLING):
-            text.append(f" · up {clock(now - variant.server_started_at)}", style=palette.muted)
-        self._describe(text)
+            server.append(f" · up {clock(now - variant.server_started_at)}", style=palette.muted)
+        self._describe(server)
         run = self.store.latest_run(variant.name)
         stats = self.store.stats(variant.name, run=run)  # this start's, not every start's summed
         detail = self._detail(now, palette)
-        if detail is not None and stats.mean_reward is not None:
-            text.append(f" · reward {stats.mean_reward:.2f}", style="bold")
-        counts = stats.counts
-        text.append("\n")
+        counts = Text()
         if run > 1:
-            text.append(f"start {run}: ", style="bold")
-        text.append(f"run {counts[Status.RUNNING] + counts[Status.CANCELLING]}")
-        text.append(f"  done {counts[Status.DONE]}", style=palette.success)
-        text.append(f"  fail {counts[Status.FAILED]}", style=palette.error if counts[Status.FAILED] else "")
-        text.append(f"  cxl {counts[Status.CANCELLED]}")
-        if detail is not None:
-            text.append("\n")
-            text.append_text(detail)
-        elif stats.mean_reward is not None:
-            text.append(f"\nmean reward {stats.mean_reward:.2f}", style="bold")
-            text.append(f" · {stats.scored} scored", style=palette.muted)
+            counts.append(f"start {run}: ", style="bold")
+        tally = stats.counts
+        counts.append(f"run {tally[Status.RUNNING] + tally[Status.CANCELLING]}")
+        counts.append(f"  done {tally[Status.DONE]}", style=palette.success)
+        counts.append(f"  fail {tally[Status.FAILED]}", style=palette.error if tally[Status.FAILED] else "")
+        counts.append(f"  cxl {tally[Status.CANCELLED]}")
+        reward = Text(f"mean reward {stats.mean_reward:.2f}", style="bold") if stats.mean_reward is not None else None
+        if self.size.height and self.size.height < 4:
+            rows = [Text(" · ").join([head, server]), detail or Text(" · ").join([counts, *([reward] if reward else [])])]
+        elif detail is not None:
+            rows = [Text(" · ").join([server, *([reward] if reward else [])]), counts, detail]
+            rows.insert(0, head)
+        else:
+            last = Text(" · ").join([reward, Text(f"{stats.scored} scored", style=palette.muted)]) if reward else Text()
+            rows = [head, server, counts, last]
+        text = Text("\n", no_wrap=True, overflow="ellipsis", end="").join(rows)
         return text
 
     def _describe(self, text: Text) -> None:
