@@ -111,7 +111,7 @@ class TracewatchApp(App[None]):
     def _tick(self) -> None:
         """Read what changed since the last tick and redraw only that; nothing once the
         app is shutting down (its widgets are being removed)."""
-        if not self.is_running:
+        if not (self.is_running and self.table.is_attached):
             return
         changes = self.store.take_changes()
         self._ticks += 1

@@ -195,10 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
     from tui.app import TracewatchApp
 
-    TracewatchApp(engine).run()
+    app = TracewatchApp(engine)
+    app.run()
+    if app.return_code:  # it crashed (Textual printed why): keep what was recorded
+        recorder = getattr(engine, "recorder", None)
+        if recorder is not None:
+            recorder.close()
     for line in where_things_went(engine, recorded=command not in ("replay", "open")):
         print(line)
-    return 0
+    return app.return_code or 0
 
 
 def where_things_went(engine: Session, recorded: bool) -> list[str]:

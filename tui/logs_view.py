@@ -3,6 +3,7 @@ file reads never block the loop), with how much arrived while the tab was hidden
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,7 +34,8 @@ class LogsView(Vertical):
 
     def compose(self) -> ComposeResult:
         names = list(self.variants)
-        yield Select(
+        # held, not queried: the reader's answer may land while they are being removed
+        self._select: Select[str] = Select(
             [(safe(name), name) for name in names],
             value=names[0] if names else Select.NULL,
             allow_blank=not names,
@@ -41,21 +43,25 @@ class LogsView(Vertical):
             compact=True,
             id="log-variant",
         )
-        yield Log(max_lines=TAIL_LINES * 2, id="log-lines")
+        self._log = Log(max_lines=TAIL_LINES * 2, id="log-lines")
+        yield self._select
+        yield self._log
 
     def variants_changed(self) -> None:
         """Variants that appeared since (a replay meets them as it plays) join the list;
         the first is shown if none was."""
-        select = self.query_one(Select)
+        select = self._select
+        if not select.is_attached:
+            return
         shown = self.shown
         names = list(self.variants)
         select.set_options([(safe(name), name) for name in names])
         if names:
-            select.value = shown if shown in self.variants else names[0]
+            select.value = shown if shown is not None and shown in self.variants else names[0]
 
     @property
     def shown(self) -> str | None:
-        value = self.query_one(Select).value
+        value = self._select.value
         return value if isinstance(value, str) else None
 
     @on(Select.Changed)
@@ -65,7 +71,8 @@ class LogsView(Vertical):
 
     def poll(self, visible: bool) -> None:
         self._visible = visible
-        self._read(visible, self.shown)
+        if self._log.is_attached:
+            self._read(visible, self.shown)
 
     @work(thread=True, exclusive=True, group="logs")
     def _read(self, visible: bool, shown: str | None) -> None:
@@ -80,7 +87,8 @@ class LogsView(Vertical):
                 tail = self.variants[shown].log_tail(TAIL_LINES) or [f"({shown}'s server has written nothing yet)"]
             except OSError as error:
                 tail = [f"cannot read the capture of {shown}: {error}"]
-        self.app.call_from_thread(self._apply, sizes, shown, tail, visible)
+        with contextlib.suppress(RuntimeError):  # the app stopped while the files were read
+            self.app.call_from_thread(self._apply, sizes, shown, tail, visible)
 
     def _apply(self, sizes: dict[str, int], shown: str | None, tail: list[str] | None, visible: bool) -> None:
         if visible:
@@ -89,9 +97,9 @@ class LogsView(Vertical):
         if unread != self.unread:
             self.unread = unread
             self.post_message(self.Unread())
-        if tail is not None and shown is not None and shown == self.shown:
+        log = self._log
+        if tail is not None and shown is not None and shown == self.shown and log.is_attached:
             self._tail_size = sizes.get(shown)
-            log = self.query_one(Log)
             log.clear()
             log.write_lines(safe(line) for line in tail)
 

@@ -88,7 +88,8 @@ class QuitScreen(ModalScreen[None]):
 
     def progress(self, line: str) -> None:
         self.lines.append(line)
-        self.query_one("#quit-progress", Static).update(Text("\n".join(safe(line) for line in self.lines[-12:])))
+        for shown in self.query("#quit-progress").results(Static):  # none once the screen is gone
+            shown.update(Text("\n".join(safe(line) for line in self.lines[-12:])))
 
     async def _run(self) -> None:
         try:

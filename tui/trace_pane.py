@@ -39,12 +39,20 @@ class TracePane(Vertical):
         self._trace_ids: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
-        yield Static(markup=False, id="trace-title")
-        yield Transcript(id="transcript", clock=self.clock)
+        # held, not queried: a tick or a message may come while they are being removed
+        self._title_line = Static(markup=False, id="trace-title")
+        self._transcript = Transcript(id="transcript", clock=self.clock)
+        yield self._title_line
+        yield self._transcript
 
     @property
     def transcript(self) -> Transcript:
-        return self.query_one(Transcript)
+        return self._transcript
+
+    @property
+    def _gone(self) -> bool:
+        """Its parts are being removed (the app is quitting): nothing to draw."""
+        return not (self._title_line.is_attached and self._transcript.is_attached)
 
     @property
     def switcher(self) -> Select[str] | None:
@@ -62,14 +70,16 @@ class TracePane(Vertical):
     def set_hidden(self, hidden: bool) -> None:
         if hidden != self.hidden:
             self.hidden = hidden
-            if self.rollout is not None:
-                self.query_one("#trace-title", Static).update(self._title(self.rollout))
+            if self.rollout is not None and not self._gone:
+                self._title_line.update(self._title(self.rollout))
 
     def refresh_trace(self, changed: set[tuple[str, str]] | None) -> None:
         """Follow what changed in the shown rollout: new traces reach the switcher; the
         transcript redraws only when its own trace changed (`changed` None: always)."""
         rollout = self.rollout
-        title = self.query_one("#trace-title", Static)
+        if self._gone:
+            return
+        title = self._title_line
         if rollout is None:
             title.update(Text("select a rollout (enter opens its trace)", style="dim"))
             self.transcript.show(None, None)
