@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 from demo_sessions import demo_variant, write_config
+from polling import MARGIN, alive, wait_until
 
 from core.session import headless
 from core.session.config import load_config
@@ -27,3 +34,34 @@ def test_a_variant_settles_after_its_rollouts_lines(tmp_path, monkeypatch):
     starting = next(i for i, line in enumerate(lines) if line == "baseline: starting")
     assert len(ended) == 3
     assert starting < min(ended) and max(ended) < settled, lines
+
+
+def test_ctrl_c_cancels_prints_the_summary_and_exits_130(tmp_path):
+    """A real `tracewatch --headless` and a real SIGINT, as Ctrl-C sends it: every run
+    is cancelled and its server stopped, the summary is printed, the exit status is
+    130, and there is no traceback."""
+    config = write_config(tmp_path, [demo_variant("stuck", ["stuck", "stuck"])])
+    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
+    env = {**os.environ, "TRACEWATCH_HOME": str(tmp_path / "home")}
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tui.cli", str(config), "--headless", "--no-record"],
+            stdout=out, stderr=err, env=env, cwd=Path(__file__).resolve().parent.parent,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: out_path.read_text().count("[stuck task] running") == 2, what="both stuck runs")
+            session = next((tmp_path / "home" / "sessions").iterdir())
+            record = json.loads(next(session.rglob("supervisor.json")).read_text())
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=MARGIN * 3)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    lines, errors = out_path.read_text().splitlines(), err_path.read_text()
+    assert code == 130, (lines, errors)
+    assert "Traceback" not in errors and "KeyboardInterrupt" not in errors
+    assert "SIGINT: cancelling every run and stopping every server (again to kill them now)" in lines
+    assert sum(line.startswith("stuck/") and " cancelled" in line for line in lines) == 2
+    assert lines[-1] == "stuck: cancelled; 2 cancelled; mean reward n/a"
+    wait_until(lambda: not any(map(alive, (record["supervisor_pid"], record["child_pid"]))), what="the server gone")

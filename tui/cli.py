@@ -192,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         engine.export_dir = args.export_dir
     FreezeAfterSlowCollections().install()
     if args.headless:
-        return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
+        try:
+            return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
+        except KeyboardInterrupt:  # before the runner took Ctrl-C over: nothing had started
+            return 130
     from tui.app import TracewatchApp
 
     app = TracewatchApp(engine)

@@ -2,7 +2,9 @@
 finished, failed, cancelled, stalled), variant state changes, and a summary.
 
 Exit status 0 only when every rollout finished without error, so a CI job or a
-script can rely on it.
+script can rely on it. Ctrl-C (SIGINT) or SIGTERM cancels every run, stops every
+server, prints what ended and the summary, and exits 128+signal (130 for Ctrl-C), with
+no traceback; a second one kills the servers still stopping at once.
 """
 
 from __future__ import annotations
@@ -43,12 +45,28 @@ async def run_headless(
     cancelled: set[str] = set()
     if cancel_stalled is not None:
         store.stall_seconds = min(store.stall_seconds, cancel_stalled)
-    await engine.start()
     loop = asyncio.get_running_loop()
-    settle = loop.create_task(engine.wait())
-    # SIGINT/SIGTERM end the session cleanly (a proxy runs until told to stop)
+    interrupted: list[signal.Signals] = []
+    stop = asyncio.Event()
+
+    def on_signal(signum: signal.Signals) -> None:
+        """The first SIGINT/SIGTERM ends the session cleanly (a proxy runs until told to
+        stop); a second kills what is still being stopped."""
+        if interrupted:
+            print(f"{signum.name} again: killing the servers still stopping", file=out, flush=True)
+            for variant in engine.variants.values():
+                if variant.state is VariantState.CANCELLING:
+                    variant.cancel()
+            return
+        interrupted.append(signum)
+        print(
+            f"{signum.name}: cancelling every run and stopping every server (again to kill them now)",
+            file=out, flush=True,
+        )  # fmt: skip
+        stop.set()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, settle.cancel)
+        loop.add_signal_handler(signum, on_signal, signum)
 
     def report_variants(names: set[str], settled: bool) -> None:
         for name in sorted(names):
@@ -84,17 +102,27 @@ async def run_headless(
                 print(f"{label} cancelling: silent for {idle:.0f}s", file=out, flush=True)
         report_variants(changes.variants, settled=True)
 
+    stopping = loop.create_task(stop.wait())
+    settle: asyncio.Task[None] | None = None
     try:
-        while not settle.done():
+        await engine.start()
+        settle = loop.create_task(engine.wait())
+        while not settle.done() and not stop.is_set():
             report()
-            await asyncio.wait({settle}, timeout=POLL_SECONDS)
+            await asyncio.wait({settle, stopping}, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+        report()
     finally:
+        await engine.shutdown()  # a second signal still kills while this waits
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-        await engine.shutdown()
+        for task in (settle, stopping):
+            if task is not None:
+                task.cancel()
     report()
     for line in summary_lines(engine):
         print(line, file=out, flush=True)
+    if interrupted:
+        return 128 + interrupted[0]
     ok = store.rollouts and all(r.status is Status.DONE for r in store.rollouts.values())
     return 0 if ok else 1
 
