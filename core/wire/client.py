@@ -54,7 +54,7 @@ keeps its backlog (TCP pushes back; nothing is dropped) instead of growing our m
 by the whole stream."""
 
 BATCH_FRAMES = 256
-BATCH_SECONDS = 0.004
+BATCH_SECONDS = 0.002
 """The receive loop hands the event loop back after this many queued frames or this
 long, whichever comes first: pyzmq answers `recv` at once while frames are queued, so
 a loop that drains a backlog in one go starves the screen's tick and the keys for as
