@@ -4,7 +4,10 @@ every file 0600 whatever the umask, because they hold whole transcripts."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
+import shutil
 import stat
 import time
 from pathlib import Path
@@ -32,9 +35,68 @@ def _stamp() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
+DEFAULT_KEEP_SESSIONS = 20
+"""How many session folders are kept (config `keep_sessions`, `--keep`)."""
+LOCK_NAME = "tracewatch.lock"
+_SESSION_NAME = re.compile(r"(\d{8})-(\d{6})-(\d+)\Z")
+
+
+def sessions_root() -> Path:
+    return tracewatch_home() / "sessions"
+
+
 def new_session_dir() -> Path:
     """Where one session keeps its captures, outcome records and exports."""
-    return tracewatch_home() / "sessions" / _stamp()
+    return sessions_root() / _stamp()
+
+
+def claim_session(path: Path) -> int:
+    """Create a session folder (private) and lock it for as long as the returned
+    descriptor is open: the kernel drops the lock when this process ends, however it
+    ends, so a held lock means a session that is running."""
+    private_dir(path)
+    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def prune_sessions(keep: int, root: Path | None = None) -> list[Path]:
+    """Delete the session folders under `root` (default: ours) beyond the newest `keep`,
+    never one that is running (its lock is held), never anything not named like a
+    session folder; return what was deleted. A folder that cannot be deleted is left."""
+    root = root or sessions_root()
+    try:
+        folders = [p for p in root.iterdir() if _SESSION_NAME.match(p.name) and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+    def newest_first(path: Path) -> tuple[str, str, int]:
+        day, clock, pid = _SESSION_NAME.match(path.name).groups()  # type: ignore[union-attr]
+        return day, clock, int(pid)
+
+    deleted = []
+    for folder in sorted(folders, key=newest_first, reverse=True)[keep:]:
+        try:
+            fd = os.open(folder / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            fd = None  # from before locks, or never started: nothing holds it
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a running session
+            shutil.rmtree(folder)
+            deleted.append(folder)
+        except OSError:
+            continue
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return deleted
 
 
 class PrivatePathError(OSError):

@@ -35,6 +35,14 @@ def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
         record.add_argument("--record", type=Path, metavar="PATH", help="record every delta to PATH (default: a new file under $TRACEWATCH_HOME/recordings)")
         record.add_argument("--no-record", action="store_true", help="do not record this session")
         parser.add_argument("--cancel-stalled", type=float, metavar="SECONDS", help="headless: cancel a rollout that sent nothing for this long")
+        parser.add_argument("--keep", type=_positive, metavar="N", help="keep the newest N session folders, deleting older ones that are not running (default: the config's keep_sessions, else 20)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
 
 
 class _ShowDefaults(argparse.HelpFormatter):
@@ -184,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             engine = _offline_session(command, args)
         else:
             config = _live_config(command, args)
+            if args.keep is not None:
+                config = config.model_copy(update={"keep_sessions": args.keep})
             engine = Engine(config, recorder=_recorder(args, {"argv": argv}))
     except (ConfigError, RecordingError, RunDirError, ForwarderError, OSError) as error:
         print(f"tracewatch: {error}", file=sys.stderr)

@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from core.paths import DEFAULT_KEEP_SESSIONS
 from core.session.config_errors import ConfigError, Problem, field_path, problems_of, suggest
 from core.session.secrets import find_secrets
 from core.text import short_repr
@@ -348,6 +349,8 @@ class Config(BaseModel):
     source: str
     """The config file, or "command line" / "built-in demo"."""
     variants: list[AnyVariantConfig]
+    keep_sessions: int = Field(DEFAULT_KEEP_SESSIONS, ge=1)
+    """How many session folders to keep; older ones that are not running are deleted."""
 
     @classmethod
     def from_attach(
@@ -392,6 +395,7 @@ class _File(BaseModel):
 
     defaults: dict[str, Any] = Field(default_factory=dict)
     variants: list[dict[str, Any]] = Field(min_length=1, description="one or more [[variants]] tables")
+    keep_sessions: int = Field(DEFAULT_KEEP_SESSIONS, ge=1, description="how many session folders to keep")
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -515,7 +519,7 @@ def build_config(raw: dict[str, Any], source: str, base_dir: Path) -> Config:
             seen.setdefault(name, index)
     if problems:
         raise ConfigError(problems)
-    return Config(source=source, variants=variants)
+    return Config(source=source, variants=variants, keep_sessions=top.keep_sessions)
 
 
 def _overlaps(path: str, other: str) -> bool:

@@ -8,11 +8,12 @@ and waits for them, so quitting leaves nothing running.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from core.paths import new_session_dir, private_dir, write_private
+from core.paths import claim_session, new_session_dir, private_dir, prune_sessions, sessions_root, write_private
 from core.recordings.export import episode_json, partial_episode
 from core.session.config import AnyVariantConfig, Config, TapVariantConfig
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
@@ -36,6 +37,8 @@ class Session:
         self.export_dir = session_dir / "exports"
         """Where `export_episode` writes (`--export-dir`)."""
         self.exported: list[Path] = []
+        self._lock: int | None = None
+        """The session folder's lock while this session uses the folder (see `claim_session`)."""
 
     @property
     def quit_warning(self) -> str | None:
@@ -78,10 +81,23 @@ class Session:
         replied, else the traces as assembled so far."""
         rollout = self.store.rollouts[key]
         record = rollout.record or partial_episode(rollout.task_data, rollout.assembly.traces.values(), rollout.reason)
-        directory = private_dir(directory or self.export_dir)
+        directory = directory or self.export_dir
+        if directory.is_relative_to(self.session_dir):
+            self._claim()
+        directory = private_dir(directory)
         path = write_private(directory / f"{key.replace('/', '-')}.json", episode_json(record))
         self.exported.append(path)
         return path
+
+    def _claim(self) -> None:
+        """Create the session folder and hold its lock, so no other tracewatch prunes it."""
+        if self._lock is None:
+            self._lock = claim_session(self.session_dir)
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
 
 class Engine(Session):
@@ -119,7 +135,9 @@ class Engine(Session):
         return f"recording stopped: {error}" if error else super().recording_note
 
     async def start(self) -> None:
-        private_dir(self.session_dir)
+        self._claim()
+        if self.session_dir.parent == sessions_root():
+            prune_sessions(self.config.keep_sessions)
         for variant in self.variants.values():
             variant.start()
 
@@ -151,6 +169,7 @@ class Engine(Session):
         on_progress("every server stopped")
         if self.recorder is not None:
             await asyncio.to_thread(self.recorder.close)  # its last write and fsync block
+        self._release()
 
     def _shutdown_progress(self, variants: list[Variant | ProxyVariant]) -> str:
         parts = []
