@@ -168,7 +168,8 @@ async def test_verifiers_client_through_the_proxy_gets_what_it_gets_direct_and_t
     assert variant.frames["health"] >= 1 and variant.frames["run"] == 3
     await engine.shutdown()
     opened = OpenedRecording(recording)
-    assert sorted(r.status for r in opened.store.rollouts.values()) == sorted(r.status for r in rollouts)
+    listed = {r.key: r.ending for r in opened.store.rollouts.values()}
+    assert listed == {r.key: r.ending for r in rollouts}, "an opened recording says how each ended, and why"
 
 
 async def test_cancel_from_the_view_sends_a_real_cancel_and_the_driver_gets_verifiers_aborted_reply(proxy_engine) -> None:

@@ -8,13 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.session.store import Ending, Status, episode_ending
-from core.wire.protocol import ABORTED_ERROR
+from core.wire.protocol import is_aborted
 
 LEGACY_CANCELLED = ("cancelled before it started", "cancelled with the variant")
-LEGACY_CANCELLED_PREFIXES = (ABORTED_ERROR, "cancelled here; ")
-"""The reasons a recording made before `end` existed gave a cancelled rollout: the
-server's abort, and the app's own words. Any other error, whatever it says, is a
-failure."""
+"""With the server's abort and "cancelled here; ...", the reasons a recording made
+before `end` existed gave a cancelled rollout: the app's own words. Any other error,
+whatever it says, is a failure."""
 
 
 def end_field(ending: Ending) -> dict[str, Any]:
@@ -37,5 +36,5 @@ def recorded_ending(record: Mapping[str, Any], episode: dict[str, Any] | None = 
             return episode_ending(episode)
         return Ending(Status.DONE) if head.get("ok") else Ending(Status.FAILED, "the episode did not succeed")
     error = str(reply.get("error") or "no reply")
-    cancelled = error in LEGACY_CANCELLED or error.startswith(LEGACY_CANCELLED_PREFIXES)
+    cancelled = is_aborted(error) or error in LEGACY_CANCELLED or error.startswith("cancelled here; ")
     return Ending(Status.CANCELLED if cancelled else Status.FAILED, error)

@@ -17,7 +17,7 @@ from typing import Any
 from core.session.store import RolloutStore
 from core.text import short_repr
 from core.wire.assembly import AssemblyError
-from core.wire.protocol import ABORTED_ERROR, RunResponse
+from core.wire.protocol import RunResponse, is_aborted
 
 
 def run_note(model: Any, sampling: Any) -> str:
@@ -92,19 +92,24 @@ class ObservedRuns:
         rollout = self.store.rollouts[key]
         if rollout.status.finished:
             return
-        if self.recorder is not None:
-            self.recorder.reply(key, reply if isinstance(reply, dict) else {"success": False, "error": short_repr(reply)})
         try:
             response = RunResponse.model_validate(reply)
             if not response.success:
                 error = response.error or "the run failed"
-                self.store.failed(key, error, cancelled=error.startswith(ABORTED_ERROR.split(":")[0]))
-                return
-            if response.head is None:
+                self.store.failed(key, error, cancelled=is_aborted(error))
+            elif response.head is None:
                 raise AssemblyError("the run's reply has no episode head")
-            self.store.finished(key, rollout.assembly.finish(response.head, response.traces))
+            else:
+                self.store.finished(key, rollout.assembly.finish(response.head, response.traces))
         except Exception as error:
             self.store.failed(key, f"the reply could not be read here: {error}")
+        self._record_reply(key, reply if isinstance(reply, dict) else {"success": False, "error": short_repr(reply)})
+
+    def _record_reply(self, key: str, reply: dict[str, Any]) -> None:
+        """The reply with the store's word on how the rollout ended (see
+        core.recordings.ending), as a variant of our own records it."""
+        if self.recorder is not None:
+            self.recorder.reply(key, reply, self.store.rollouts[key].ending)
 
     def lose(self, run: Hashable, reason: str) -> None:
         """The view of this run broke; the run itself goes on without us."""
@@ -113,8 +118,7 @@ class ObservedRuns:
             return
         reason = f"view lost: {reason} (the run itself is unaffected)"
         self.store.failed(key, reason)
-        if self.recorder is not None:
-            self.recorder.reply(key, {"success": False, "error": reason})
+        self._record_reply(key, {"success": False, "error": reason})
 
     def end_all(self, reason: str, cancelled: bool = False) -> None:
         """Every run still open ends here (the tap closed before their replies)."""
@@ -122,5 +126,4 @@ class ObservedRuns:
             key = self.keys.pop(run)
             if not self.store.rollouts[key].status.finished:
                 self.store.failed(key, reason, cancelled=cancelled)
-                if self.recorder is not None:
-                    self.recorder.reply(key, {"success": False, "error": reason})
+                self._record_reply(key, {"success": False, "error": reason})

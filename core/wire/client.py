@@ -23,7 +23,6 @@ import zmq.asyncio
 from core.wire.assembly import AssemblyError, EpisodeAssembly
 from core.wire.delta_checks import DeltaValueError, check_nesting
 from core.wire.protocol import (
-    ABORTED_ERROR,
     KIND_DELTA,
     KIND_REPLY,
     CancelRequest,
@@ -36,6 +35,7 @@ from core.wire.protocol import (
     RunResponse,
     SamplingConfig,
     delta_failure,
+    is_aborted,
     parse_reply,
     request_payload,
     unpack,
@@ -71,7 +71,7 @@ class RunFailed(RuntimeError):
 
     @property
     def aborted(self) -> bool:
-        return self.error.startswith(ABORTED_ERROR.split(":")[0])
+        return is_aborted(self.error)
 
 
 class ServerGone(ConnectionError):

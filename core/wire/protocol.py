@@ -23,6 +23,12 @@ ABORTED_ERROR = "Cancelled: rollout aborted"
 """The reply error verifiers' server sends for a run a cancel aborted."""
 
 
+def is_aborted(error: str | None) -> bool:
+    """Whether a run's reply error is the server's abort (its exact words, not any
+    error that mentions a cancel)."""
+    return error is not None and error.startswith(ABORTED_ERROR)
+
+
 def pack(payload: Any) -> bytes:
     packed: bytes = msgpack.packb(payload, use_bin_type=True, default=packable)
     return packed
