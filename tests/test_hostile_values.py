@@ -22,6 +22,8 @@ from core.recordings.replay import OpenedRecording, ReplaySession
 from core.session.engine import Engine, summary_lines
 from core.session.headless import run_headless
 from core.session.store import Status
+from core.wire.assembly import AssemblyError, EpisodeAssembly
+from core.wire.delta_checks import MAX_DEPTH
 from tui.app import TracewatchApp
 from tui.rollouts_table import RolloutsTable
 from tui.trace_pane import TracePane
@@ -37,7 +39,7 @@ def deep_content(levels: int) -> bytes:
 
 HOSTILE = {
     "tokens-text": ({"trace": "t", "set": {"num_total_tokens": "abc"}}, "num_total_tokens must be a whole number of tokens, got str 'abc'"),
-    "timing-text": ({"trace": "t", "set": {"timing": {"agent": {"start": "soon"}}}}, "set.timing.agent.start must be a finite number"),
+    "timing-text": ({"trace": "t", "set": {"timing": {"agent": {"start": "soon"}}}}, "set.timing.agent.start must be seconds (a finite number) or null, got str 'soon'"),
     "pending-int": ({"trace": "t", "pending": 5}, "'pending' must be a list of messages, got int"),
     "call-int": ({"trace": "t", "calls": [5]}, "calls[0] must be a map, got int 5"),
     "message-text": ({"trace": "t", "nodes": [{"parent": None, "message": "x"}]}, "nodes[0].message must be a map, got str 'x'"),
@@ -133,3 +135,16 @@ async def test_the_app_shows_every_run_of_the_recording(live):
             await pilot.pause()
             assert app.query_one(TracePane).rollout.key == key
     assert app.return_code in (0, None)
+
+
+def test_nesting_is_bounded_at_max_depth_exactly():
+    def delta(levels: int) -> dict:
+        """A node whose content makes the delta `levels` containers deep."""
+        content: object = "x"
+        for _ in range(levels - 4):  # the delta, its node list, the node, the message
+            content = {"a": content}
+        return {"trace": "t", "open": header("t"), "nodes": [{"parent": None, "message": {"role": "user", "content": content}}]}
+
+    EpisodeAssembly().apply(delta(MAX_DEPTH))
+    with pytest.raises(AssemblyError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        EpisodeAssembly().apply(delta(MAX_DEPTH + 1))
