@@ -54,7 +54,7 @@ async def test_help_lists_every_key_and_fits_the_terminal(width: int) -> None:
         screen = await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
         text = str(screen.query_one(Static).render())
         for key in KEYS:
-            assert f"{key.shown}  {key.help}" in text
+            assert f"{key.shown}  {key.local_help}" in text
         dialog = screen.query_one("#help")
         assert dialog.size.width <= width
         assert dialog.outer_size.width >= min(width - 4, 100)

@@ -71,7 +71,7 @@ class StandInVariant:
         self.pid: int | None = 4242
         self.supervised = True
         self.address: str | None = "tcp://127.0.0.1:5555"
-        self.server_started_at: float | None = time.time() - 62
+        self.server_started_at: float | None = store.clock() - 62
         self.health_left: float | None = None
         self.escalation: list[Escalation] = []
         self.outcome_text: str | None = None
@@ -166,9 +166,14 @@ class TableApp(App[None]):
 
 
 def make_engine(
-    variants: tuple[str, ...] = ("baseline", "candidate"), copies: int = 1, finish: bool = True, session_dir: Path = Path(".")
+    variants: tuple[str, ...] = ("baseline", "candidate"),
+    copies: int = 1,
+    finish: bool = True,
+    session_dir: Path = Path("."),
+    clock: Callable[[], float] = time.time,
 ) -> StandInEngine:
-    store = RolloutStore(stall_seconds=60.0)
+    """`clock` fixed makes every drawn time (elapsed, activity, uptime) fixed too."""
+    store = RolloutStore(stall_seconds=60.0, clock=clock)
     standins = {name: StandInVariant(name, store) for name in variants}
     for name in variants:
         feed(store, name, copies, finish)

@@ -31,6 +31,12 @@ class Key:
         """The keys as a user reads them: `ctrl+y / w`."""
         return " / ".join(_NAMES.get(key, key) for key in self.keys.split(","))
 
+    @property
+    def local_help(self) -> str:
+        """The description under its place's heading: without the README's "table: "."""
+        place, colon, rest = self.help.partition(": ")
+        return rest if colon and self.where != "app" and place in ("table", "trace", "replays") else self.help
+
     def binding(self) -> Binding:
         return Binding(self.keys, self.action, self.footer or self.title, show=bool(self.footer), priority=self.priority)
 

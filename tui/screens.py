@@ -28,16 +28,16 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         text = Text(end="")
-        text.append("tracewatch keys", style="bold")
+        text.append("tracewatch keys\n", style="bold")
         width = max(len(key.shown) for key in self.keys)
         for where, heading in WHERE.items():
             keys = [key for key in self.keys if key.where == where]
             if not keys:
                 continue
-            text.append(f"\n\n{heading}\n", style="bold underline")
+            text.append(f"\n{heading}\n", style="bold underline")
             for key in keys:
                 text.append(f"{key.shown:>{width}}  ", style="bold")
-                text.append(f"{key.help}\n")
+                text.append(f"{key.local_help}\n")
         text.append("\nMouse: click a row, a column header to sort, a card's buttons, a tab.", style="dim")
         with VerticalScroll(classes="dialog", id="help"):
             yield Static(text, markup=False)

@@ -50,6 +50,7 @@ class VariantCard(Horizontal, can_focus=True):
         self.store = store
         self.readonly = readonly
         self.differs: set[str] = set()
+        self._drawn: tuple[float, Palette] | None = None
         """What differs between this variant and another (model, sampling keys)."""
         # Held rather than queried: a redraw may come before compose or after teardown.
         self.body = Static(markup=False, classes="card-body")
@@ -70,7 +71,13 @@ class VariantCard(Horizontal, can_focus=True):
         event.stop()
         self.post_message(self.Requested(self.variant.name, "start" if event.button is self.start else "cancel"))
 
+    def on_resize(self) -> None:
+        """Two rows or four: the body is laid out for the card's height, so redraw it."""
+        if self._drawn is not None:
+            self.redraw(*self._drawn)
+
     def redraw(self, now: float, palette: Palette) -> None:
+        self._drawn = (now, palette)
         variant = self.variant
         for state in VariantState:
             self.set_class(state is variant.state, f"-{state.value}")

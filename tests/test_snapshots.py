@@ -1,0 +1,78 @@
+"""Golden screenshots (pytest-textual-snapshot) of the screens a user reads most, on
+a frozen clock and fixed data: the stand-in session over the recorded verifiers 0.4.0
+stream, and a recording written from it. `pytest --snapshot-update` rewrites them
+after a deliberate change; look at `tests/__snapshots__/` before committing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from polling import until
+from test_app_sessions import write_recording
+from textual.pilot import Pilot
+from tui_standin import StandInEngine, make_engine
+
+from core.recordings.replay import OpenedRecording, ReplaySession
+from tui.app import TracewatchApp
+from tui.screens import HelpScreen
+
+NOW = 1_764_500_000.0
+"""The frozen clock: every elapsed, idle and uptime is measured against it."""
+
+
+def frozen(finish: bool = False) -> StandInEngine:
+    return make_engine(finish=finish, clock=lambda: NOW)
+
+
+def selected(key: str, *keys: str, wait: Callable[[TracewatchApp], Any] | None = None) -> Callable[[Pilot], Any]:
+    """Before the shot: every row drawn, `key` selected, then `keys` pressed."""
+
+    async def run_before(pilot: Pilot) -> None:
+        app = pilot.app
+        assert isinstance(app, TracewatchApp)
+        await until(pilot, lambda: app.table.row_count == len(app.store.rollouts) and app.cards)
+        app.table.select(key)
+        await until(pilot, lambda: app.selected == key)
+        if keys:
+            await pilot.press(*keys)
+        if wait is not None:
+            await until(pilot, lambda: wait(app))
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+def test_main_screen(snap_compare, size: tuple[int, int]) -> None:
+    app = TracewatchApp(frozen(), title="tracewatch demo")
+    assert snap_compare(app, terminal_size=size, run_before=selected("baseline/run1/0"))
+
+
+def test_help(snap_compare) -> None:
+    app = TracewatchApp(frozen())
+    assert snap_compare(app, terminal_size=(120, 48), run_before=selected("baseline/run1/0", "question_mark", wait=lambda app: isinstance(app.screen, HelpScreen)))
+
+
+def test_timing(snap_compare) -> None:
+    app = TracewatchApp(frozen(finish=True))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=selected("baseline/run1/0", "2"))
+
+
+def test_replay(snap_compare, tmp_path: Path) -> None:
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    session = ReplaySession(path, speed=0)
+    app = TracewatchApp(session, title="tracewatch replay")
+    assert snap_compare(app, terminal_size=(160, 48), run_before=selected("candidate/run1", wait=lambda app: session.finished))
+
+
+def test_open(snap_compare, tmp_path: Path) -> None:
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    app = TracewatchApp(OpenedRecording(path), title="tracewatch open")
+    assert snap_compare(app, terminal_size=(160, 48), run_before=selected("baseline/run1"))
+
+
