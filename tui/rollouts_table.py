@@ -98,6 +98,19 @@ def fit(text: str, width: int) -> str:
     return set_cell_size(text, width - 1) + "…" if width > 0 else ""
 
 
+class _RowMessage(Message):
+    """A message about one row of a `RolloutsTable` (its `control`)."""
+
+    def __init__(self, table: RolloutsTable, key: str | None) -> None:
+        super().__init__()
+        self.table = table
+        self.key = key
+
+    @property
+    def control(self) -> RolloutsTable:
+        return self.table
+
+
 class RolloutsTable(ScrollView, can_focus=True):
     """The rollouts table. The app's tick calls `mark`/`sync` with the keys the store
     says changed and `tick` once a second; the filter and sort rebuild the index."""
@@ -123,29 +136,13 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     BINDINGS = bindings("table")
 
-    class RowHighlighted(Message):
+    class RowHighlighted(_RowMessage):
         """The cursor is on another rollout (or on none: `key` is None)."""
 
-        def __init__(self, table: RolloutsTable, key: str | None) -> None:
-            super().__init__()
-            self.table = table
-            self.key = key
-
-        @property
-        def control(self) -> RolloutsTable:
-            return self.table
-
-    class RowSelected(Message):
+    class RowSelected(_RowMessage):
         """Enter, or a click on the row the cursor is on."""
 
-        def __init__(self, table: RolloutsTable, key: str) -> None:
-            super().__init__()
-            self.table = table
-            self.key = key
-
-        @property
-        def control(self) -> RolloutsTable:
-            return self.table
+        key: str
 
     def __init__(self, store: RolloutStore, clock_fn: Callable[[], float], **kwargs: Any) -> None:
         super().__init__(**kwargs)
