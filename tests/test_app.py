@@ -392,7 +392,8 @@ async def test_the_selection_stays_on_a_rollout_that_leaves_the_filtered_view() 
         await until(pilot, lambda: "not in the filtered view" in str(title.render()))
         assert app.selected == "candidate/run1/0" and app.trace_pane.rollout.key == "candidate/run1/0"
         assert rows.pinned and "candidate/run1/0" not in rows.ordered_keys
-        await pilot.pause(0.2)
+        store.failed("baseline/run2/0", "done elsewhere")  # another row leaves: the table syncs again
+        await until(pilot, lambda: "baseline/run2/0" not in rows.ordered_keys)
         assert app.selected == "candidate/run1/0", "nothing moves it but the user"
         await pilot.press("down")
         await until(pilot, lambda: app.selected == rows.ordered_keys[rows.cursor_row] != "candidate/run1/0")
