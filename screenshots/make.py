@@ -47,7 +47,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots/make.py`
     sys.path.insert(0, str(ROOT))
 
-from core.session.config import demo_config  # noqa: E402
+from core.demo.config import demo_config  # noqa: E402
 from core.session.contracts import VariantState  # noqa: E402
 from core.session.engine import Engine  # noqa: E402
 from core.session.store import Rollout, Status  # noqa: E402

@@ -17,6 +17,7 @@ from tui_standin import StandInEngine, load_fixture, make_engine
 from core.recordings.export import episode_json
 from tui.app import TracewatchApp
 from tui.keys import KEYS
+from tui.rollout_filter import RowFilter
 from tui.rollouts_table import COLUMNS, RolloutsTable, fit
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.timing_view import TimingView
@@ -520,3 +521,29 @@ async def test_80x24_is_laid_out_on_purpose(tmp_path: Path) -> None:
         assert "rec 20261130-110457-4242.twrec" in status
         await pilot.press("2")
         await until(pilot, lambda: "p50/p95" in str(app.timing.render().renderables[1]))
+
+
+async def test_search_within_a_transcript() -> None:
+    """`/` in the trace searches it; n/N jump between matches; Esc clears."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await started(pilot)
+        await select(pilot, "baseline/run1/0")
+        await pilot.press("enter")
+        transcript = app.trace_pane.transcript
+        await until(pilot, lambda: app.focused is transcript)
+        title = app.query_one("#trace-title", Static)
+        await pilot.press("slash", *"CHECK")
+        await until(pilot, lambda: " · search " in str(title.render()))
+        total = len(transcript._matches)
+        assert total >= 2 and app.table.row_filter == RowFilter(), "the table's filter is untouched"
+        at = transcript._match_at
+        shown = transcript._matches[at]
+        assert transcript.scroll_offset.y <= shown < transcript.scroll_offset.y + transcript.scrollable_content_region.height
+        assert f"search {at + 1}/{total} (n/N)" in str(title.render())
+        await pilot.press("enter", "n")
+        await until(pilot, lambda: f"search {(at + 1) % total + 1}/{total}" in str(title.render()))
+        await pilot.press("N", "N")
+        await until(pilot, lambda: f"search {(at - 1) % total + 1}/{total}" in str(title.render()))
+        await pilot.press("slash", "escape")
+        await until(pilot, lambda: "search" not in str(title.render()) and app.focused is transcript)

@@ -244,6 +244,9 @@ class TracewatchApp(App[None]):
         over a modal screen `/` is left alone."""
         if self.screen is not self.screen_stack[0] or isinstance(self.focused, Input):
             raise SkipAction()
+        if self.focused is self.trace_pane.transcript:  # in the trace, `/` searches it
+            self.trace_pane.open_search()
+            return
         field = self.query_one("#filter", Input).add_class("-visible")
         self.screen.set_focus(field)
 
@@ -272,7 +275,11 @@ class TracewatchApp(App[None]):
         self.table.focus()
 
     def action_clear_filter(self) -> None:
-        """Escape in the filter or the table clears the filter, back on the table."""
+        """Escape in the filter or the table clears the filter, back on the table; in
+        the trace's search field it clears the search."""
+        if self.focused is self.query_one("#trace-search", Input):
+            self.trace_pane.clear_search()
+            return
         field = self.query_one("#filter", Input)
         if self.focused is not field and not (self.focused is self.table and field.value):
             raise SkipAction()

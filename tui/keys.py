@@ -70,7 +70,7 @@ KEYS: tuple[Key, ...] = (
     # Footer first, in the order a narrow footer keeps them: help and quit never drop off.
     Key("question_mark", "help", "Help", "help: every key, by where it works", footer="Help"),
     Key("q", "quit", "Quit", "quit: cancel every run, stop every server, exit", footer="Quit"),
-    Key("slash", "filter", "Filter rollouts", "filter: variant:NAME status:running,failed phase:agent TEXT", footer="Filter", priority=True),
+    Key("slash", "filter", "Filter rollouts", "filter: variant:NAME status:running,failed phase:agent TEXT (in the trace: search it)", footer="Filter", priority=True),
     Key("escape", "clear_filter", "Clear filter", "clear the filter and go back to the table"),
     Key("s", "start_variant", "Start variant", "start the selected rollout's variant (or the focused card's)", footer="Start"),
     Key("x", "cancel_variant", "Cancel variant", "cancel a variant: confirm with y; again while cancelling: SIGKILL now", footer="Stop var"),
@@ -100,6 +100,8 @@ KEYS: tuple[Key, ...] = (
     Key("down,right_square_bracket", "cursor(1)", "Next message", "trace: select the next message", where="transcript", palette=False),
     Key("end", "jump_end", "Follow the newest", "trace: go to the newest turn and follow it", where="transcript", palette=False),
     Key("escape", "clear_cursor", "Clear selection", "trace: clear the message selection", where="transcript", palette=False),
+    Key("n", "search_next(1)", "Next match", "trace: the next search match", where="transcript", palette=False),
+    Key("N", "search_next(-1)", "Previous match", "trace: the previous search match", where="transcript", palette=False),
     Key("space", "replay_pause", "Replay: pause or play", "replays: pause or play", where="replay", footer="Pause/play"),
     Key("n", "replay_step", "Replay: step", "replays: step one record", where="replay", footer="Step"),
     Key("greater_than_sign", "replay_seek", "Replay: seek to rollout", "replays: play fast to the selected rollout's end, then pause", where="replay", footer="Seek"),

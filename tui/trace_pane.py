@@ -12,7 +12,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import Select, Static
+from textual.widgets import Input, Select, Static
 
 from core.session.store import Rollout, TraceState
 from tui.format import safe
@@ -42,8 +42,37 @@ class TracePane(Vertical):
         # held, not queried: a tick or a message may come while they are being removed
         self._title_line = Static(markup=False, id="trace-title")
         self._transcript = Transcript(id="transcript", clock=self.clock)
+        self._search = Input(placeholder="search the trace (enter: back to it, n/N: next/previous, Esc: clear)", id="trace-search", compact=True)
+        self._search.display = False
         yield self._title_line
+        yield self._search
         yield self._transcript
+
+    def open_search(self) -> None:
+        self._search.display = True
+        self._search.focus()
+
+    @on(Input.Changed, "#trace-search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        self.transcript.search(event.value)
+        self._show_search()
+
+    @on(Input.Submitted, "#trace-search")
+    def _search_submitted(self) -> None:
+        """Enter keeps the search and goes back to the transcript, where n/N jump."""
+        self.transcript.focus()
+
+    def clear_search(self) -> None:
+        self._search.value = ""
+        self._search.display = False
+        self.transcript.search("")
+        self.transcript.focus()
+        self._show_search()
+
+    @on(Transcript.SearchMoved)
+    def _show_search(self) -> None:
+        if self.rollout is not None and not self._gone:
+            self._title_line.update(self._title(self.rollout))
 
     @property
     def transcript(self) -> Transcript:
@@ -104,6 +133,8 @@ class TracePane(Vertical):
             text.append(f" · {safe(rollout.reason)}", style="bold")
         if self.hidden:
             text.append(" · not in the filtered view", style="reverse")
+        if status := self.transcript.search_status:
+            text.append(f" · search {status} (n/N)", style="bold")
         return text
 
     def _fill_switcher(self, rollout: Rollout) -> None:

@@ -21,6 +21,7 @@ from rich.style import Style
 from textual import events
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -92,6 +93,8 @@ class Transcript(ScrollView, can_focus=True):
         & > .transcript--error { color: $text-error; text-style: bold; }
         & > .transcript--error-text { color: $text-error; }
         & > .transcript--outcome { color: $text-success; text-style: bold; }
+        & > .transcript--match { background: $accent 25%; }
+        & > .transcript--match-current { background: $accent 60%; }
         & > .transcript--pending { background: $warning 12%; }
         & > .transcript--pending-title { color: $text-warning; text-style: bold; }
         & > .transcript--cursor { background: $primary 22%; }
@@ -104,11 +107,14 @@ class Transcript(ScrollView, can_focus=True):
         for key in (
             *ROLES,
             "text", "meta", "rule", "other", "call", "reasoning", "branch", "error",
-            "error-text", "pending", "pending-title", "cursor", "badge", "outcome",
+            "error-text", "pending", "pending-title", "cursor", "badge", "outcome", "match", "match-current",
         )
     }
 
     BINDINGS = bindings("transcript")
+
+    class SearchMoved(Message):
+        """The current search match changed: the trace pane says which of how many."""
 
     following: var[bool] = var(True)
     """The view sticks to the bottom as lines arrive."""
@@ -128,6 +134,11 @@ class Transcript(ScrollView, can_focus=True):
         self._cache: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
         self._styles: dict[tuple[str, str | None, bool], Style] = {}
         self._width = 0
+        self._query = ""
+        self._matches: list[int] = []
+        """Lines holding the search text, top to bottom; `_match_at` is the current one."""
+        self._match_at = -1
+        self._match_set: set[int] = set()
         self._reset()
 
     def _reset(self) -> None:
@@ -170,6 +181,8 @@ class Transcript(ScrollView, can_focus=True):
         before = len(self._lines)
         added = self._sync(state)
         self.virtual_size = Size(self._width, len(self._lines))
+        if self._query:
+            self._find()
         if self.following:
             if len(self._lines) != before:
                 self.scroll_end(animate=False, immediate=True, x_axis=False)
@@ -403,6 +416,56 @@ class Transcript(ScrollView, can_focus=True):
         start, top = self._starts[-1], self.scroll_offset.y
         return start if start < top < len(self._lines) else None
 
+    # -- search ----------------------------------------------------------------------
+
+    def search(self, query: str) -> None:
+        """Mark every line holding `query` (any case) and go to the first from the top
+        of the view; an empty query clears the marks."""
+        self._query = query.lower()
+        self._find()
+        self._match_at = -1
+        if self._matches:
+            top = self.scroll_offset.y
+            self._match_at = next((i for i, y in enumerate(self._matches) if y >= top), 0) - 1
+            self.action_search_next(1)
+
+    @property
+    def search_status(self) -> str:
+        """ "3/12", "no match", or "" with no search."""
+        if not self._query:
+            return ""
+        return f"{self._match_at + 1}/{len(self._matches)}" if self._matches else "no match"
+
+    def action_search_next(self, step: int = 1) -> None:
+        """n / N: the next or previous match, scrolled into view (following stops)."""
+        if not self._matches:
+            return
+        self._match_at = (self._match_at + step) % len(self._matches)
+        y = self._matches[self._match_at]
+        self.following = False
+        self.scroll_to(y=max(0, y - self.scrollable_content_region.height // 3), animate=False, immediate=True)
+        self._cache.clear()
+        self.refresh()
+        self.post_message(self.SearchMoved())
+
+    def _find(self) -> None:
+        query = self._query
+        self._matches = [
+            y for y, line in enumerate(self._lines) if query and query in "".join(text for text, _ in line[0]).lower()
+        ] if query else []
+        self._match_set = set(self._matches)
+        self._match_at = min(self._match_at, len(self._matches) - 1)
+        self._cache.clear()
+        self.refresh()
+
+    def _line_at(self, index: int) -> Line:
+        """A line as drawn: a search match takes the match tint."""
+        line = self._lines[index]
+        if index in self._match_set:
+            current = self._match_at >= 0 and self._matches[self._match_at] == index
+            return (line[0], line[1], line[2], "match-current" if current else "match")
+        return line
+
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         index = self.scroll_offset.y + y
@@ -414,7 +477,7 @@ class Transcript(ScrollView, can_focus=True):
                 strip = Strip.blank(width, self.rich_style)
             else:
                 cursor = self._cursor is not None and self._starts[self._cursor] <= index < self._end(self._cursor)
-                strip = self._cache[(index, width)] = self._strip(self._lines[index], width, cursor)
+                strip = self._cache[(index, width)] = self._strip(self._line_at(index), width, cursor)
         if not self.following and self.new_since_left and y == self.scrollable_content_region.height - 1:
             badge = self._badge()
             strip = Strip.join([strip.crop(0, max(0, width - len(badge))), Strip([Segment(badge, self._style("badge", None, False))])])
@@ -482,6 +545,8 @@ class Transcript(ScrollView, can_focus=True):
         anchor = self._block_at(round(self.scroll_y))
         self._width = width
         self._rewrap()
+        if self._query:
+            self._find()
         if self.following or anchor is None:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         else:
