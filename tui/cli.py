@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -18,13 +19,13 @@ from core.recordings.recorder import Recorder
 from core.recordings.replay import OpenedRecording, OpenedRun, ReplaySession
 from core.recordings.run_dir import RunDirError
 from core.session.config import Config, load_config
-from core.session.config_errors import ConfigError
+from core.session.config_errors import ConfigError, Problem
 from core.session.engine import Engine, Session
 from core.session.headless import run_headless
 from core.session.retention import FreezeAfterSlowCollections
 from core.taps.forwarder import ForwarderError, check_proxy_addresses
 
-COMMANDS = ("attach", "proxy", "replay", "open", "export")
+COMMANDS = ("attach", "proxy", "eval", "replay", "open", "export")
 
 
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
@@ -63,7 +64,7 @@ def main_parser() -> argparse.ArgumentParser:
     parser = _parser(
         "tracewatch",
         "Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
-        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
+        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch eval -- vf-eval ... | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('tracewatch')}")
     parser.add_argument("config", nargs="?", type=Path, help="a TOML config of variants (see README)")
@@ -96,6 +97,17 @@ def proxy_parser() -> argparse.ArgumentParser:
     parser.add_argument("--upstream", required=True, help="tcp://HOST:PORT of the env server")
     parser.add_argument("--name", help="the variant's name (default: proxy)")
     _common(parser)
+    return parser
+
+
+def eval_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracewatch eval",
+        description="Run a vf-eval command line under tracewatch's supervisor and watch each of its in-process rollouts live: tracewatch eval [--name NAME] [--headless] -- vf-eval @ eval.toml ...",
+    )
+    parser.add_argument("--name", help="the variant's name (default: eval)")
+    _common(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the vf-eval command line")
     return parser
 
 
@@ -163,6 +175,13 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
             name=args.name,
             health_timeout=args.health_timeout,
         )
+    if command == "eval":
+        argv = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not argv:
+            raise ConfigError([Problem("command line", "eval", "expected a command after --, e.g. tracewatch eval -- vf-eval @ eval.toml")])
+        if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
+            raise ConfigError([Problem("command line", "eval", f"{argv[0]!r} is not found on PATH (is the venv with verifiers activated?)")])
+        return Config.for_eval(argv, args.name)
     if command == "proxy":
         config = Config.for_proxy(args.listen, args.upstream, args.name)
         check_proxy_addresses(args.listen, args.upstream)
@@ -183,7 +202,7 @@ def _offline_session(command: str, args: argparse.Namespace) -> Session:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "replay": replay_parser, "open": open_parser, "export": export_parser}
+    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "eval": eval_parser, "replay": replay_parser, "open": open_parser, "export": export_parser}
     args = parsers[command]().parse_args(argv[1:] if command else argv)
     try:
         if command == "export":

@@ -324,12 +324,19 @@ class ProxySpec(BaseModel):
 
 class TapVariantConfig(BaseModel):
     """A variant whose rollouts another program drives: a wire proxy between drivers
-    and their env server. Tasks, model and sampling come from the driver."""
+    and their env server, or an eval command (vf-eval) run under our supervisor with
+    a tap injected. Tasks, model and sampling come from the driver."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(description="a short unique name, e.g. \"eval-proxy\"")
-    proxy: ProxySpec
+    proxy: ProxySpec | None = None
+    eval: list[str] | None = Field(None, description='a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]')
+    cwd: str | None = Field(None, description="the eval's working directory")
+    env: dict[str, str] = Field(default_factory=dict)
+    env_from: list[str] = Field(default_factory=list)
+    grace_seconds: float = Field(10.0, gt=0)
+    deadline_seconds: float = Field(86400.0, gt=0)
     stall_seconds: float = Field(60.0, gt=0)
 
     @field_validator("name")
@@ -337,9 +344,48 @@ class TapVariantConfig(BaseModel):
     def _name(cls, value: str) -> str:
         return _short_name(value)
 
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return VariantConfig._cwd(value, info)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return VariantConfig._env(value)
+
+    @field_validator("env_from")
+    @classmethod
+    def _env_from(cls, value: list[str]) -> list[str]:
+        return VariantConfig._env_from(value)
+
+    @field_validator("eval", mode="before")
+    @classmethod
+    def _eval(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if isinstance(value, str):
+            raise ValueError(f"expected a list of arguments, not one string: eval = {json.dumps(shlex.split(value))}")
+        if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value) or not value[0]:
+            raise ValueError(f'expected a non-empty list of strings (a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]), got {short_repr(value)}')
+        return value
+
+    @model_validator(mode="after")
+    def _one_tap(self) -> TapVariantConfig:
+        if (self.proxy is None) == (self.eval is None):
+            raise ValueError("expected exactly one of proxy (a table: listen, upstream) or eval (a command line)")
+        return self
+
+    def working_dir(self) -> Path | None:
+        return Path(self.cwd) if self.cwd is not None else None
+
+    def environment(self) -> dict[str, str]:
+        """`env`, plus the current values of `env_from` that are set."""
+        return {**{name: os.environ[name] for name in self.env_from if name in os.environ}, **self.env}
+
 
 AnyVariantConfig = VariantConfig | TapVariantConfig
-TAP_KEYS = frozenset({"proxy"})
+TAP_KEYS = frozenset({"proxy", "eval"})
 """A variant table with one of these keys is a tap, validated as `TapVariantConfig`."""
 
 
@@ -381,6 +427,12 @@ class Config(BaseModel):
         endpoint = {"base_url": base_url, "api_key_var": api_key_var}
         if endpoint := {key: value for key, value in endpoint.items() if value is not None}:
             variant["endpoint"] = endpoint
+        return build_config({"variants": [variant]}, "command line", Path.cwd())
+
+    @classmethod
+    def for_eval(cls, argv: list[str], name: str | None = None) -> Config:
+        """One eval variant, as `tracewatch eval -- vf-eval ...` describes it."""
+        variant = {"name": name or "eval", "eval": list(argv)}
         return build_config({"variants": [variant]}, "command line", Path.cwd())
 
     @classmethod

@@ -15,10 +15,11 @@ from typing import Any
 
 from core.paths import claim_session, new_session_dir, private_dir, prune_sessions, sessions_root, write_private
 from core.recordings.export import episode_json, partial_episode
-from core.session.config import AnyVariantConfig, Config, TapVariantConfig
+from core.session.config import AnyVariantConfig, Config
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
 from core.session.store import RolloutStore
 from core.session.variant import Variant
+from core.taps.eval_variant import EvalVariant
 from core.taps.proxy_variant import ProxyVariant
 
 
@@ -115,14 +116,27 @@ class Engine(Session):
         )
         self.config = config
         self.recorder = recorder
-        self.variants: dict[str, Variant | ProxyVariant] = {
+        self.variants: dict[str, Variant | ProxyVariant | EvalVariant] = {
             variant.name: self._variant(variant) for variant in config.variants
         }
 
-    def _variant(self, config: AnyVariantConfig) -> Variant | ProxyVariant:
-        if isinstance(config, TapVariantConfig):
+    def _variant(self, config: AnyVariantConfig) -> Variant | ProxyVariant | EvalVariant:
+        if isinstance(config, Variant.config_type):
+            return Variant(config, self.store, self.session_dir, self.recorder)
+        if config.proxy is not None:
             return ProxyVariant(config.name, config.proxy.listen, config.proxy.upstream, self.store, self.recorder)
-        return Variant(config, self.store, self.session_dir, self.recorder)
+        assert config.eval is not None
+        return EvalVariant(
+            config.name,
+            config.eval,
+            self.store,
+            self.session_dir,
+            self.recorder,
+            cwd=config.working_dir(),
+            env=config.environment(),
+            grace_seconds=config.grace_seconds,
+            deadline_seconds=config.deadline_seconds,
+        )
 
     @property
     def quit_warning(self) -> str | None:
@@ -141,7 +155,7 @@ class Engine(Session):
         for variant in self.variants.values():
             variant.start()
 
-    def variant_of(self, key: str) -> Variant | ProxyVariant | None:
+    def variant_of(self, key: str) -> Variant | ProxyVariant | EvalVariant | None:
         rollout = self.store.rollouts.get(key)
         return self.variants.get(rollout.variant) if rollout is not None else None
 
@@ -171,7 +185,7 @@ class Engine(Session):
             await asyncio.to_thread(self.recorder.close)  # its last write and fsync block
         self._release()
 
-    def _shutdown_progress(self, variants: list[Variant | ProxyVariant]) -> str:
+    def _shutdown_progress(self, variants: list[Variant | ProxyVariant | EvalVariant]) -> str:
         parts = []
         for variant in variants:
             text = f"{variant.name}: {variant.state.value}"

@@ -64,6 +64,7 @@ class ServerExited(RuntimeError):
 
 
 class Variant:
+    config_type = VariantConfig
     cancel_unavailable = None
     rollout_cancel_unavailable = None
     status_line = None

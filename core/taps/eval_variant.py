@@ -1,0 +1,328 @@
+"""A variant that is an eval run: `vf-eval ...` under our supervisor, with the tap in
+`core/taps/inject/` on its PYTHONPATH streaming every in-process rollout back.
+
+The child pushes [kind, run, payload, dropped] messages to a PULL socket bound here on
+127.0.0.1: `begin` (task data, model, sampling), `delta` (verifiers' own delta
+bytes), `reply` (a served-style reply), `run_dir` (where vf-eval writes its
+traces.jsonl). The eval is ours to stop (SIGTERM, grace, SIGKILL; vf-eval exits 130
+on SIGTERM: cancelled). One rollout is not: vf-eval's runner (`gather_rollouts`)
+cancels every rollout when one of them ends by an exception, a cancel included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from core.paths import private_dir
+from core.session.contracts import Escalation, VariantState
+from core.session.store import RolloutStore
+from core.supervision.capture import tail_lines
+from core.supervision.child import ChildError, SupervisedChild
+from core.taps.observed import ObservedRuns
+from core.wire.protocol import unpack
+
+INJECT_DIR = Path(__file__).resolve().parent / "inject"
+ADDRESS_VAR = "TRACEWATCH_TAP"
+RECEIVE_QUEUE = 100_000
+BATCH = 2000
+EXITED_AT_ONCE = 5.0
+"""An eval that ends this soon after its start, without a rollout, "exited at once"."""
+
+ROLLOUT_CANCEL_UNAVAILABLE = (
+    "vf-eval runs its rollouts with gather_rollouts, which cancels every rollout when one "
+    "ends by an exception (a cancel included): cancelling one would end the whole eval. "
+    "Cancel the variant (x) to stop the eval."
+)
+
+
+class EvalVariant:
+    rollout_cancel_unavailable = ROLLOUT_CANCEL_UNAVAILABLE
+    cancel_unavailable = None
+    health_left = None
+    supervised = True
+    model = None
+    """vf-eval's config names the model; each rollout shows what it asked for."""
+    sampling: dict[str, Any] = {}
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        store: RolloutStore,
+        session_dir: Path,
+        recorder: Any = None,
+        *,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        grace_seconds: float = 10.0,
+        deadline_seconds: float = 86400.0,
+    ) -> None:
+        self.name = name
+        self.argv = argv
+        self.store = store
+        self.session_dir = session_dir
+        self.recorder = recorder
+        self.cwd = cwd
+        self.env = env or {}
+        self.grace_seconds = grace_seconds
+        self.deadline_seconds = deadline_seconds
+        self.state = VariantState.IDLE
+        self.reason: str | None = None
+        self.run_dir: str | None = None
+        self.server_started_at: float | None = None
+        self.escalation: list[Escalation] = []
+        self.outcome_text: str | None = None
+        self.dropped = 0
+        self.stdout_path: Path | None = None
+        self.stderr_path: Path | None = None
+        self.runs = ObservedRuns(name, store, recorder)
+        self._child: SupervisedChild | None = None
+        self._main: asyncio.Task | None = None
+        self._stopping: asyncio.Task | None = None
+        self._kill_now = False
+        self._grace_until: float | None = None
+        self._starts = 0
+        store.add_variant(name)
+
+    # -- what the UI reads ---------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        child = self._child
+        if child is None or child.poll() is not None:
+            return None
+        return child.server_pid
+
+    @property
+    def address(self) -> str | None:
+        return f"run dir {self.run_dir}" if self.run_dir else " ".join(self.argv)[:200]
+
+    @property
+    def can_start(self) -> bool:
+        return not self.state.active and self.state is not VariantState.CANCELLING
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.state.active or self.state is VariantState.CANCELLING
+
+    @property
+    def status_line(self) -> str | None:
+        parts = [f"run dir {self.run_dir} (tracewatch open it)"] if self.run_dir else []
+        if self.dropped:
+            parts.append(f"{self.dropped:,} tap messages dropped (the eval went on)")
+        return " · ".join(parts) or None
+
+    def grace_left(self, now: float | None = None) -> float | None:
+        if self._grace_until is None:
+            return None
+        return max(0.0, self._grace_until - (now if now is not None else time.time()))
+
+    def log_tail(self, n: int = 200) -> list[str]:
+        lines: list[str] = []
+        for path in (self.stdout_path, self.stderr_path):
+            if path is not None and path.exists():
+                lines.extend(tail_lines(path, n))
+        return lines[-n:]
+
+    def log_size(self) -> int:
+        return sum(p.stat().st_size for p in (self.stdout_path, self.stderr_path) if p is not None and p.exists())
+
+    # -- commands --------------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.can_start:
+            return
+        self.reason = self.outcome_text = None
+        self.escalation = []
+        self._kill_now = False
+        self._starts += 1
+        self._set(VariantState.STARTING)
+        self._main = asyncio.get_running_loop().create_task(self._run(), name=f"eval {self.name}")
+
+    def cancel(self) -> None:
+        """SIGTERM to the eval (vf-eval tears down and exits 130); again: SIGKILL now."""
+        if self.state is VariantState.CANCELLING:
+            self._kill_now = True
+            return
+        if not self.can_cancel:
+            return
+        self._set(VariantState.CANCELLING)
+        self._stopping = asyncio.get_running_loop().create_task(self._stop(self.grace_seconds))
+
+    def cancel_rollout(self, key: str) -> bool:
+        return False
+
+    async def wait(self) -> None:
+        for task in (self._main, self._stopping):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.shield(task)
+
+    # -- one run of the eval ------------------------------------------------------
+
+    async def _run(self) -> None:
+        context = zmq.asyncio.Context()
+        pull = context.socket(zmq.PULL)
+        pull.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
+        pull.setsockopt(zmq.LINGER, 0)
+        port = pull.bind_to_random_port("tcp://127.0.0.1")
+        receiver = asyncio.get_running_loop().create_task(self._receive(pull))
+        started = time.monotonic()
+        try:
+            child = await self._launch(f"tcp://127.0.0.1:{port}")
+            self._set(VariantState.RUNNING)
+            code = await asyncio.to_thread(child.wait)
+            await self._drain_after_exit(pull)
+            if self.state is VariantState.CANCELLING:
+                return  # `_stop` reports how it ended
+            outcome = child.outcome()
+            self.outcome_text = f"exit code {outcome.exit_code} · {outcome.status}"
+            self._event("exited", code=code, status=str(outcome.status))
+            if code != 0:
+                at_once = time.monotonic() - started < EXITED_AT_ONCE and not self.runs.keys and not self.store.variants[self.name]
+                self.reason = self._exit_reason(code, "at once" if at_once else "")
+            self.runs.end_all(self.reason or "the eval ended before this rollout replied")
+            self._set(VariantState.FAILED if self.reason else VariantState.DONE)
+        except (ChildError, OSError) as error:
+            self.reason = str(error)
+            self._set(VariantState.FAILED)
+        finally:
+            receiver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await receiver
+            pull.close(linger=0)
+            context.term()
+
+    async def _launch(self, tap_address: str) -> SupervisedChild:
+        run_dir = private_dir(self.session_dir / f"{self.name}-{self._starts}")
+        self.stdout_path, self.stderr_path = run_dir / "stdout.log", run_dir / "stderr.log"
+        env = {**os.environ, **self.env, ADDRESS_VAR: tap_address}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), env.get("PYTHONPATH")]))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._child = SupervisedChild(
+            argv=self.argv,
+            cwd=self.cwd or Path.cwd(),
+            env=env,
+            stdout_path=self.stdout_path,
+            stderr_path=self.stderr_path,
+            record_path=run_dir / "supervisor.json",
+            deadline_seconds=self.deadline_seconds,
+            supervisor_grace_seconds=max(0.5, self.grace_seconds * 0.6),
+            label=self.name,
+        )
+        pid = await asyncio.to_thread(self._child.start)
+        self.server_started_at = time.time()
+        self._event("started", pid=pid, argv=list(self.argv))
+        return self._child
+
+    async def _receive(self, pull: zmq.asyncio.Socket) -> None:
+        while True:
+            # a queued message is answered without a loop round trip: yield now and then
+            for _ in range(BATCH):
+                self._handle(await pull.recv_multipart())
+            await asyncio.sleep(0)
+
+    async def _drain_after_exit(self, pull: zmq.asyncio.Socket) -> None:
+        """What the eval sent just before it exited is still on its way."""
+        await asyncio.sleep(0)
+        while True:
+            try:
+                frames = await asyncio.wait_for(pull.recv_multipart(), 0.3)
+            except TimeoutError:
+                return
+            self._handle(frames)
+
+    def _handle(self, frames: list[bytes]) -> None:
+        if len(frames) != 4:
+            return
+        kind, run, payload, dropped = frames
+        with contextlib.suppress(ValueError):
+            if int(dropped) != self.dropped:
+                self.dropped = int(dropped)
+                self.store.touch_variant(self.name)
+        try:
+            if kind == b"delta":
+                self.runs.delta(run, unpack(payload))
+            elif kind == b"begin":
+                begin = unpack(payload)
+                self.runs.begin(run, begin.get("task_data"), f"{self.name}-{run.decode()}", model=begin.get("model"), sampling=begin.get("sampling"))
+            elif kind == b"reply":
+                self.runs.reply(run, unpack(payload))
+            elif kind == b"run_dir":
+                self.run_dir = str(unpack(payload).get("path"))
+                self._event("run_dir", path=self.run_dir)
+                self.store.touch_variant(self.name)
+        except Exception as error:  # one odd message must not stop the view of the rest
+            self.runs.lose(run, f"a tap message could not be read: {error!r}")
+
+    # -- stopping ------------------------------------------------------------------
+
+    async def _stop(self, grace: float) -> None:
+        child = self._child
+        if child is None:
+            self._set(VariantState.CANCELLED)
+            return
+        loop = asyncio.get_running_loop()
+
+        def on_event(kind: str, detail: dict) -> None:
+            loop.call_soon_threadsafe(self._on_child_event, kind, detail)
+
+        stopping = loop.create_task(asyncio.to_thread(child.terminate, grace, on_event))
+        while not stopping.done():
+            if self._kill_now:
+                await asyncio.to_thread(child.kill)
+                self._kill_now = False
+            await asyncio.wait({stopping}, timeout=0.1)
+        with contextlib.suppress(ChildError):
+            stopping.result()
+        self._grace_until = None
+        if self._main is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(self._main)
+        outcome = child.outcome()
+        self.outcome_text = f"exit code {outcome.exit_code} · {outcome.status}"
+        self._event("exited", code=outcome.exit_code, status=str(outcome.status))
+        self.runs.end_all("cancelled with the eval", cancelled=True)
+        self._set(VariantState.CANCELLED)
+
+    def _on_child_event(self, kind: str, detail: dict) -> None:
+        if kind == "sigterm":
+            grace = float(detail.get("grace_seconds", 0.0))
+            self._grace_until = time.time() + grace
+            self._note("sigterm", f"SIGTERM sent to the eval's group, grace {grace:g}s")
+        elif kind == "sigkill":
+            self._grace_until = None
+            self._note("sigkill", "SIGKILL sent to the eval's group")
+        elif kind == "exited":
+            self._grace_until = None
+            self._note("exited", f"the eval exited with code {detail.get('exit_code')}")
+
+    # -- bookkeeping ---------------------------------------------------------------
+
+    def _exit_reason(self, code: int, when: str) -> str:
+        tail = tail_lines(self.stderr_path, 8) if self.stderr_path is not None else []
+        last = " | ".join(line.strip() for line in tail if line.strip() and not line.startswith("# tracewatch"))
+        text = f"{self.argv[0]} exited with code {code}" + (f" {when}" if when else "")
+        return text + (f": {last}" if last else "")
+
+    def _note(self, kind: str, detail: str) -> None:
+        self.escalation.append(Escalation(time.time(), kind, detail))
+        self.store.touch_variant(self.name)
+        self._event(kind, detail=detail)
+
+    def _set(self, state: VariantState) -> None:
+        self.state = state
+        self.store.touch_variant(self.name)
+        self._event(state.value, reason=self.reason)
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
