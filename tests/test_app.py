@@ -547,3 +547,26 @@ async def test_search_within_a_transcript() -> None:
         await until(pilot, lambda: f"search {(at - 1) % total + 1}/{total}" in str(title.render()))
         await pilot.press("slash", "escape")
         await until(pilot, lambda: "search" not in str(title.render()) and app.focused is transcript)
+
+
+async def test_leaving_a_multi_trace_rollout_for_a_single_trace_one() -> None:
+    """The switcher goes with the multi-trace rollout; the next one shows its trace
+    (found by screenshots/make.py: the old switcher was handed the new trace)."""
+    engine = make_engine()
+    store = engine.store
+    deltas, tasks, _ = load_fixture()
+    rollout = store.add_rollout("baseline", 0, tasks["run0"], key="baseline/multi")
+    store.started(rollout.key, "r-multi")
+    for item in deltas:
+        if item["request"] in ("run0", "run1"):
+            store.apply(rollout.key, item["delta"])
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, rows=15)
+        await select(pilot, "baseline/multi")
+        await until(pilot, lambda: app.trace_pane.switcher is not None)
+        await select(pilot, "baseline/run1/0")
+        await until(pilot, lambda: app.trace_pane.switcher is None and not app.query("#trace-switcher"))
+        assert app.trace_pane.trace_id == next(iter(store.rollouts["baseline/run1/0"].traces))
+        await select(pilot, "baseline/multi")
+        await until(pilot, lambda: app.trace_pane.switcher is not None)

@@ -37,6 +37,7 @@ class TracePane(Vertical):
         self.hidden = False
         """The shown rollout is not in the table's (filtered) view: the title says so."""
         self._trace_ids: tuple[str, ...] = ()
+        self._switcher: Select[str] | None = None
 
     def compose(self) -> ComposeResult:
         # held, not queried: a tick or a message may come while they are being removed
@@ -85,9 +86,9 @@ class TracePane(Vertical):
 
     @property
     def switcher(self) -> Select[str] | None:
-        """The trace switcher, there only while the rollout has more than one trace."""
-        found = self.query("#trace-switcher")
-        return found.first(Select) if found else None
+        """The trace switcher, there only while the rollout has more than one trace
+        (held: one being removed must not be given the next rollout's trace)."""
+        return self._switcher
 
     def show(self, rollout: Rollout | None) -> None:
         """Switch to another rollout (its first trace)."""
@@ -144,11 +145,12 @@ class TracePane(Vertical):
         switcher = self.switcher
         if len(options) < 2:
             if switcher is not None:
+                self._switcher = None
                 switcher.remove()
             return
         value = self.trace_id if self.trace_id in rollout.traces else options[0][1]
         if switcher is None:
-            switcher = Select(options, value=value, allow_blank=False, compact=True, id="trace-switcher")
+            switcher = self._switcher = Select(options, value=value, allow_blank=False, compact=True, id="trace-switcher")
             self.mount(switcher, before=self.transcript)
             return
         with switcher.prevent(Select.Changed):
