@@ -326,7 +326,7 @@ def test_from_attach_builds_one_validated_variant(tmp_path, monkeypatch):
     config = Config.from_attach("tcp://10.0.0.5:5000", tasks, 3, 8, "m", "http://gpu:8000/v1", "GPU_KEY")
     (attached,) = config.variants
     assert (attached.name, attached.attach, attached.rollouts_per_task, attached.max_concurrent) == (
-        "10.0.0.5:5000", "tcp://10.0.0.5:5000", 3, 8,
+        "attached", "tcp://10.0.0.5:5000", 3, 8,
     )
     assert attached.client_config().base_url == "http://gpu:8000/v1" and attached.endpoint.api_key_var == "GPU_KEY"
     assert attached.task_list() == [{"prompt": "a"}]

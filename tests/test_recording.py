@@ -94,7 +94,7 @@ def test_every_record_kind_round_trips(tmp_path):
     assert records[0] == {"k": "event", "t": 1.0, "variant": "baseline", "kind": "started", "pid": 4242}
     assert records[1] == {
         "k": "rollout", "t": 2.0, "id": "baseline/0", "variant": "baseline",
-        "task_index": 0, "task_data": {"prompt": "2+2"}, "rollout_index": 0,
+        "task_index": 0, "task_data": {"prompt": "2+2"}, "rollout_index": 0, "run": 1,
     }  # fmt: skip
     assert records[3] == {"k": "request", "t": 3.0, "id": "baseline/0", "request_id": "req-a"}
     node_delta = records[7]["d"]
