@@ -24,8 +24,9 @@ from core.session.engine import Engine, Session
 from core.session.headless import run_headless
 from core.session.retention import FreezeAfterSlowCollections
 from core.taps.forwarder import ForwarderError, check_proxy_addresses
+from core.taps.relay_viewer import check_relay_address
 
-COMMANDS = ("attach", "proxy", "eval", "replay", "open", "export")
+COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export")
 
 
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
@@ -64,7 +65,7 @@ def main_parser() -> argparse.ArgumentParser:
     parser = _parser(
         "tracewatch",
         "Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
-        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch eval -- vf-eval ... | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
+        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch eval -- vf-eval ... | tracewatch tap ADDRESS | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('tracewatch')}")
     parser.add_argument("config", nargs="?", type=Path, help="a TOML config of variants (see README)")
@@ -108,6 +109,17 @@ def eval_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", help="the variant's name (default: eval)")
     _common(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the vf-eval command line")
+    return parser
+
+
+def tap_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracewatch tap",
+        description="View the runs a program relays with tracewatch_relay.Relay: those in flight as they stand, then live.",
+    )
+    parser.add_argument("address", help="tcp://HOST:PORT the driver's Relay listens on")
+    parser.add_argument("--name", help="the variant's name (default: relay)")
+    _common(parser)
     return parser
 
 
@@ -182,6 +194,10 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
         if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
             raise ConfigError([Problem("command line", "eval", f"{argv[0]!r} is not found on PATH (is the venv with verifiers activated?)")])
         return Config.for_eval(argv, args.name)
+    if command == "tap":
+        config = Config.for_relay(args.address, args.name)
+        check_relay_address(args.address)
+        return config
     if command == "proxy":
         config = Config.for_proxy(args.listen, args.upstream, args.name)
         check_proxy_addresses(args.listen, args.upstream)
@@ -202,7 +218,7 @@ def _offline_session(command: str, args: argparse.Namespace) -> Session:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "eval": eval_parser, "replay": replay_parser, "open": open_parser, "export": export_parser}
+    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "eval": eval_parser, "tap": tap_parser, "replay": replay_parser, "open": open_parser, "export": export_parser}
     args = parsers[command]().parse_args(argv[1:] if command else argv)
     try:
         if command == "export":

@@ -332,6 +332,7 @@ class TapVariantConfig(BaseModel):
     name: str = Field(description="a short unique name, e.g. \"eval-proxy\"")
     proxy: ProxySpec | None = None
     eval: list[str] | None = Field(None, description='a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]')
+    relay: str | None = Field(None, description="tcp://host:port of a driver's tracewatch_relay.Relay")
     cwd: str | None = Field(None, description="the eval's working directory")
     env: dict[str, str] = Field(default_factory=dict)
     env_from: list[str] = Field(default_factory=list)
@@ -370,10 +371,17 @@ class TapVariantConfig(BaseModel):
             raise ValueError(f'expected a non-empty list of strings (a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]), got {short_repr(value)}')
         return value
 
+    @field_validator("relay", mode="before")
+    @classmethod
+    def _relay(cls, value: Any) -> Any:
+        return value if value is None else _tcp(value, "of a driver's relay")
+
     @model_validator(mode="after")
     def _one_tap(self) -> TapVariantConfig:
-        if (self.proxy is None) == (self.eval is None):
-            raise ValueError("expected exactly one of proxy (a table: listen, upstream) or eval (a command line)")
+        if sum(x is not None for x in (self.proxy, self.eval, self.relay)) != 1:
+            raise ValueError(
+                "expected exactly one of proxy (a table: listen, upstream), eval (a command line) or relay (tcp://host:port)"
+            )
         return self
 
     def working_dir(self) -> Path | None:
@@ -385,7 +393,7 @@ class TapVariantConfig(BaseModel):
 
 
 AnyVariantConfig = VariantConfig | TapVariantConfig
-TAP_KEYS = frozenset({"proxy", "eval"})
+TAP_KEYS = frozenset({"proxy", "eval", "relay"})
 """A variant table with one of these keys is a tap, validated as `TapVariantConfig`."""
 
 
@@ -434,6 +442,11 @@ class Config(BaseModel):
         """One eval variant, as `tracewatch eval -- vf-eval ...` describes it."""
         variant = {"name": name or "eval", "eval": list(argv)}
         return build_config({"variants": [variant]}, "command line", Path.cwd())
+
+    @classmethod
+    def for_relay(cls, address: str, name: str | None = None) -> Config:
+        """One relay viewer, as `tracewatch tap ADDRESS` describes it."""
+        return build_config({"variants": [{"name": name or "relay", "relay": address}]}, "command line", Path.cwd())
 
     @classmethod
     def for_proxy(cls, listen: str, upstream: str, name: str | None = None) -> Config:

@@ -21,6 +21,7 @@ from core.session.store import RolloutStore
 from core.session.variant import Variant
 from core.taps.eval_variant import EvalVariant
 from core.taps.proxy_variant import ProxyVariant
+from core.taps.relay_viewer import RelayViewer
 
 
 class Session:
@@ -116,13 +117,15 @@ class Engine(Session):
         )
         self.config = config
         self.recorder = recorder
-        self.variants: dict[str, Variant | ProxyVariant | EvalVariant] = {
+        self.variants: dict[str, Variant | ProxyVariant | EvalVariant | RelayViewer] = {
             variant.name: self._variant(variant) for variant in config.variants
         }
 
-    def _variant(self, config: AnyVariantConfig) -> Variant | ProxyVariant | EvalVariant:
+    def _variant(self, config: AnyVariantConfig) -> Variant | ProxyVariant | EvalVariant | RelayViewer:
         if isinstance(config, Variant.config_type):
             return Variant(config, self.store, self.session_dir, self.recorder)
+        if config.relay is not None:
+            return RelayViewer(config.name, config.relay, self.store, self.recorder)
         if config.proxy is not None:
             return ProxyVariant(config.name, config.proxy.listen, config.proxy.upstream, self.store, self.recorder)
         assert config.eval is not None
@@ -155,7 +158,7 @@ class Engine(Session):
         for variant in self.variants.values():
             variant.start()
 
-    def variant_of(self, key: str) -> Variant | ProxyVariant | EvalVariant | None:
+    def variant_of(self, key: str) -> Variant | ProxyVariant | EvalVariant | RelayViewer | None:
         rollout = self.store.rollouts.get(key)
         return self.variants.get(rollout.variant) if rollout is not None else None
 
@@ -179,13 +182,15 @@ class Engine(Session):
             if isinstance(variant, ProxyVariant) and variant.state.active:
                 on_progress(f"{variant.name}: stopping the proxy; {variant.route_warning}")
                 await variant.stop()
+            elif isinstance(variant, RelayViewer):
+                await variant.stop()
         await self.wait()
         on_progress("every server stopped")
         if self.recorder is not None:
             await asyncio.to_thread(self.recorder.close)  # its last write and fsync block
         self._release()
 
-    def _shutdown_progress(self, variants: list[Variant | ProxyVariant | EvalVariant]) -> str:
+    def _shutdown_progress(self, variants: list[Variant | ProxyVariant | EvalVariant | RelayViewer]) -> str:
         parts = []
         for variant in variants:
             text = f"{variant.name}: {variant.state.value}"

@@ -1,0 +1,174 @@
+"""A variant that views a driver's relay (`tracewatch tap ADDRESS`): the runs a program
+relays with `tracewatch_relay.Relay`, shown as they stand when we connect, then live.
+
+The relay only publishes: the runs are the driver's, so neither the variant nor a
+rollout can be cancelled from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from core.session.contracts import Escalation, VariantState
+from core.session.store import RolloutStore
+from core.taps.observed import ObservedRuns
+from core.wire.protocol import unpack
+
+WELCOME_TIMEOUT = 5.0
+BATCH = 2000
+NOT_OURS = "a relay only publishes: the runs belong to the program that drives them"
+
+
+class RelayError(OSError):
+    """Nothing serves a relay at the address."""
+
+
+def check_relay_address(address: str, timeout: float = 2.0) -> None:
+    """Refuse an address where nothing listens at all (the driver is not running, or
+    runs without a relay there)."""
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as error:
+        raise RelayError(f"nothing serves a relay at {address} ({error}): start the driver with its Relay there first") from None
+
+
+class RelayViewer:
+    cancel_unavailable = NOT_OURS
+    rollout_cancel_unavailable = NOT_OURS
+    pid = None
+    health_left = None
+    outcome_text = None
+    supervised = False
+    model = None
+    sampling: dict[str, Any] = {}
+    can_cancel = False
+
+    def __init__(self, name: str, address: str, store: RolloutStore, recorder: Any = None) -> None:
+        self.name = name
+        self.address = address
+        self.store = store
+        self.recorder = recorder
+        self.state = VariantState.IDLE
+        self.reason: str | None = None
+        self.server_started_at: float | None = None
+        self.escalation: list[Escalation] = []
+        self.runs = ObservedRuns(name, store, recorder)
+        self.dropped = 0
+        self._main: asyncio.Task | None = None
+        self._lines: list[str] = []
+        store.add_variant(name)
+
+    @property
+    def can_start(self) -> bool:
+        return not self.state.active
+
+    @property
+    def status_line(self) -> str | None:
+        if self.state is not VariantState.RUNNING:
+            return None
+        text = f"viewing the relay at {self.address}"
+        return text + (f" · the relay dropped {self.dropped:,} messages for us" if self.dropped else "")
+
+    def grace_left(self, now: float | None = None) -> float | None:
+        return None
+
+    def log_tail(self, n: int = 200) -> list[str]:
+        return self._lines[-n:]
+
+    def log_size(self) -> int:
+        return sum(len(line) + 1 for line in self._lines)
+
+    def start(self) -> None:
+        if self.can_start:
+            self.reason = None
+            self._set(VariantState.STARTING)
+            self._main = asyncio.get_running_loop().create_task(self._view(), name=f"relay {self.name}")
+
+    def cancel(self) -> None:
+        """Not offered: see `cancel_unavailable`."""
+
+    def cancel_rollout(self, key: str) -> bool:
+        return False
+
+    async def wait(self) -> None:
+        if self._main is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.shield(self._main)
+
+    async def stop(self) -> None:
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._main
+        self.runs.end_all("the viewer stopped before the run ended (the run itself goes on)")
+        if self.state.active:
+            self._set(VariantState.DONE)
+
+    async def _view(self) -> None:
+        context = zmq.asyncio.Context()
+        dealer = context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(self.address)
+        try:
+            await dealer.send_multipart([b"hello"])
+            try:
+                frames = await asyncio.wait_for(dealer.recv_multipart(), WELCOME_TIMEOUT)
+            except TimeoutError:
+                self.reason = f"no relay answered at {self.address} within {WELCOME_TIMEOUT:g}s (is it a tracewatch_relay.Relay?)"
+                self._set(VariantState.FAILED)
+                return
+            if frames[:1] != [b"welcome"]:
+                self.reason = f"{self.address} answered {frames[:1]!r}, not a tracewatch relay's welcome"
+                self._set(VariantState.FAILED)
+                return
+            self.server_started_at = time.time()
+            self._say(f"connected to the relay at {self.address}")
+            self._set(VariantState.RUNNING)
+            while True:
+                for _ in range(BATCH):
+                    self._handle(await dealer.recv_multipart())
+                await asyncio.sleep(0)
+        finally:
+            with contextlib.suppress(zmq.ZMQError):
+                dealer.send_multipart([b"bye"], zmq.NOBLOCK)
+            dealer.close(linger=100)
+            context.term()
+
+    def _handle(self, frames: list[bytes]) -> None:
+        if len(frames) != 4:
+            return
+        kind, run, payload, dropped = frames
+        with contextlib.suppress(ValueError):
+            if int(dropped) > self.dropped:
+                self.dropped = int(dropped)
+                self._say(f"the relay dropped messages for us ({self.dropped:,} so far); runs in flight lose their view")
+                for lost in list(self.runs.keys):
+                    self.runs.lose(lost, "the relay dropped messages for this viewer")
+                self.store.touch_variant(self.name)
+        try:
+            if kind == b"delta":
+                self.runs.delta(run, unpack(payload))
+            elif kind == b"begin":
+                begin = unpack(payload)
+                self.runs.begin(run, begin.get("task_data"), f"{self.name}-{run.decode()}", model=begin.get("model"), sampling=begin.get("sampling"))
+            elif kind == b"reply":
+                self.runs.reply(run, unpack(payload))
+        except Exception as error:  # one odd message must not stop the view of the rest
+            self.runs.lose(run, f"a relay message could not be read: {error!r}")
+
+    def _say(self, line: str) -> None:
+        self._lines.append(f"{time.strftime('%H:%M:%S')} {line}")
+
+    def _set(self, state: VariantState) -> None:
+        self.state = state
+        self.store.touch_variant(self.name)
+        if self.recorder is not None:
+            self.recorder.event(self.name, state.value, **({"reason": self.reason} if self.reason else {}))

@@ -1,0 +1,138 @@
+"""The relay a driver opts into: verifiers' own EnvClient, wrapped, drives the demo
+server; viewers (`tracewatch tap`) connected early and late see the same runs."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from demo_launch import launch, stop
+from polling import eventually
+from verifiers.v1.configs.client import EvalClientConfig
+from verifiers.v1.serve import EnvClient as VerifiersClient
+from verifiers.v1.types import SamplingConfig
+
+import tracewatch_relay
+from core.session.config import Config
+from core.session.contracts import VariantState
+from core.session.engine import Engine
+from core.session.store import Status
+from core.taps.relay_viewer import RelayViewer
+from tracewatch_relay import Relay, RelayedClient
+
+WAIT = 60.0
+SAMPLING = SamplingConfig(temperature=0.5)
+
+
+def task(i: int, scenario: str) -> dict:
+    return {"id": f"r{i}", "name": f"{scenario} {i}", "prompt": "p", "scenario": scenario, "kind": "math"}
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    proc, address = launch(speed=60.0, seed=5, stderr=subprocess.DEVNULL)
+    yield address
+    stop(proc)
+
+
+@pytest.fixture
+async def viewers(tmp_path):
+    engines: list[Engine] = []
+
+    async def view(address: str, name: str) -> Engine:
+        engine = Engine(Config.for_relay(address, name), session_dir=tmp_path / name)
+        engines.append(engine)
+        await engine.start()
+        return engine
+
+    yield view
+    for engine in engines:
+        await engine.shutdown()
+
+
+async def test_early_and_late_viewers_see_every_run_the_driver_relays(upstream, viewers) -> None:
+    relay = Relay("tcp://127.0.0.1:0")
+    client = RelayedClient(VerifiersClient(upstream), relay)
+    try:
+        early = await viewers(relay.address, "early")
+        await eventually(lambda: early.variants["early"].state is VariantState.RUNNING, WAIT, "the early viewer welcomed")
+        await client.wait_for_server_startup(timeout=WAIT)
+        own: list[dict] = []
+        stuck = asyncio.ensure_future(client.run(EvalClientConfig(), "demo-model", SAMPLING, task(0, "stuck"), on_delta=own.append))
+        await eventually(lambda: len(own) >= 2, WAIT, "the stuck run streaming")
+        late = await viewers(relay.address, "late")
+        late_key = await eventually(lambda: next(iter(late.store.variants["late"]), None), WAIT, "the run in flight sent to the late viewer")
+        await eventually(lambda: late.store.rollouts[late_key].deltas == len(own), WAIT, "every delta so far, then live")
+        assert late.store.rollouts[late_key].status is Status.RUNNING
+        episodes = await asyncio.wait_for(
+            asyncio.gather(*(client.run(EvalClientConfig(), "demo-model", SAMPLING, task(i, "normal")) for i in (1, 2))), WAIT
+        )
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        for engine, name in ((early, "early"), (late, "late")):
+            rollouts = await eventually(
+                lambda engine=engine, name=name: (r := list(engine.store.variant_rollouts(name))) and all(x.status.finished for x in r) and r,
+                WAIT,
+                f"{name}: every relayed run ended",
+            )
+            by_task = {r.task_data["id"]: r for r in rollouts}
+            assert by_task["r0"].status is Status.CANCELLED
+            for episode, i in zip(episodes, (1, 2)):
+                rollout = by_task[f"r{i}"]
+                assert rollout.status is Status.DONE and rollout.note == "model demo-model · temperature 0.5"
+                assert [len(t["nodes"]) for t in rollout.record["traces"]] == [len(t.nodes) for t in episode.traces]
+        assert relay.dropped == 0
+    finally:
+        await client.close()
+        relay.close()
+
+
+async def test_a_full_queue_drops_and_counts_and_never_blocks_the_caller() -> None:
+    relay = Relay("tcp://127.0.0.1:0", queue=0)
+    try:
+        on_delta = relay.begin({"id": "t"})
+        for i in range(100):
+            on_delta({"trace": "t", "set": {"i": i}})
+        on_delta.end(error="stopped")
+        assert relay.dropped == 102
+    finally:
+        relay.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_relay_address_nobody_serves_is_a_clear_error() -> None:
+    address = f"tcp://127.0.0.1:{free_port()}"
+    result = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "tap", address, "--headless", "--no-record"], capture_output=True, text=True, timeout=WAIT
+    )
+    assert result.returncode == 2
+    assert f"nothing serves a relay at {address}" in result.stderr
+
+
+async def test_a_listener_that_is_not_a_relay_fails_the_viewer_with_the_reason(viewers) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        engine = await viewers(f"tcp://127.0.0.1:{listener.getsockname()[1]}", "v")
+        variant = engine.variants["v"]
+        assert isinstance(variant, RelayViewer)
+        await asyncio.wait_for(variant.wait(), WAIT)
+    assert variant.state is VariantState.FAILED and "no relay answered" in (variant.reason or "")
+
+
+def test_the_relay_imports_only_the_standard_library_pyzmq_and_msgpack() -> None:
+    tree = ast.parse(Path(tracewatch_relay.__file__).read_text())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert names - set(sys.stdlib_module_names) <= {"zmq", "msgpack"}
