@@ -11,6 +11,7 @@ worth showing (each waited for with a deadline), then a PNG of each SVG:
     main-80x24.svg      the same screen in an 80x24 terminal
     trace-pending.svg   a trace whose pending preview (sent to the model, no reply yet) shows
     timing.svg          a finished rollout's phase waterfall and per-variant p50/p95
+    compare.svg         the variants task by task: mean ± standard error, where they differ
     cancel-variant.svg  a variant cancel escalating: runs cancelled, SIGTERM sent, grace left
 
 For the last one the candidate's demo server is first frozen with SIGSTOP: a wedged
@@ -195,6 +196,9 @@ async def session(speed: float, out: Path) -> list[Path]:
             await pilot.press("2")
             await shots.settle(1.1)
             shots.shoot("timing", "tracewatch: where a rollout's time went")
+            await pilot.press("4")
+            await shots.settle(1.1)
+            shots.shoot("compare", "tracewatch: the variants task by task")
 
             # 4. Cancel the candidate variant while its server is wedged: the card shows
             #    the escalation and the grace left.

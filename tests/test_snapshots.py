@@ -76,3 +76,8 @@ def test_open(snap_compare, tmp_path: Path) -> None:
     assert snap_compare(app, terminal_size=(160, 48), run_before=selected("baseline/run1"))
 
 
+
+
+def test_compare(snap_compare) -> None:
+    app = TracewatchApp(frozen(finish=True))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=selected("baseline/run1/0", "4"))

@@ -23,6 +23,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
+from tui.compare_view import CompareView
 from tui.format import Palette, clock, home_short, safe
 from tui.keys import KEYS, bindings
 from tui.logs_view import LogsView
@@ -73,6 +74,9 @@ class TracewatchApp(App[None]):
                         yield TimingView(self.store, id="timing")
                 with TabPane("Logs", id="tab-logs"):
                     yield LogsView(self.engine.variants, id="logs")
+                with TabPane("Compare", id="tab-compare"):
+                    with VerticalScroll(id="compare-scroll"):
+                        yield CompareView(self.store, id="compare")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -138,6 +142,8 @@ class TracewatchApp(App[None]):
         self._show_timing(now)
         self._draw_status(now)
         self.logs.poll(visible=self.detail.active == "tab-logs")
+        if self.detail.active == "tab-compare":
+            self.query_one(CompareView).refresh(layout=True)
 
     @on(LogsView.Unread)
     def _logs_unread(self) -> None:

@@ -18,15 +18,17 @@ from core.recordings.format import SUFFIX, RecordingError
 from core.recordings.recorder import Recorder
 from core.recordings.replay import OpenedRecording, OpenedRun, ReplaySession
 from core.recordings.run_dir import RunDirError
+from core.session.compare import compare, compare_lines
 from core.session.config import Config, load_config
 from core.session.config_errors import ConfigError, Problem
 from core.session.engine import Engine, Session
 from core.session.headless import run_headless
 from core.session.retention import FreezeAfterSlowCollections
+from core.session.store import Rollout
 from core.taps.forwarder import ForwarderError, check_proxy_addresses
 from core.taps.relay_viewer import check_relay_address
 
-COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export")
+COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare")
 
 
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
@@ -65,7 +67,7 @@ def main_parser() -> argparse.ArgumentParser:
     parser = _parser(
         "tracewatch",
         "Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
-        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch eval -- vf-eval ... | tracewatch tap ADDRESS | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT (each takes --help).",
+        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch eval -- vf-eval ... | tracewatch tap ADDRESS | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT | tracewatch compare SOURCE... (each takes --help).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('tracewatch')}")
     parser.add_argument("config", nargs="?", type=Path, help="a TOML config of variants (see README)")
@@ -149,6 +151,29 @@ def export_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def compare_parser() -> argparse.ArgumentParser:
+    parser = _parser(
+        "tracewatch compare",
+        "Compare variants task by task, offline: per task each variant's mean reward, passes of k, turns and time; each variant's mean reward ± standard error; the tasks where they disagree.",
+    )
+    parser.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="a recording (*.twrec), a verifiers run directory or a traces JSONL file; several side by side")
+    return parser
+
+
+def compare_sources(args: argparse.Namespace) -> int:
+    """Every source's variants side by side; a name two sources share gets its
+    source's name in front."""
+    groups: dict[str, list[Rollout]] = {}
+    for path in args.sources:
+        session = OpenedRecording(path) if path.suffix == SUFFIX else OpenedRun(path)
+        for name in session.variants:
+            label = name if name not in groups else f"{path.stem}:{name}"
+            groups[label] = list(session.store.variant_rollouts(name))
+    for line in compare_lines(compare(groups)):
+        print(line)
+    return 0
+
+
 def export(args: argparse.Namespace) -> int:
     result = export_recording(args.recording, args.output, episodes=args.episodes)
     what = "episodes" if args.episodes else "lines"
@@ -218,11 +243,13 @@ def _offline_session(command: str, args: argparse.Namespace) -> Session:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "eval": eval_parser, "tap": tap_parser, "replay": replay_parser, "open": open_parser, "export": export_parser}
+    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "eval": eval_parser, "tap": tap_parser, "replay": replay_parser, "open": open_parser, "export": export_parser, "compare": compare_parser}
     args = parsers[command]().parse_args(argv[1:] if command else argv)
     try:
         if command == "export":
             return export(args)
+        if command == "compare":
+            return compare_sources(args)
         if command in ("replay", "open"):
             engine = _offline_session(command, args)
         else:

@@ -82,6 +82,7 @@ KEYS: tuple[Key, ...] = (
     Key("1", "show_tab('tab-trace')", "Show trace tab", "details: the transcript"),
     Key("2", "show_tab('tab-timing')", "Show timing tab", "details: phase waterfall and per-variant p50/p95"),
     Key("3", "show_tab('tab-logs')", "Show logs tab", "details: the variant servers' output"),
+    Key("4", "show_tab('tab-compare')", "Show compare tab", "details: the variants task by task (mean ± standard error, where they differ)"),
     Key("f", "toggle_follow", "Toggle follow", "follow the transcript's newest turn (toggle)"),
     Key("ctrl+y,w", "copy", "Copy message", "copy the selected message or tool result (OSC 52)"),
     Key("ctrl+p", "command_palette", "Command palette", "command palette: every action", palette=False),

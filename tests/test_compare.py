@@ -1,0 +1,66 @@
+"""Compare variants task by task: the numbers, `tracewatch compare`, the Compare tab."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from polling import until
+from test_app_sessions import write_recording
+from tui_standin import make_engine
+
+from core.session.compare import compare, compare_store
+from core.session.store import RolloutStore
+from tui.app import TracewatchApp
+from tui.cli import main
+from tui.compare_view import CompareView
+
+
+def scored(store: RolloutStore, variant: str, task: int, rewards: list[float | None]) -> None:
+    for index, reward in enumerate(rewards):
+        rollout = store.add_rollout(variant, task, {"name": f"task {task}"}, index)
+        store.started(rollout.key, f"r-{rollout.key}", t=0.0)
+        if reward is None:
+            store.failed(rollout.key, "provider error", t=2.0)
+        else:
+            store.apply(rollout.key, {"trace": f"t-{rollout.key}", "open": {"id": f"t-{rollout.key}"}, "set": {"rewards": {"r": {"score": reward, "weight": 1.0}}}})
+            store.finished(rollout.key, {"traces": [dict(rollout.assembly.traces[f"t-{rollout.key}"])]}, t=2.0)
+
+
+def test_per_task_cells_means_with_standard_error_and_disagreements() -> None:
+    store = RolloutStore()
+    scored(store, "a", 0, [1.0, 0.0])
+    scored(store, "a", 1, [0.0, 0.0])
+    scored(store, "b", 0, [0.0, None])
+    scored(store, "b", 1, [1.0, 1.0])
+    comparison = compare_store(store)
+    assert list(comparison.tasks) == [(0, "task 0"), (1, "task 1")]
+    a0, b0 = comparison.tasks[(0, "task 0")]["a"], comparison.tasks[(0, "task 0")]["b"]
+    assert (a0.k, a0.passed, a0.mean) == (2, True, 0.5)
+    assert (b0.k, b0.passed, b0.mean, b0.errors) == (2, False, 0.0, 1), "a failed rollout counts as 0 and as an error"
+    assert comparison.disagreements() == [(0, "task 0"), (1, "task 1")]
+    a = comparison.summary("a")
+    assert a.mean == 0.25 and a.passed == 1 and a.tasks == 2
+    assert math.isclose(a.stderr, math.sqrt((3 * 0.25**2 + 0.75**2) / 3 / 4))
+
+
+def test_tracewatch_compare_puts_sources_side_by_side(tmp_path: Path, capsys) -> None:
+    first, second = tmp_path / "one.twrec", tmp_path / "two.twrec"
+    write_recording(first)
+    write_recording(second)
+    assert main(["compare", str(first), str(second)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["task", "baseline", "candidate", "two:baseline", "two:candidate"]
+    assert any(line.startswith("baseline: mean reward 0.") and "pass@k" in line for line in out)
+    assert out[-1].startswith("variants disagree on 0 of ")
+
+
+async def test_the_compare_tab() -> None:
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        text = await until(pilot, lambda: view.display and str(view.render().renderables[2]))
+        assert "baseline  mean reward" in text and "variants disagree on 0 of" in text
+        assert compare({"x": []}).tasks == {}
