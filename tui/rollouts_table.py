@@ -46,8 +46,8 @@ an 80-column terminal shows it without scrolling; the trace id, a cross-referenc
 COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
 PADDING = 1
 """Blank cells each side of a column's text."""
-NARROW = 110
-"""Below this width the table lays its columns out by `PRIORITY`: a one-cell gap
+FULL_WIDTH = sum(width + 2 * PADDING for _, _, width in COLUMNS)
+"""Narrower than this, the table lays its columns out by `PRIORITY`: a one-cell gap
 between columns, the Task column as wide as what is left (at least `TASK_NARROW`), and
 the columns that do not fit left out rather than behind a horizontal scrollbar."""
 TASK_NARROW = 12
@@ -160,7 +160,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._resort = False
         self._cursor_row = 0
         self._cursor_key: str | None = None
-        self._columns, self._widths, self._pads = self._layout(NARROW)
+        self._columns, self._widths, self._pads = self._layout(FULL_WIDTH)
         self._strips: dict[str, Strip] = {}
         """Each drawn row without the cursor, full width; dropped when its rollout changes."""
         self._styles: dict[tuple[Style, str | None], Style] = {}
@@ -421,8 +421,8 @@ class RolloutsTable(ScrollView, can_focus=True):
     @staticmethod
     def _layout(width: int) -> tuple[tuple[str, ...], list[int], tuple[int, int]]:
         """The columns shown, each one's width on screen (its padding included), and
-        the padding (left, right): every column from `NARROW` up, else by `PRIORITY`."""
-        if width >= NARROW:
+        the padding (left, right): every column from `FULL_WIDTH` up, else by `PRIORITY`."""
+        if width >= FULL_WIDTH:
             return COLUMN_KEYS, [w + 2 * PADDING for _, _, w in COLUMNS], (PADDING, PADDING)
         wanted = {key: (TASK_NARROW if key == "task" else w) + 1 for key, _, w in COLUMNS}
         chosen: set[str] = set()
