@@ -85,8 +85,8 @@ class EvalVariant:
         self.stderr_path: Path | None = None
         self.runs = ObservedRuns(name, store, recorder)
         self._child: SupervisedChild | None = None
-        self._main: asyncio.Task | None = None
-        self._stopping: asyncio.Task | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Task[None] | None = None
         self._kill_now = False
         self._grace_until: float | None = None
         self._starts = 0
@@ -272,7 +272,7 @@ class EvalVariant:
             return
         loop = asyncio.get_running_loop()
 
-        def on_event(kind: str, detail: dict) -> None:
+        def on_event(kind: str, detail: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(self._on_child_event, kind, detail)
 
         stopping = loop.create_task(asyncio.to_thread(child.terminate, grace, on_event))
@@ -293,7 +293,7 @@ class EvalVariant:
         self.runs.end_all("cancelled with the eval", cancelled=True)
         self._set(VariantState.CANCELLED)
 
-    def _on_child_event(self, kind: str, detail: dict) -> None:
+    def _on_child_event(self, kind: str, detail: dict[str, Any]) -> None:
         if kind == "sigterm":
             grace = float(detail.get("grace_seconds", 0.0))
             self._grace_until = time.time() + grace

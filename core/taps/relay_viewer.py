@@ -62,7 +62,7 @@ class RelayViewer:
         self.escalation: list[Escalation] = []
         self.runs = ObservedRuns(name, store, recorder)
         self.dropped = 0
-        self._main: asyncio.Task | None = None
+        self._main: asyncio.Task[None] | None = None
         self._lines: list[str] = []
         store.add_variant(name)
 

@@ -22,6 +22,7 @@ import importlib.machinery
 import itertools
 import os
 import sys
+from typing import Any
 
 ADDRESS_VAR = "TRACEWATCH_TAP"
 QUEUE = 10_000
@@ -78,7 +79,7 @@ class _Sender:
         return str(next(self._ids)).encode()
 
     def packed(self, payload: object) -> bytes:
-        return self._pack(payload, use_bin_type=True)
+        return bytes(self._pack(payload, use_bin_type=True))
 
     def send(self, kind: bytes, run: bytes, payload: bytes) -> None:
         try:
@@ -118,7 +119,7 @@ def _connect() -> _Sender | None:
     return _sender
 
 
-def _reply_of(episode: object) -> dict:
+def _reply_of(episode: Any) -> dict[str, Any]:
     """What a served run replies: the episode without its traces, and their sizes."""
     from verifiers.v1.serve.delta import dump
 
@@ -130,7 +131,7 @@ def _reply_of(episode: object) -> dict:
     }
 
 
-def _failed(error: BaseException) -> dict:
+def _failed(error: BaseException) -> dict[str, Any]:
     import asyncio
 
     if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
@@ -138,13 +139,13 @@ def _failed(error: BaseException) -> dict:
     return {"success": False, "error": f"{type(error).__name__}: {error}"}
 
 
-def _wrap_run_slot(env_module: object) -> None:
+def _wrap_run_slot(env_module: Any) -> None:
     env_class = env_module.Env
     original = env_class.run_slot
     if getattr(original, "__tracewatch__", False):
         return
 
-    async def run_slot(self, slot, ctx, semaphore=None, on_complete=None, on_trace=None):
+    async def run_slot(self: Any, slot: Any, ctx: Any, semaphore: Any = None, on_complete: Any = None, on_trace: Any = None) -> Any:
         sender = _connect() if os.environ.get(ADDRESS_VAR) else None
         streamer = None
         if sender is not None:
@@ -161,7 +162,7 @@ def _wrap_run_slot(env_module: object) -> None:
                 }
                 sender.send(b"begin", run, pack(begin))
 
-                async def send(delta: dict) -> None:
+                async def send(delta: dict[str, Any], sender: _Sender = sender) -> None:
                     sender.send(b"delta", run, pack(delta))
 
                 streamer = DeltaStreamer(lambda: slot.traces, send)
@@ -169,10 +170,10 @@ def _wrap_run_slot(env_module: object) -> None:
             except Exception as error:
                 _say(f"this rollout will not stream: {error!r}")
                 streamer = None
-        if streamer is None:
+        if streamer is None or sender is None:
             return await original(self, slot, ctx, semaphore, on_complete, on_trace)
 
-        def watch(trace):
+        def watch(trace: Any) -> None:
             try:
                 streamer.watch(trace)
             except Exception as error:
@@ -196,16 +197,16 @@ def _wrap_run_slot(env_module: object) -> None:
             _say(f"the end of a rollout could not be streamed: {error!r}")
         return episode
 
-    run_slot.__tracewatch__ = True
-    run_slot.__wrapped__ = original
+    setattr(run_slot, "__tracewatch__", True)  # noqa: B010 - a function attribute mypy cannot see
+    setattr(run_slot, "__wrapped__", original)  # noqa: B010
     env_class.run_slot = run_slot
 
 
-def _wrap_output_path(runner_module: object) -> None:
+def _wrap_output_path(runner_module: Any) -> None:
     """Report the run directory (its traces.jsonl) when vf-eval decides it."""
     original = runner_module.output_path
 
-    def output_path(config):
+    def output_path(config: Any) -> Any:
         path = original(config)
         sender = _connect() if os.environ.get(ADDRESS_VAR) else None
         if sender is not None:
@@ -221,7 +222,7 @@ _PATCHES = {"verifiers.v1.env": _wrap_run_slot, "verifiers.v1.cli.eval.runner": 
 class _Finder(importlib.abc.MetaPathFinder):
     """Patches a module right after its own code ran, the first time it is imported."""
 
-    def find_spec(self, name, path, target=None):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         patch = _PATCHES.get(name)
         if patch is None:
             return None
@@ -230,14 +231,14 @@ class _Finder(importlib.abc.MetaPathFinder):
             return None
         exec_module = spec.loader.exec_module
 
-        def patched(module):
+        def patched(module: Any) -> None:
             exec_module(module)
             try:
                 patch(module)
             except Exception as error:
                 _say(f"{name} could not be tapped; rollouts will not stream: {error!r}")
 
-        spec.loader.exec_module = patched
+        spec.loader.exec_module = patched  # type: ignore[method-assign]
         return spec
 
 
