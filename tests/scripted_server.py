@@ -45,7 +45,7 @@ class ScriptedServer:
         self.cancel_reply: Any = {**OK, "cancelled": True}
         """What a cancel is answered with (None: nothing)."""
         self.abort_on_cancel = True
-        """Whether a cancelled run then gets verifiers' aborted reply."""
+        """Whether a cancelled run that has not replied then gets verifiers' aborted reply."""
         self.runs: list[str] = []
         """Task ids of the runs requested, in order."""
         self.cancels: list[str] = []
@@ -55,6 +55,7 @@ class ScriptedServer:
         self.socket.bind("tcp://127.0.0.1:0")
         self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._players: dict[bytes, asyncio.Task] = {}
+        self._replied: set[bytes] = set()
         self._serving: asyncio.Task | None = None
 
     async def __aenter__(self) -> ScriptedServer:
@@ -91,7 +92,7 @@ class ScriptedServer:
                 if self.cancel_reply is not None:
                     await self._send(client, request_id, "reply", self.cancel_reply)
                 player = self._players.get(target)
-                if self.abort_on_cancel and player is not None and not player.done():
+                if self.abort_on_cancel and player is not None and target not in self._replied:
                     player.cancel()
                     await self._send(client, target, "reply", {"success": False, "error": ABORTED_ERROR})
 
@@ -104,6 +105,8 @@ class ScriptedServer:
             await asyncio.sleep(0)
 
     async def _send(self, client: bytes, request_id: bytes, kind: str, value: Any) -> None:
+        if kind == "reply":
+            self._replied.add(request_id)
         await self.socket.send_multipart([client, request_id, kind.encode(), pack(value)])
 
 
