@@ -113,9 +113,10 @@ class TracewatchApp(App[None]):
     # -- the tick ------------------------------------------------------------------
 
     def _tick(self) -> None:
-        """Read what changed since the last tick and redraw only that; nothing once the
-        app is shutting down (its widgets are being removed)."""
-        if not (self.is_running and self.table.is_attached):
+        """Read what changed since the last tick and redraw only that; nothing once
+        quitting has begun (the quit screen shows the progress, and ending 100,000
+        queued rollouts must not cost a redraw of each) or the app is shutting down."""
+        if self._quitting or not (self.is_running and self.table.is_attached):
             return
         changes = self.store.take_changes()
         self._ticks += 1
