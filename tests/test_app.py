@@ -570,3 +570,18 @@ async def test_leaving_a_multi_trace_rollout_for_a_single_trace_one() -> None:
         assert app.trace_pane.trace_id == next(iter(store.rollouts["baseline/run1/0"].traces))
         await select(pilot, "baseline/multi")
         await until(pilot, lambda: app.trace_pane.switcher is not None)
+
+
+async def test_a_typed_filter_moves_the_selection_onto_a_row_it_shows() -> None:
+    """`c` after `/stuck` cancels a row the user sees, never the hidden one that was
+    selected before (found by the terminal test); only a row leaving by itself pins."""
+    engine = make_engine(finish=False)
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 40)) as pilot:
+        rows = await started(pilot)
+        await select(pilot, "baseline/run0/0")
+        await pilot.press("slash", *"variant:cand", "enter")
+        await until(pilot, lambda: app.selected is not None and app.selected.startswith("candidate/"))
+        assert not rows.pinned
+        await pilot.press("c")
+        assert engine.cancelled == [app.selected]

@@ -231,9 +231,14 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._forget_drawing()
 
     def set_filter(self, row_filter: RowFilter) -> None:
+        """A filter the user typed moves the cursor onto a row it shows, so `c` and `x`
+        act on what is in view; only a rollout that leaves the view by itself (it
+        finished, say) keeps the cursor (`pinned`)."""
         if row_filter != self.row_filter:
             self.row_filter = row_filter
             self.rebuild()
+            if self.pinned:
+                self._move_cursor(self._cursor_row)
 
     def rebuild(self) -> None:
         """The index from scratch, one pass over the store: a filter change or the
