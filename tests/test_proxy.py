@@ -6,6 +6,8 @@ is waited for, and bad addresses are refused with a clear error."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import zmq
 from demo_launch import launch, stop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from polling import eventually, wait_until
+from polling import alive, eventually, pid_gone, wait_until
 from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.serve import EnvClient as VerifiersClient
@@ -24,6 +26,7 @@ from verifiers.v1.types import SamplingConfig
 
 from core.recordings.replay import OpenedRecording
 from core.session.config import Config
+from core.session.contracts import VariantState
 from core.session.engine import Engine
 from core.session.store import Status
 from core.taps.forwarder import TO_DRIVER, TO_SERVER, Forwarder
@@ -265,3 +268,36 @@ def test_the_config_form_builds_a_proxy_variant(tmp_path) -> None:
     with pytest.raises(Exception, match=r"variants\[0\]\.proxy\.upstream: expected tcp://host:port"):
         load_config(path)
 
+
+
+async def test_a_taken_listen_address_fails_the_variant_with_the_forwarders_own_words(upstream, tmp_path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        engine = Engine(Config.for_proxy(f"tcp://127.0.0.1:{taken.getsockname()[1]}", upstream, "px"), session_dir=tmp_path / "s")
+        await engine.start()
+        variant = engine.variants["px"]
+        await engine.shutdown()
+    assert variant.state is VariantState.FAILED and "in use" in (variant.reason or "")
+
+
+def test_the_forwarding_process_ends_when_the_app_dies_even_by_sigkill(upstream) -> None:
+    app = subprocess.Popen(
+        [sys.executable, "-c", APP_THAT_DIES, upstream], stdout=subprocess.PIPE, text=True
+    )
+    assert app.stdout is not None
+    pid = int(app.stdout.readline())
+    assert alive(pid)
+    os.kill(app.pid, signal.SIGKILL)
+    app.wait()
+    wait_until(lambda: pid_gone(pid), WAIT, "the forwarding process gone with the app")
+
+
+APP_THAT_DIES = """
+import sys, time
+from core.taps.forward_process import ForwardingProcess
+forwarder = ForwardingProcess("tcp://127.0.0.1:0", sys.argv[1])
+forwarder.start()
+print(forwarder.pid, flush=True)
+time.sleep(3600)
+"""

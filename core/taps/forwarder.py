@@ -138,6 +138,7 @@ class Forwarder:
                         probe = self._control_reply(control, probe)
                     else:
                         self._from_server(sock, drivers[sock], front)
+                self._tick()
                 while self._commands:
                     _, request_id = self._commands.popleft()
                     control.send_multipart(
@@ -158,6 +159,9 @@ class Forwarder:
             for sock in (*backends.values(), control, front):
                 sock.close(linger=0)
             context.term()
+
+    def _tick(self) -> None:
+        """Once per turn of the forwarding loop (a subclass reports its counters)."""
 
     def _dealer(self, context: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
         dealer = context.socket(zmq.DEALER)

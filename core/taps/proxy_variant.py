@@ -1,8 +1,8 @@
 """A variant that is a wire proxy: drivers point at our listen address, their frames
 go on to the env server unchanged, and every run that passes through is shown.
 
-The forwarding thread never waits for us; here, on the app's loop, copies of the
-frames are read in batches and fed to the same assembly, store and recording as a run
+Forwarding runs in a process of its own (`core.taps.forward_process`) and never
+waits for us; here, on the app's loop, copies of the frames are read in batches and fed to the same assembly, store and recording as a run
 we dispatch. The server is not ours, so the variant offers no cancel; a rollout's
 cancel is a real `cancel` sent upstream, and the driver gets verifiers' own aborted
 reply.
@@ -13,20 +13,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import sys
 import time
 from typing import Any
 
 from core.session.contracts import Escalation, VariantState
 from core.session.store import RolloutStore
-from core.taps.forwarder import TO_SERVER, Copy, Forwarder, ForwarderError, counters_line
+from core.taps.forward_process import ForwardingProcess
+from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
 from core.taps.observed import ObservedRuns
 from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack
 
 BATCH = 2000
 """Copies handled before the loop gets a turn (the screen must stay responsive)."""
 IDLE_WAIT = 0.02
-SWITCH_INTERVAL = 0.0005
 CARD_EVERY = 0.25
 """The card's counters are redrawn at most this often."""
 LOG_LINES = 500
@@ -55,7 +54,7 @@ class ProxyVariant:
         self.reason: str | None = None
         self.server_started_at: float | None = None
         self.escalation: list[Escalation] = []
-        self.forwarder: Forwarder | None = None
+        self.forwarder: ForwardingProcess | None = None
         self.runs = ObservedRuns(name, store, recorder)
         self.frames = collections.Counter[str]()
         """Requests seen by method (run, health, cancel)."""
@@ -108,19 +107,16 @@ class ProxyVariant:
         if not self.can_start:
             return
         self.reason = None
-        forwarder = Forwarder(self.listen, self.upstream)
+        forwarder = ForwardingProcess(self.listen, self.upstream)
         try:
             forwarder.start()
-        except ForwarderError as error:
+        except (ForwarderError, OSError) as error:
+            forwarder.close()
             self.reason = str(error)
             self._set(VariantState.FAILED)
             return
         self.forwarder = forwarder
         self.listen = forwarder.listen
-        # the forwarding thread shares this interpreter: let it take the GIL from the
-        # view within half a millisecond, not the default 5 ms, so a busy view adds
-        # little to any frame's way through
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self.server_started_at = time.time()
         self._say(f"listening on {self.listen}, forwarding to {self.upstream}")
         self._event("started", address=self.address)
@@ -157,7 +153,9 @@ class ProxyVariant:
             self._main.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
-        self._drain(forwarder, limit=None)
+        while self._drain(forwarder, BATCH):  # what was forwarded before it stopped
+            pass
+        forwarder.close()
         self.runs.end_all("the proxy stopped before the run replied (the driver lost its route)")
         if forwarder.dropped:
             self.reason = f"the view dropped {forwarder.dropped:,} frame copies (the drivers got every frame)"
@@ -167,14 +165,14 @@ class ProxyVariant:
 
     # -- reading the copies --------------------------------------------------------
 
-    async def _watch(self, forwarder: Forwarder) -> None:
+    async def _watch(self, forwarder: ForwardingProcess) -> None:
         while True:
             handled = self._drain(forwarder, BATCH)
             self._check(forwarder)
             await asyncio.sleep(0 if handled >= BATCH else IDLE_WAIT)
 
-    def _drain(self, forwarder: Forwarder, limit: int | None) -> int:
-        copies = forwarder.take(limit if limit is not None else len(forwarder.copies) + 1)
+    def _drain(self, forwarder: ForwardingProcess, limit: int) -> int:
+        copies = forwarder.take(limit)
         for copy in copies:
             try:
                 self._read(copy)
@@ -219,7 +217,7 @@ class ProxyVariant:
                 reply = {"success": False, "error": f"the reply could not be decoded here ({error})"}
             self.runs.reply(run, reply)
 
-    def _check(self, forwarder: Forwarder) -> None:
+    def _check(self, forwarder: ForwardingProcess) -> None:
         """Counters and upstream news: a card redraw when they change; a drop loses
         the view of every run in flight, since it may have been any of theirs."""
         if forwarder.dropped != self._dropped_seen:

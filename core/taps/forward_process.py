@@ -1,0 +1,195 @@
+"""The proxy's forwarding, in a process of its own: `python -m core.taps.forward_process
+--listen L --upstream U --copies ADDRESS`.
+
+In the app's interpreter the forwarding thread has to take the GIL from the view and
+the screen, and every frame waits for it; here nothing else runs. The copies go to the
+app over a PUSH socket, never waited on (a full queue drops the copy and counts it),
+with the counters every quarter second. The app gives orders on stdin (`cancel
+REQUEST_ID`); end of stdin means the app has gone, and forwarding stops with it. The
+first stdout line is the bound listen address, or the process exits 2 with the reason
+on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import select
+import subprocess
+import sys
+import tempfile
+import time
+
+import msgpack
+import zmq
+
+from core.taps.forwarder import Copy, Forwarder, ForwarderError
+
+COPY_QUEUE = 100_000
+STATUS_EVERY = 0.25
+
+
+class PushingForwarder(Forwarder):
+    def __init__(self, listen: str, upstream: str, copies: str) -> None:
+        super().__init__(listen, upstream)
+        self._push_context = zmq.Context()
+        self._push = self._push_context.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, COPY_QUEUE)
+        self._push.setsockopt(zmq.LINGER, 1000)
+        self._push.connect(copies)
+        self._status_at = 0.0
+
+    def _copy(self, direction: str, driver: bytes, frames: list[bytes]) -> None:
+        self.forwarded += 1
+        try:
+            self._push.send_multipart([direction.encode(), driver, *frames], zmq.NOBLOCK)
+        except zmq.Again:
+            self.dropped += 1
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now - self._status_at < STATUS_EVERY:
+            return
+        self._status_at = now
+        status = {
+            "forwarded": self.forwarded,
+            "dropped": self.dropped,
+            "drivers": self.drivers,
+            "upstream_ok": self.upstream_ok,
+            "upstream_note": self.upstream_note,
+        }
+        try:
+            self._push.send_multipart([b"status", b"", msgpack.packb(status)], zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def close(self) -> None:
+        self._tick()
+        self._push.close()
+        self._push_context.term()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.taps.forward_process")
+    parser.add_argument("--listen", required=True)
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--copies", required=True, help="where the app pulls the copies from")
+    args = parser.parse_args(argv)
+    forwarder = PushingForwarder(args.listen, args.upstream, args.copies)
+    try:
+        forwarder.start()
+    except ForwarderError as error:
+        print(error, file=sys.stderr, flush=True)
+        return 2
+    print(forwarder.listen, flush=True)
+    try:
+        for line in sys.stdin:
+            order, _, argument = line.strip().partition(" ")
+            if order == "cancel" and argument:
+                forwarder.cancel(argument)
+    except KeyboardInterrupt:
+        pass
+    forwarder.stop()
+    forwarder.close()
+    return 0
+
+
+
+class ForwardingProcess:
+    """The app's handle on a forwarding process: what `ProxyVariant` reads of a
+    `Forwarder`, with the forwarding itself out of the app's interpreter."""
+
+    def __init__(self, listen: str, upstream: str, start_timeout: float = 30.0) -> None:
+        self.listen = listen
+        self.upstream = upstream
+        self.start_timeout = start_timeout
+        self.forwarded = 0
+        self.dropped = 0
+        self.drivers = 0
+        self.upstream_ok: bool | None = None
+        self.upstream_note = "not probed yet"
+        self._context = zmq.Context()
+        self._pull = self._context.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.RCVHWM, COPY_QUEUE)
+        self._pull.setsockopt(zmq.LINGER, 0)
+        self._copies = f"tcp://127.0.0.1:{self._pull.bind_to_random_port('tcp://127.0.0.1')}"
+        self._stderr = tempfile.TemporaryFile()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        """Spawn the process and wait for its listen address; a refusal (the address
+        is in use) is a `ForwarderError` with the process's own words."""
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "core.taps.forward_process", "--listen", self.listen, "--upstream", self.upstream, "--copies", self._copies],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            start_new_session=True,  # the terminal's Ctrl-C is the app's to act on, not ours
+        )
+        assert self._process.stdout is not None
+        ready = select.select([self._process.stdout], [], [], self.start_timeout)[0]
+        line = self._process.stdout.readline().decode().strip() if ready else ""
+        if not line:
+            self._process.kill()
+            self._process.wait()
+            self._stderr.seek(0)
+            why = self._stderr.read().decode(errors="replace").strip().splitlines()
+            self._close_sockets()
+            raise ForwarderError(why[-1] if why else f"the forwarding process did not start within {self.start_timeout:g}s")
+        self.listen = line
+
+    def cancel(self, request_id: str) -> None:
+        if self._process is not None and self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.write(f"cancel {request_id}\n".encode())
+                self._process.stdin.flush()
+
+    def take(self, limit: int) -> list[Copy]:
+        taken: list[Copy] = []
+        now = time.time()
+        for _ in range(limit):
+            try:
+                frames = self._pull.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if frames[0] == b"status":
+                self._status(frames[2])
+            else:
+                taken.append(Copy(frames[0].decode(), frames[1], frames[2:], now))
+        return taken
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End of stdin: the process stops forwarding and exits."""
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(OSError):
+                if process.stdin is not None:
+                    process.stdin.close()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def close(self) -> None:
+        self._close_sockets()
+        self._stderr.close()
+
+    def _close_sockets(self) -> None:
+        self._pull.close(linger=0)
+        self._context.term()
+
+    def _status(self, data: bytes) -> None:
+        with contextlib.suppress(Exception):
+            status = msgpack.unpackb(data)
+            self.forwarded = int(status["forwarded"])
+            self.dropped = int(status["dropped"])
+            self.drivers = int(status["drivers"])
+            self.upstream_ok = status["upstream_ok"]
+            self.upstream_note = str(status["upstream_note"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
