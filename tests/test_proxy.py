@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -269,6 +270,26 @@ def test_the_config_form_builds_a_proxy_variant(tmp_path) -> None:
         load_config(path)
 
 
+def test_the_config_forms_of_the_eval_and_the_relay_and_one_tap_per_variant(tmp_path) -> None:
+    from core.session.config import TapVariantConfig, load_config
+    from core.session.config_errors import ConfigError
+
+    path = tmp_path / "taps.toml"
+    path.write_text(
+        '[[variants]]\nname = "ev"\neval = ["vf-eval", "@", "eval.toml", "--no-push"]\ngrace_seconds = 3.0\n'
+        '[[variants]]\nname = "rl"\nrelay = "tcp://127.0.0.1:7000"\n'
+    )
+    ev, rl = load_config(path).variants
+    assert isinstance(ev, TapVariantConfig) and ev.eval == ["vf-eval", "@", "eval.toml", "--no-push"] and ev.grace_seconds == 3.0
+    assert isinstance(rl, TapVariantConfig) and rl.relay == "tcp://127.0.0.1:7000"
+    path.write_text('[[variants]]\nname = "both"\neval = ["vf-eval"]\nrelay = "tcp://127.0.0.1:7000"\n')
+    with pytest.raises(ConfigError, match="expected exactly one of proxy"):
+        load_config(path)
+    path.write_text('[[variants]]\nname = "ev"\neval = "vf-eval @ eval.toml"\n')
+    with pytest.raises(ConfigError, match=r'variants\[0\]\.eval: expected a list of arguments, not one string: eval = \["vf-eval", "@", "eval.toml"\]'):
+        load_config(path)
+
+
 
 async def test_a_taken_listen_address_fails_the_variant_with_the_forwarders_own_words(upstream, tmp_path) -> None:
     with socket.socket() as taken:
@@ -301,3 +322,27 @@ forwarder.start()
 print(forwarder.pid, flush=True)
 time.sleep(3600)
 """
+
+
+async def test_headless_proxy_prints_the_same_rollout_lines_as_attach_and_records(upstream, tmp_path) -> None:
+    listen = free_address()
+    recording = tmp_path / "px.twrec"
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--name", "px", "--headless", "--record", str(recording)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        client = EnvClient(listen)
+        try:
+            await client.wait_for_server_startup(timeout=WAIT)
+            await asyncio.wait_for(asyncio.gather(*(client.run(task(i), {}, "demo-model", SAMPLING) for i in (0, 1))), WAIT)
+        finally:
+            await client.close()
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        out, err = await asyncio.to_thread(proxy.communicate, timeout=WAIT)
+    assert proxy.returncode == 130, out + err  # a headless proxy runs until Ctrl-C, as any interrupted run
+    for i in (0, 1):
+        assert re.search(rf"px/\d \[normal {i}\] done · reward 1 · \d+ turns · \d+ tokens · [\d.]+s", out), out
+    assert "px: done; 2 done; mean reward 1.000" in out
+    assert sorted(r.status for r in OpenedRecording(recording).store.rollouts.values()) == [Status.DONE, Status.DONE]
