@@ -25,7 +25,6 @@ import asyncio
 import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -98,6 +97,8 @@ def capture(path: Path, rollouts: int, turns: int, tokens: int) -> None:
             socket.send_multipart([request_id, b"run", request_payload(request)])
         while len(replies) < rollouts:
             request_id, kind, data = socket.recv_multipart()
+            if request_id not in runs:
+                continue  # a late answer to a health check
             if kind == b"delta":
                 runs[request_id].append(data)
             else:
@@ -154,6 +155,12 @@ class Source:
         )
         assert self.process.stdout is not None
         self.address = self.process.stdout.readline().strip()
+        self._loading = self.cpu_seconds()  # reading the frames is not streaming them
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the source has used: how much of a core streaming took."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") - getattr(self, "_loading", 0.0)
 
     def close(self) -> None:
         self.process.terminate()
@@ -182,7 +189,11 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak RSS (VmHWM): not `ru_maxrss`, which Linux carries over from
+    the parent across fork and exec, so a child would report its parent's peak."""
+    with open("/proc/self/status") as handle:
+        line = next(line for line in handle if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
 
 
 def wire_bytes(frames: Path, rollouts: int) -> tuple[int, int]:
@@ -339,6 +350,7 @@ def measure(mode: str, frames: Path, rollouts: int, turns: int, tokens: int) -> 
                 result = asyncio.run(measure_headless(source.address, rollouts, turns, tokens, directory))
             else:
                 result = asyncio.run(measure_app(source.address, rollouts, turns, tokens, directory))
+        result["source_cpu"] = source.cpu_seconds()
     finally:
         source.close()
     result.update(rss_growth=peak_rss_bytes() - before, gc_longest=pauses.longest)
@@ -380,12 +392,12 @@ def report(args: argparse.Namespace) -> None:
         )
         results = {mode: run_mode(mode, frames, args) for mode in args.clients.split(",")}
     base = deltas / results["verifiers"]["seconds"] if "verifiers" in results else float("nan")
-    print(f"\n{'client':<24}{'deltas/s':>10}{'vs verifiers':>14}{'RSS growth/wire':>17}{'longest GC':>12}")
+    print(f"\n{'client':<12}{'deltas/s':>10}{'vs verifiers':>14}{'RSS growth/wire':>17}{'longest GC':>12}{'source CPU':>12}")
     for mode, result in results.items():
         rate = deltas / result["seconds"]
         print(
-            f"{mode:<24}{rate:>10,.0f}{rate / base:>13.2f}x{result['rss_growth'] / received:>16.2f}x"
-            f"{result['gc_longest'] * 1e3:>10.1f} ms"
+            f"{mode:<12}{rate:>10,.0f}{rate / base:>13.2f}x{result['rss_growth'] / received:>16.2f}x"
+            f"{result['gc_longest'] * 1e3:>9.1f} ms{result['source_cpu'] / result['seconds']:>11.0%}"
         )
     app = results.get("app")
     if app is None:
