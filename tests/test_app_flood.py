@@ -12,10 +12,12 @@ from pathlib import Path
 import msgpack
 import pytest
 import zmq
-from polling import until
+from polling import eventually, until
 
+from core.session import variant
 from core.session.config import load_config
 from core.session.engine import Engine
+from core.session.store import Status
 from tui.app import TracewatchApp
 
 HEADER = {"version": 1, "verifiers": {"version": "0.4.0", "commit": None}, "task": {"type": "T"}}
@@ -25,10 +27,18 @@ class FloodingServer:
     """Answers health and cancel; for each run, opens a trace, then every run gets
     deltas as fast as the socket takes them until `stop`, then its reply."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer_health_after: int = 1) -> None:
+        self.answer_health_after = answer_health_after
+        """Health checks go unanswered until this many arrived (the first one, asked
+        before the runs start, is answered unless this is 0)."""
+        self.health_checks = 0
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        # as fast as the client reads, with a bounded backlog: a send waits while
+        # this many frames are queued for it
+        self.socket.setsockopt(zmq.SNDHWM, 1000)
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.socket.bind("tcp://127.0.0.1:0")
         self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.sent = 0
@@ -37,9 +47,17 @@ class FloodingServer:
         self._thread = threading.Thread(target=self._serve, name="flooding server", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    @property
+    def flooding(self) -> bool:
+        return not self._stop.is_set()
+
+    def stop_flooding(self) -> None:
+        """Send every run its reply; the socket stays open for them to arrive."""
         self._stop.set()
         self._thread.join()
+
+    def close(self) -> None:
+        self.stop_flooding()
         self.socket.close(linger=0)
         self.context.term()
 
@@ -55,7 +73,9 @@ class FloodingServer:
                     self.runs.append((client, request_id))
                     self._send(client, request_id, b"delta", pack({"trace": trace, "open": {**HEADER, "id": trace}}))
                 elif method == b"health":
-                    self._send(client, request_id, b"reply", pack({"success": True, "error": None}))
+                    self.health_checks += 1
+                    if self.health_checks <= self.answer_health_after:
+                        self._send(client, request_id, b"reply", pack({"success": True, "error": None}))
                 else:
                     self._send(client, request_id, b"reply", pack({"success": True, "error": None, "cancelled": False}))
             for index, (client, request_id) in enumerate(self.runs):
@@ -70,25 +90,28 @@ class FloodingServer:
         self.sent += 1
 
 
-@pytest.fixture
-def flood() -> Iterator[FloodingServer]:
-    server = FloodingServer()
-    yield server
-    if not server._stop.is_set():
-        server.stop()
-
-
-async def test_keys_and_repaints_go_on_while_a_fast_source_floods(tmp_path: Path, flood: FloodingServer) -> None:
+def write_config(tmp_path: Path, address: str) -> Path:
     config = tmp_path / "tracewatch.toml"
     config.write_text(
         "[[variants]]\n"
         'name = "flood"\n'
-        f'attach = "{flood.address}"\n'
+        f'attach = "{address}"\n'
         'tasks = [{ id = "a", prompt = "p" }, { id = "b", prompt = "p" }]\n'
         'model = "m"\n'
         "max_concurrent = 2\n"
     )
-    engine = Engine(load_config(config), session_dir=tmp_path / "session")
+    return config
+
+
+@pytest.fixture
+def flood() -> Iterator[FloodingServer]:
+    server = FloodingServer()
+    yield server
+    server.close()
+
+
+async def test_keys_and_repaints_go_on_while_a_fast_source_floods(tmp_path: Path, flood: FloodingServer) -> None:
+    engine = Engine(load_config(write_config(tmp_path, flood.address)), session_dir=tmp_path / "session")
     app = TracewatchApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
         store = engine.store
@@ -107,9 +130,32 @@ async def test_keys_and_repaints_go_on_while_a_fast_source_floods(tmp_path: Path
         await pilot.press("down")
         await until(pilot, lambda: app.selected == "flood/1", "the key press to move the selection")
         await until(pilot, lambda: repaints >= 5, "the screen to repaint")
-        assert not flood._stop.is_set()  # all of it while the source was still flooding
+        assert flood.flooding  # all of it while the source was still flooding
         received = sum(r.deltas for r in store.rollouts.values())
-        flood.stop()
+        flood.stop_flooding()
         assert received < flood.sent  # the source was ahead of the client
         await until(pilot, lambda: all(r.status.finished for r in store.rollouts.values()), "both runs to end")
+        assert {r.status for r in store.rollouts.values()} == {Status.DONE}, [r.reason for r in store.rollouts.values()]
         await engine.shutdown()
+
+
+async def test_a_server_busy_streaming_is_alive_though_its_health_replies_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A health reply queues behind the deltas ahead of it: frames arriving while a
+    check waits count as an answer, so a flood never fails the runs it feeds."""
+    monkeypatch.setattr(variant, "HEALTH_INTERVAL", 0.05)
+    monkeypatch.setattr(variant, "HEALTH_TIMEOUT", 0.2)
+    server = FloodingServer(answer_health_after=1)  # then never again
+    try:
+        engine = Engine(load_config(write_config(tmp_path, server.address)), session_dir=tmp_path / "session")
+        await engine.start()
+        store = engine.store
+        await eventually(lambda: server.health_checks > 2 * variant.HEALTH_MISSES, what="unanswered health checks")
+        assert not any(r.status.finished for r in store.rollouts.values()), [r.reason for r in store.rollouts.values()]
+        server.stop_flooding()
+        await eventually(lambda: all(r.status.finished for r in store.rollouts.values()), what="both runs to end")
+        assert {r.status for r in store.rollouts.values()} == {Status.DONE}, [r.reason for r in store.rollouts.values()]
+        await engine.shutdown()
+    finally:
+        server.close()

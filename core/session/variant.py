@@ -446,9 +446,12 @@ class Variant:
                 if child is not None and (code := child.poll()) is not None:
                     self._gone = self._exit_reason(code, "mid-run")
                 elif health is None and time.monotonic() >= next_check:
+                    asked = time.monotonic()
                     health = asyncio.get_running_loop().create_task(client.health(timeout=HEALTH_TIMEOUT))
                 elif health is not None and health.done():
                     answered = not health.cancelled() and health.exception() is None and health.result()
+                    # frames that arrived meanwhile answer too: the reply queues behind them
+                    answered = answered or client.last_received > asked
                     misses = 0 if answered else misses + 1
                     health, next_check = None, time.monotonic() + HEALTH_INTERVAL
                     if misses >= HEALTH_MISSES:

@@ -123,6 +123,9 @@ class EnvClient:
         self._runs: dict[str, _Run] = {}
         self._cancels: set[asyncio.Task[None]] = set()
         self._receiver: asyncio.Task[None] | None = None
+        self.last_received = 0.0
+        """When (monotonic) a frame last arrived: a server streaming deltas is alive,
+        even while its health reply waits behind them in the queue."""
         self._closed = False
 
     @property
@@ -289,7 +292,8 @@ class EnvClient:
                 frames = await self._socket.recv_multipart()
                 # Take what else is queued, bounded, then yield so the loop's other
                 # tasks (a UI's tick, its keys, its compositor) get their turn.
-                deadline = time.monotonic() + BATCH_SECONDS
+                self.last_received = time.monotonic()
+                deadline = self.last_received + BATCH_SECONDS
                 handled = 0
                 while True:
                     self._handle(frames)
