@@ -65,7 +65,9 @@ async def proxy_engine(upstream, tmp_path):
         engines.append(engine)
         await engine.start()
         variant = engine.variants["px"]
-        assert isinstance(variant, ProxyVariant) and variant.state.active, variant.reason
+        assert isinstance(variant, ProxyVariant)
+        await eventually(lambda: variant.state is not VariantState.STARTING, WAIT, "the forwarding process up")
+        assert variant.state is VariantState.RUNNING, variant.reason
         return engine, variant
 
     yield make
@@ -298,6 +300,7 @@ async def test_a_taken_listen_address_fails_the_variant_with_the_forwarders_own_
         engine = Engine(Config.for_proxy(f"tcp://127.0.0.1:{taken.getsockname()[1]}", upstream, "px"), session_dir=tmp_path / "s")
         await engine.start()
         variant = engine.variants["px"]
+        await asyncio.wait_for(variant.wait(), WAIT)
         await engine.shutdown()
     assert variant.state is VariantState.FAILED and "in use" in (variant.reason or "")
 

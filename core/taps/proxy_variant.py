@@ -107,21 +107,8 @@ class ProxyVariant:
         if not self.can_start:
             return
         self.reason = None
-        forwarder = ForwardingProcess(self.listen, self.upstream)
-        try:
-            forwarder.start()
-        except (ForwarderError, OSError) as error:
-            forwarder.close()
-            self.reason = str(error)
-            self._set(VariantState.FAILED)
-            return
-        self.forwarder = forwarder
-        self.listen = forwarder.listen
-        self.server_started_at = time.time()
-        self._say(f"listening on {self.listen}, forwarding to {self.upstream}")
-        self._event("started", address=self.address)
-        self._set(VariantState.RUNNING)
-        self._main = asyncio.get_running_loop().create_task(self._watch(forwarder), name=f"proxy {self.name}")
+        self._set(VariantState.STARTING)
+        self._main = asyncio.get_running_loop().create_task(self._run(), name=f"proxy {self.name}")
 
     def cancel(self) -> None:
         """Not offered: see `cancel_unavailable`."""
@@ -145,6 +132,8 @@ class ProxyVariant:
 
     async def stop(self) -> None:
         """Stop forwarding: the last copies are read, runs still open end here."""
+        while self.state is VariantState.STARTING:  # a spawn in progress ends within its timeout
+            await asyncio.sleep(0.05)
         forwarder = self.forwarder
         if forwarder is None or not self.state.active:
             return
@@ -164,6 +153,25 @@ class ProxyVariant:
         self._set(VariantState.DONE)
 
     # -- reading the copies --------------------------------------------------------
+
+    async def _run(self) -> None:
+        """Spawn the forwarding process off the loop (the screen keeps drawing), then
+        read its copies until stopped."""
+        forwarder = ForwardingProcess(self.listen, self.upstream)
+        try:
+            await asyncio.to_thread(forwarder.start)
+        except (ForwarderError, OSError) as error:
+            forwarder.close()
+            self.reason = str(error)
+            self._set(VariantState.FAILED)
+            return
+        self.forwarder = forwarder
+        self.listen = forwarder.listen
+        self.server_started_at = time.time()
+        self._say(f"listening on {self.listen}, forwarding to {self.upstream}")
+        self._event("started", address=self.address)
+        self._set(VariantState.RUNNING)
+        await self._watch(forwarder)
 
     async def _watch(self, forwarder: ForwardingProcess) -> None:
         while True:
