@@ -198,10 +198,11 @@ def _check_depth(delta: Mapping[str, Any], where: str) -> None:
     for value in delta.values():
         if type(value) in _CONTAINERS and value is not nodes and _exceeds(value, MAX_DEPTH - 2):
             raise DeltaValueError(f"{where}: values are nested deeper than {MAX_DEPTH} levels")
-    for node in nodes or ():  # depth 3: what is under it counts, its token arrays do not
+    for node in nodes or ():  # depth 3: what is under it counts, its token lists do not
         if type(node) is dict:
             for field, item in node.items():
-                if type(item) in _CONTAINERS and field not in ARRAY_FIELDS and _exceeds(item, MAX_DEPTH - 4):
+                scanned = field not in ARRAY_FIELDS or type(item) is dict  # an encoded array is small
+                if type(item) in _CONTAINERS and scanned and _exceeds(item, MAX_DEPTH - 4):
                     raise DeltaValueError(f"{where}: values are nested deeper than {MAX_DEPTH} levels")
 
 
