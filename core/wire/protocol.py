@@ -53,6 +53,23 @@ PACKED_FIELDS = frozenset(
 PACKED_MIN_BYTES = 64
 """Shorter spans are decoded as they come: a few numbers cost less as a list."""
 _ARRAY_MARKERS = frozenset({*range(0x90, 0xA0), 0xDC, 0xDD})
+_TOKEN_KEYS = (msgpack.packb("token_ids"), msgpack.packb("logprobs"))
+_LONG_ARRAY = (0xDC, 0xDD)
+"""How msgpack starts an array of 16 items or more."""
+
+
+def _has_long_token_array(data: bytes) -> bool:
+    """Whether a frame holds a token array of 16 items or more (its key, then a long
+    array's marker): a frame without one (most of an eval's stream) is read whole,
+    at C speed."""
+    for key in _TOKEN_KEYS:
+        at = data.find(key)
+        while at >= 0:
+            end = at + len(key)
+            if end < len(data) and data[end] in _LONG_ARRAY:
+                return True
+            at = data.find(key, end)
+    return False
 
 
 class Packed:
@@ -119,7 +136,7 @@ def unpack_delta(data: bytes) -> Any:
     """A delta frame decoded as `unpack` does, except that its nodes' token arrays stay
     packed (`Packed`): their numbers never become Python objects. A frame the fast
     path cannot read is decoded by `unpack`, which says what is wrong with it."""
-    if b"token_ids" not in data and b"logprobs" not in data:
+    if not _has_long_token_array(data):
         return unpack(data)
     try:
         return _unpack_keeping_spans(data)
