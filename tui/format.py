@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.style import Style
 from textual.widget import Widget
 
-from core.session.store import AGENT_PARTS, ROLLOUT_PHASES
+from core.session.store import ROLLOUT_PHASES
+from core.wire.protocol import AGENT_PARTS
 from tui.text import safe
 
 __all__ = ["clock", "reward_text", "size_text", "Palette", "safe"]

@@ -8,7 +8,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from core.session.store import AGENT_PARTS, DURATION_KEYS, PHASES, Rollout, RolloutStore
+from core.session.store import DURATION_KEYS, Rollout, RolloutStore
+from core.wire.protocol import AGENT_PARTS, PHASES
 from tui.format import PALETTE_CLASSES, Palette, safe
 
 LABEL_WIDTH = 11

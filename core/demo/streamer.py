@@ -18,8 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from core.demo.trace import LiveTrace
-from core.wire.assembly import LIST_FIELDS
-from core.wire.protocol import pack
+from core.wire.protocol import LIST_FIELDS, pack
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from core.recordings.run_dir import open_run
 from core.session.contracts import Escalation, ReplayPosition, VariantState
 from core.session.engine import Session
 from core.session.store import RolloutStore, Status
-from core.wire.assembly import LIST_FIELDS, AssemblyError
-from core.wire.protocol import delta_failure
+from core.wire.assembly import AssemblyError
+from core.wire.protocol import LIST_FIELDS, delta_failure
 
 MAX_GAP = 60.0
 """The longest silence a replay waits out at its recorded pace (times `speed`): a

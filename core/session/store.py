@@ -16,12 +16,8 @@ from enum import StrEnum
 from typing import Any
 
 from core.wire.assembly import EpisodeAssembly
+from core.wire.protocol import AGENT_PARTS, PHASES
 
-PHASES = ("boot", "setup", "agent", "finalize", "scoring")
-"""The timing spans of a trace, in the order a rollout passes through them."""
-
-AGENT_PARTS = ("model", "harness")
-"""The agent span's two parts, as the server times them."""
 DURATION_KEYS = tuple(key for phase in PHASES for key in ((phase, *AGENT_PARTS) if phase == "agent" else (phase,)))
 """What the store keeps durations of: each phase, the agent's parts after it."""
 ROLLOUT_PHASES = ("queued", "starting", *PHASES, "done", "error", "failed", "cancelling", "cancelled")

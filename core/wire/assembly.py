@@ -13,16 +13,7 @@ from typing import Any
 
 from core.text import short_repr
 from core.wire.delta_checks import DeltaValueError, check_delta
-
-LIST_FIELDS = (
-    "nodes",
-    "calls",
-    "errors",
-    "extra_usage",
-    "request_rewrites",
-    "response_rewrites",
-)
-"""Append-only on the server: each delta carries the items past what was sent."""
+from core.wire.protocol import LIST_FIELDS
 
 _OTHER_LISTS = LIST_FIELDS[1:]
 _STRUCTURAL = frozenset({"links", "routing_repairs", *LIST_FIELDS})

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.text import short_repr
-from core.wire.protocol import PACKED_FIELDS, Packed
+from core.wire.protocol import AGENT_PARTS, LIST_FIELDS, PACKED_FIELDS, PHASES, Packed
 
 MAX_DEPTH = 64
 """Containers inside containers, counted from the delta itself; real deltas stay
@@ -28,15 +28,12 @@ MAX_SECONDS = 1e12
 """Times and durations are epoch seconds or spans of them; anything larger (or not
 finite) would break the scale a waterfall is drawn to."""
 
-PHASES = ("boot", "setup", "agent", "finalize", "scoring")
 TOKEN_COUNTS = ("num_input_tokens", "num_output_tokens", "num_total_tokens")
 ARRAY_FIELDS = PACKED_FIELDS | {"routed_experts"}
 """Per-node numeric arrays: a list, its packed bytes (`Packed`), an encoded array (a
 map), or nothing."""
 
-NOT_SCALARS = frozenset(
-    {"nodes", "calls", "errors", "extra_usage", "request_rewrites", "response_rewrites", "pending"}
-)
+NOT_SCALARS = frozenset({*LIST_FIELDS, "pending"})
 """Fields `set` may not overwrite: they are appended to, or replaced by their own key."""
 
 
@@ -102,7 +99,7 @@ def _check_scalars(scalars: Mapping[str, Any], head: str, field: str) -> None:
                 _span(span, head, field, "timing", phase)
         agent = timing.get("agent")
         if agent is not None:
-            for part in ("model", "harness"):
+            for part in AGENT_PARTS:
                 if (share := agent.get(part)) is not None:
                     _mapping(share, head, field, "timing", "agent", part)
                     _seconds(share.get("duration"), head, field, "timing", "agent", part, "duration")

@@ -19,6 +19,22 @@ from core.text import short_repr
 KIND_DELTA = b"delta"
 KIND_REPLY = b"reply"
 
+LIST_FIELDS = (
+    "nodes",
+    "calls",
+    "errors",
+    "extra_usage",
+    "request_rewrites",
+    "response_rewrites",
+)
+"""A trace's append-only lists: each delta carries the items past what was sent."""
+
+PHASES = ("boot", "setup", "agent", "finalize", "scoring")
+"""The timing spans of a trace, in the order a rollout passes through them."""
+
+AGENT_PARTS = ("model", "harness")
+"""The agent span's two parts, as the server times them."""
+
 ABORTED_ERROR = "Cancelled: rollout aborted"
 """The reply error verifiers' server sends for a run a cancel aborted."""
 
