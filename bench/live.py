@@ -398,6 +398,7 @@ def report(args: argparse.Namespace) -> None:
         print(
             f"{mode:<12}{rate:>10,.0f}{rate / base:>13.2f}x{result['rss_growth'] / received:>16.2f}x"
             f"{result['gc_longest'] * 1e3:>9.1f} ms{result['source_cpu'] / result['seconds']:>11.0%}"
+            + (f"  INCOMPLETE: {result['deltas']:,} deltas" if result.get("deltas", deltas) != deltas else "")
         )
     app = results.get("app")
     if app is None:
