@@ -23,8 +23,9 @@ from typing import Any
 
 from core.paths import private_dir
 from core.session.config import VariantConfig
-from core.session.contracts import Escalation, VariantState
+from core.session.contracts import VariantState
 from core.session.store import RolloutStore, Status
+from core.session.variant_life import VariantLife
 from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
 from core.wire.assembly import AssemblyError
@@ -63,7 +64,7 @@ class ServerExited(RuntimeError):
     pass
 
 
-class Variant:
+class Variant(VariantLife):
     config_type = VariantConfig
     cancel_unavailable = None
     rollout_cancel_unavailable = None
@@ -76,31 +77,22 @@ class Variant:
         session_dir: Path,
         recorder: Any = None,
     ) -> None:
+        super().__init__(config.name, store, recorder)
         self.config = config
-        self.name = config.name
-        self.store = store
         self.session_dir = session_dir
-        self.recorder = recorder
-        self.state = VariantState.IDLE
-        self.reason: str | None = None
         self.address: str | None = None
-        self.server_started_at: float | None = None
         self.health_left: float | None = None
-        self.escalation: list[Escalation] = []
         self.outcome_text: str | None = None
         self.stdout_path: Path | None = None
         self.stderr_path: Path | None = None
         self._child: SupervisedChild | None = None
         self._client: EnvClient | None = None
-        self._main: asyncio.Task[None] | None = None
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._cancels: set[asyncio.Task[None]] = set()
         self._grace_until: float | None = None
-        self._stopping: asyncio.Task[None] | None = None
         self._kill_now = False
         self._gone: str | None = None
         self._starts = 0
-        store.add_variant(self.name)
 
     # -- what the UI reads ---------------------------------------------------
 
@@ -206,13 +198,6 @@ class Variant:
         self._cancels.add(task)
         task.add_done_callback(self._cancels.discard)
         return True
-
-    async def wait(self) -> None:
-        """Until the variant has settled (done, cancelled or failed)."""
-        for task in (self._main, self._stopping):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.shield(task)
 
     # -- the life of one start ----------------------------------------------------
 
@@ -562,20 +547,6 @@ class Variant:
         tail = tail_lines(self.stderr_path, 5) if self.stderr_path is not None else []
         last = " | ".join(line.strip() for line in tail if line.strip() and not line.startswith("# tracewatch"))
         return f"the server exited with code {code} {when}" + (f": {last}" if last else "")
-
-    def _set(self, state: VariantState) -> None:
-        self.state = state
-        self.store.touch_variant(self.name)
-        self._event(state.value, reason=self.reason)
-
-    def _note(self, kind: str, detail: str) -> None:
-        self.escalation.append(Escalation(time.time(), kind, detail))
-        self.store.touch_variant(self.name)
-        self._event(kind, detail=detail)
-
-    def _event(self, kind: str, **fields: Any) -> None:
-        if self.recorder is not None:
-            self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
 
     def _end(self, key: str, reason: str, cancelled: bool = False) -> None:
         """A rollout that ended without an episode, in the store and the recording

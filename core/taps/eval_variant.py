@@ -22,11 +22,11 @@ import zmq
 import zmq.asyncio
 
 from core.paths import private_dir
-from core.session.contracts import Escalation, VariantState
+from core.session.contracts import VariantState
 from core.session.store import RolloutStore
 from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError, SupervisedChild
-from core.taps.observed import ObservedRuns
+from core.taps.tap_variant import TapVariant
 from core.wire.protocol import unpack
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
@@ -43,14 +43,11 @@ ROLLOUT_CANCEL_UNAVAILABLE = (
 )
 
 
-class EvalVariant:
+class EvalVariant(TapVariant):
     rollout_cancel_unavailable = ROLLOUT_CANCEL_UNAVAILABLE
     cancel_unavailable = None
     health_left = None
     supervised = True
-    model = None
-    """vf-eval's config names the model; each rollout shows what it asked for."""
-    sampling: dict[str, Any] = {}
 
     def __init__(
         self,
@@ -65,32 +62,22 @@ class EvalVariant:
         grace_seconds: float = 10.0,
         deadline_seconds: float = 86400.0,
     ) -> None:
-        self.name = name
+        super().__init__(name, store, recorder)
         self.argv = argv
-        self.store = store
         self.session_dir = session_dir
-        self.recorder = recorder
         self.cwd = cwd
         self.env = env or {}
         self.grace_seconds = grace_seconds
         self.deadline_seconds = deadline_seconds
-        self.state = VariantState.IDLE
-        self.reason: str | None = None
         self.run_dir: str | None = None
-        self.server_started_at: float | None = None
-        self.escalation: list[Escalation] = []
         self.outcome_text: str | None = None
         self.dropped = 0
         self.stdout_path: Path | None = None
         self.stderr_path: Path | None = None
-        self.runs = ObservedRuns(name, store, recorder)
         self._child: SupervisedChild | None = None
-        self._main: asyncio.Task[None] | None = None
-        self._stopping: asyncio.Task[None] | None = None
         self._kill_now = False
         self._grace_until: float | None = None
         self._starts = 0
-        store.add_variant(name)
 
     # -- what the UI reads ---------------------------------------------------------
 
@@ -159,12 +146,6 @@ class EvalVariant:
 
     def cancel_rollout(self, key: str) -> bool:
         return False
-
-    async def wait(self) -> None:
-        for task in (self._main, self._stopping):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.shield(task)
 
     # -- one run of the eval ------------------------------------------------------
 
@@ -249,14 +230,7 @@ class EvalVariant:
                 self.dropped = int(dropped)
                 self.store.touch_variant(self.name)
         try:
-            if kind == b"delta":
-                self.runs.delta(run, unpack(payload))
-            elif kind == b"begin":
-                begin = unpack(payload)
-                self.runs.begin(run, begin.get("task_data"), f"{self.name}-{run.decode()}", model=begin.get("model"), sampling=begin.get("sampling"))
-            elif kind == b"reply":
-                self.runs.reply(run, unpack(payload))
-            elif kind == b"run_dir":
+            if not self.runs.message(kind, run, payload) and kind == b"run_dir":
                 self.run_dir = str(unpack(payload).get("path"))
                 self._event("run_dir", path=self.run_dir)
                 self.store.touch_variant(self.name)
@@ -312,17 +286,3 @@ class EvalVariant:
         last = " | ".join(line.strip() for line in tail if line.strip() and not line.startswith("# tracewatch"))
         text = f"{self.argv[0]} exited with code {code}" + (f" {when}" if when else "")
         return text + (f": {last}" if last else "")
-
-    def _note(self, kind: str, detail: str) -> None:
-        self.escalation.append(Escalation(time.time(), kind, detail))
-        self.store.touch_variant(self.name)
-        self._event(kind, detail=detail)
-
-    def _set(self, state: VariantState) -> None:
-        self.state = state
-        self.store.touch_variant(self.name)
-        self._event(state.value, reason=self.reason)
-
-    def _event(self, kind: str, **fields: Any) -> None:
-        if self.recorder is not None:
-            self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})

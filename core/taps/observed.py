@@ -17,7 +17,7 @@ from typing import Any
 from core.session.store import RolloutStore
 from core.text import short_repr
 from core.wire.assembly import AssemblyError
-from core.wire.protocol import RunResponse, is_aborted
+from core.wire.protocol import RunResponse, is_aborted, unpack
 
 
 def run_note(model: Any, sampling: Any) -> str:
@@ -71,6 +71,20 @@ class ObservedRuns:
             if rollout.note:
                 self.recorder.event(self.variant, "run", id=rollout.key, model=model, sampling=sampling)
         return rollout.key
+
+    def message(self, kind: bytes, run: bytes, payload: bytes) -> bool:
+        """A tap's [kind, run, payload] news of a run (begin, delta, reply) fed in;
+        False for a kind that is not news of a run (the tap's own to read)."""
+        if kind == b"delta":
+            self.delta(run, unpack(payload))
+        elif kind == b"begin":
+            begin = unpack(payload)
+            self.begin(run, begin.get("task_data"), f"{self.variant}-{run.decode()}", model=begin.get("model"), sampling=begin.get("sampling"))
+        elif kind == b"reply":
+            self.reply(run, unpack(payload))
+        else:
+            return False
+        return True
 
     def delta(self, run: Hashable, delta: Any) -> None:
         key = self.keys.get(run)

@@ -16,11 +16,11 @@ import contextlib
 import time
 from typing import Any
 
-from core.session.contracts import Escalation, VariantState
+from core.session.contracts import VariantState
 from core.session.store import RolloutStore
 from core.taps.forward_process import ForwardingProcess
 from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
-from core.taps.observed import ObservedRuns
+from core.taps.tap_variant import TapVariant
 from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack
 
 BATCH = 2000
@@ -28,44 +28,29 @@ BATCH = 2000
 IDLE_WAIT = 0.02
 CARD_EVERY = 0.25
 """The card's counters are redrawn at most this often."""
-LOG_LINES = 500
 
 ROUTE_LOST = "drivers pointed at {listen} lose their route to {upstream} until a proxy listens there again"
 
 
-class ProxyVariant:
+class ProxyVariant(TapVariant):
     cancel_unavailable = "the env server behind a proxy is not ours to stop; cancel runs one by one, or quit to stop the proxy"
     rollout_cancel_unavailable = None
     pid = None
     health_left = None
     outcome_text = None
     supervised = False
-    model = None
-    """Each run names its own model and sampling (shown on its rollout)."""
-    sampling: dict[str, Any] = {}
 
     def __init__(self, name: str, listen: str, upstream: str, store: RolloutStore, recorder: Any = None) -> None:
-        self.name = name
+        super().__init__(name, store, recorder)
         self.listen = listen
         self.upstream = upstream
-        self.store = store
-        self.recorder = recorder
-        self.state = VariantState.IDLE
-        self.reason: str | None = None
-        self.server_started_at: float | None = None
-        self.escalation: list[Escalation] = []
         self.forwarder: ForwardingProcess | None = None
-        self.runs = ObservedRuns(name, store, recorder)
         self.frames = collections.Counter[str]()
         """Requests seen by method (run, health, cancel)."""
-        self._log: collections.deque[str] = collections.deque(maxlen=LOG_LINES)
-        self._logged = 0
-        self._main: asyncio.Task[None] | None = None
         self._dropped_seen = 0
         self._upstream_seen: tuple[bool | None, str] | None = None
         self._forwarded_seen = 0
         self._touched = 0.0
-        store.add_variant(name)
 
     @property
     def address(self) -> str:
@@ -97,12 +82,6 @@ class ProxyVariant:
     def grace_left(self, now: float | None = None) -> float | None:
         return None
 
-    def log_tail(self, n: int = 200) -> list[str]:
-        return list(self._log)[-n:]
-
-    def log_size(self) -> int:
-        return self._logged
-
     def start(self) -> None:
         if not self.can_start:
             return
@@ -124,11 +103,6 @@ class ProxyVariant:
         self.store.cancelling(key)
         self._say(f"cancel sent upstream for {key} (request {rollout.request_id})")
         return True
-
-    async def wait(self) -> None:
-        if self._main is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.shield(self._main)
 
     async def stop(self) -> None:
         """Stop forwarding: the last copies are read, runs still open end here."""
@@ -243,20 +217,3 @@ class ProxyVariant:
         if forwarder.forwarded != self._forwarded_seen and now - self._touched >= CARD_EVERY:
             self._forwarded_seen, self._touched = forwarder.forwarded, now
             self.store.touch_variant(self.name)
-
-    # -- bookkeeping ---------------------------------------------------------------
-
-    def _say(self, line: str) -> None:
-        text = f"{time.strftime('%H:%M:%S')} {line}"
-        self._log.append(text)
-        self._logged += len(text) + 1
-
-    def _set(self, state: VariantState) -> None:
-        self.state = state
-        self.store.touch_variant(self.name)
-        self._event(state.value, reason=self.reason)
-
-    def _event(self, kind: str, **fields: Any) -> None:
-        if self.recorder is not None:
-            self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
-

@@ -16,10 +16,9 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from core.session.contracts import Escalation, VariantState
+from core.session.contracts import VariantState
 from core.session.store import RolloutStore
-from core.taps.observed import ObservedRuns
-from core.wire.protocol import unpack
+from core.taps.tap_variant import TapVariant
 
 WELCOME_TIMEOUT = 5.0
 BATCH = 2000
@@ -40,31 +39,19 @@ def check_relay_address(address: str, timeout: float = 2.0) -> None:
         raise RelayError(f"nothing serves a relay at {address} ({error}): start the driver with its Relay there first") from None
 
 
-class RelayViewer:
+class RelayViewer(TapVariant):
     cancel_unavailable = NOT_OURS
     rollout_cancel_unavailable = NOT_OURS
     pid = None
     health_left = None
     outcome_text = None
     supervised = False
-    model = None
-    sampling: dict[str, Any] = {}
     can_cancel = False
 
     def __init__(self, name: str, address: str, store: RolloutStore, recorder: Any = None) -> None:
-        self.name = name
+        super().__init__(name, store, recorder)
         self.address = address
-        self.store = store
-        self.recorder = recorder
-        self.state = VariantState.IDLE
-        self.reason: str | None = None
-        self.server_started_at: float | None = None
-        self.escalation: list[Escalation] = []
-        self.runs = ObservedRuns(name, store, recorder)
         self.dropped = 0
-        self._main: asyncio.Task[None] | None = None
-        self._lines: list[str] = []
-        store.add_variant(name)
 
     @property
     def can_start(self) -> bool:
@@ -80,12 +67,6 @@ class RelayViewer:
     def grace_left(self, now: float | None = None) -> float | None:
         return None
 
-    def log_tail(self, n: int = 200) -> list[str]:
-        return self._lines[-n:]
-
-    def log_size(self) -> int:
-        return sum(len(line) + 1 for line in self._lines)
-
     def start(self) -> None:
         if self.can_start:
             self.reason = None
@@ -97,11 +78,6 @@ class RelayViewer:
 
     def cancel_rollout(self, key: str) -> bool:
         return False
-
-    async def wait(self) -> None:
-        if self._main is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.shield(self._main)
 
     async def stop(self) -> None:
         if self._main is not None and not self._main.done():
@@ -154,21 +130,6 @@ class RelayViewer:
                     self.runs.lose(lost, "the relay dropped messages for this viewer")
                 self.store.touch_variant(self.name)
         try:
-            if kind == b"delta":
-                self.runs.delta(run, unpack(payload))
-            elif kind == b"begin":
-                begin = unpack(payload)
-                self.runs.begin(run, begin.get("task_data"), f"{self.name}-{run.decode()}", model=begin.get("model"), sampling=begin.get("sampling"))
-            elif kind == b"reply":
-                self.runs.reply(run, unpack(payload))
+            self.runs.message(kind, run, payload)
         except Exception as error:  # one odd message must not stop the view of the rest
             self.runs.lose(run, f"a relay message could not be read: {error!r}")
-
-    def _say(self, line: str) -> None:
-        self._lines.append(f"{time.strftime('%H:%M:%S')} {line}")
-
-    def _set(self, state: VariantState) -> None:
-        self.state = state
-        self.store.touch_variant(self.name)
-        if self.recorder is not None:
-            self.recorder.event(self.name, state.value, **({"reason": self.reason} if self.reason else {}))
