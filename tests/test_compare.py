@@ -7,16 +7,21 @@ from pathlib import Path
 
 from polling import until
 from test_app_sessions import write_recording
-from tui_standin import make_engine
+from textual.widgets import Static
+from tui_standin import StandInEngine, StandInVariant, make_engine
 
 from core.session.compare import compare, compare_store
 from core.session.store import RolloutStore
 from tui.app import TracewatchApp
 from tui.cli import main
 from tui.compare_view import CompareView
+from tui.side_by_side import Side, SideBySideScreen
+from tui.transcript import Transcript
 
 
 def scored(store: RolloutStore, variant: str, task: int, rewards: list[float | None]) -> None:
+    """Each rollout's one message names it (`[b] reply of b/1 to task 2`), markup-like
+    on purpose: the transcript must draw it literally."""
     for index, reward in enumerate(rewards):
         rollout = store.add_rollout(variant, task, {"name": f"task {task}"}, index)
         store.started(rollout.key, f"r-{rollout.key}", t=0.0)
@@ -24,6 +29,8 @@ def scored(store: RolloutStore, variant: str, task: int, rewards: list[float | N
             store.failed(rollout.key, "provider error", t=2.0)
         else:
             store.apply(rollout.key, {"trace": f"t-{rollout.key}", "open": {"id": f"t-{rollout.key}"}, "set": {"rewards": {"r": {"score": reward, "weight": 1.0}}}})
+            message = {"role": "assistant", "content": f"[b]reply of {variant}/{index} to task {task}"}
+            store.apply(rollout.key, {"trace": f"t-{rollout.key}", "nodes": [{"parent": None, "message": message, "sampled": True}]})
             store.finished(rollout.key, {"traces": [dict(rollout.assembly.traces[f"t-{rollout.key}"])]}, t=2.0)
 
 
@@ -64,3 +71,50 @@ async def test_the_compare_tab() -> None:
         text = await until(pilot, lambda: view.display and str(view.render().renderables[2]))
         assert "baseline  mean reward" in text and "variants disagree on 0 of" in text
         assert compare({"x": []}).tasks == {}
+
+
+def shown(transcript: Transcript) -> str:
+    return "\n".join(transcript.render_line(y).text for y in range(transcript.scrollable_content_region.height))
+
+
+async def test_a_task_opens_its_traces_side_by_side_and_each_side_cycles_its_rollouts() -> None:
+    store = RolloutStore(clock=lambda: 10.0)
+    scored(store, "a", 0, [1.0])
+    scored(store, "b", 0, [0.0])
+    scored(store, "a", 1, [1.0, 0.0])
+    scored(store, "b", 1, [1.0, 0.0, None])
+    engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b")})
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 7)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        await until(pilot, lambda: view.region.height > 1)
+        view.focus()
+        await pilot.press("down", "enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
+        left, right = screen.query(Side)
+        assert screen.shown_task == (1, "task 1") and (left.variant, right.variant) == ("a", "b")
+        await until(pilot, lambda: "[b]reply of a/0 to task 1" in shown(left.transcript))
+        await until(pilot, lambda: "[b]reply of b/0 to task 1" in shown(right.transcript))
+        assert "reply of b" not in shown(left.transcript) and "reply of a" not in shown(right.transcript)
+        head = str(right.head.render())
+        assert "b · rollout 0 of run 1 (1/3) · reward 1.00 · done" in head, head
+        await pilot.press("right", "full_stop", "full_stop")
+        await until(pilot, lambda: "(3/3) · reward – · failed · provider error" in str(right.head.render()))
+        assert "[b]reply of a/0 to task 1" in shown(left.transcript), "only the focused side moved"
+        await pilot.press("comma")
+        await until(pilot, lambda: "[b]reply of b/1 to task 1" in shown(right.transcript))
+        assert "(2/3) · reward 0.00" in str(right.head.render())
+        await pilot.press("left", "full_stop")
+        await until(pilot, lambda: "[b]reply of a/1 to task 1" in shown(left.transcript))
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is app.screen_stack[0])
+        assert app.focused is view
+        # a click on a task row opens that task (the first row sits under the header)
+        await pilot.click(CompareView, offset=(2, 1))
+        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
+        assert screen.shown_task == (0, "task 0")
+        left, right = screen.query(Side)
+        await until(pilot, lambda: "reply of a/0 to task 0" in shown(left.transcript) and "reply of b/0 to task 0" in shown(right.transcript))
+        assert "task 0" in str(screen.query_one("#task-title", Static).render())

@@ -11,13 +11,22 @@ from textual.widgets import Static
 from tui_standin import make_engine
 
 from tui.app import TracewatchApp
+from tui.compare_view import CompareView
 from tui.keys import KEYS, WHERE
 from tui.rollouts_table import RolloutsTable
 from tui.screens import HelpScreen
+from tui.side_by_side import SideBySideScreen
 from tui.transcript import Transcript
 
 README = Path(__file__).parent.parent / "README.md"
-WIDGETS = {"app": TracewatchApp, "replay": TracewatchApp, "table": RolloutsTable, "transcript": Transcript}
+WIDGETS = {
+    "app": TracewatchApp,
+    "replay": TracewatchApp,
+    "table": RolloutsTable,
+    "transcript": Transcript,
+    "compare": CompareView,
+    "sides": SideBySideScreen,
+}
 
 
 def bound(widget: type) -> set[tuple[str, str]]:
@@ -34,7 +43,7 @@ def test_every_key_is_bound_where_the_table_says() -> None:
 
 def test_every_binding_is_in_the_table() -> None:
     listed = {(name, key.action) for key in KEYS for name in key.keys.split(",")}
-    for where in ("app", "transcript", "table"):
+    for where in ("app", "transcript", "table", "compare", "sides"):
         missing = bound(WIDGETS[where]) - listed
         assert not missing, f"{where} binds keys the help does not list: {missing}"
 

@@ -17,7 +17,9 @@ from tui_standin import StandInEngine, make_engine
 
 from core.recordings.replay import OpenedRecording, ReplaySession
 from tui.app import TracewatchApp
+from tui.compare_view import CompareView
 from tui.screens import HelpScreen
+from tui.side_by_side import SideBySideScreen
 
 NOW = 1_764_500_000.0
 """The frozen clock: every elapsed, idle and uptime is measured against it."""
@@ -81,3 +83,18 @@ def test_open(snap_compare, tmp_path: Path) -> None:
 def test_compare(snap_compare) -> None:
     app = TracewatchApp(frozen(finish=True))
     assert snap_compare(app, terminal_size=(160, 48), run_before=selected("baseline/run1/0", "4"))
+
+
+def test_side_by_side(snap_compare) -> None:
+    """The first task's traces side by side, opened from the Compare tab."""
+
+    async def run_before(pilot: Pilot) -> None:
+        app = pilot.app
+        assert isinstance(app, TracewatchApp)
+        await selected("baseline/run1/0", "4")(pilot)
+        app.query_one(CompareView).focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and all(side.transcript.rollout_key for side in app.screen.sides))
+        await pilot.pause()
+
+    assert snap_compare(TracewatchApp(frozen(finish=True)), terminal_size=(160, 48), run_before=run_before)

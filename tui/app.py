@@ -21,6 +21,7 @@ from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
+from core.session.compare import compare_store
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
 from tui.compare_view import CompareView
@@ -30,6 +31,7 @@ from tui.logs_view import LogsView
 from tui.rollout_filter import RowFilter
 from tui.rollouts_table import RolloutsTable
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
+from tui.side_by_side import SideBySideScreen
 from tui.timing_view import TimingView
 from tui.trace_pane import TracePane
 from tui.variants_panel import VariantCard, VariantsPanel
@@ -75,7 +77,7 @@ class TracewatchApp(App[None]):
                 with TabPane("Logs", id="tab-logs"):
                     yield LogsView(self.engine.variants, id="logs")
                 with TabPane("Compare", id="tab-compare"):
-                    with VerticalScroll(id="compare-scroll"):
+                    with VerticalScroll(id="compare-scroll", can_focus=False):  # the view's cursor scrolls it
                         yield CompareView(self.store, id="compare")
         yield Footer()
 
@@ -237,6 +239,13 @@ class TracewatchApp(App[None]):
     @on(RolloutsTable.RowSelected, "#rollouts")
     def _row_selected(self) -> None:
         self.action_open_trace()
+
+    @on(CompareView.TaskChosen)
+    def _task_chosen(self, event: CompareView.TaskChosen) -> None:
+        """The task's traces side by side: the first two variants that have rollouts of it."""
+        cells = compare_store(self.store).tasks.get(event.chosen, {})
+        variants = [name for name in self.store.variants if name in cells][:2]
+        self.push_screen(SideBySideScreen(self.store, event.chosen, variants, self.engine.select))
 
     @on(TracePane.TraceChanged)
     def _trace_changed(self) -> None:

@@ -1,20 +1,29 @@
 """The Compare tab: per task, each variant's finished rollouts side by side (mean
 reward, passes of k, turns, time, errors), each variant's mean reward ± standard
-error, and the tasks where the variants disagree, marked."""
+error, and the tasks where the variants disagree, marked. A cursor moves over the
+task rows; enter (or a click) asks for that task's traces side by side."""
 
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+from textual import events
+from textual.geometry import Region
+from textual.message import Message
 from textual.widget import Widget
 
 from core.session.compare import Comparison, cell_text, compare_store
 from core.session.store import RolloutStore
 from tui.format import PALETTE_CLASSES, Palette, safe
+from tui.keys import bindings
+
+Task = tuple[int, str]
+HEADER_ROWS = 1
+"""The table's column titles sit above its first task row (no box, one line each)."""
 
 
-def comparison_table(comparison: Comparison, palette: Palette) -> RenderableType:
+def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | None = None) -> RenderableType:
     table = Table(box=None, padding=(0, 1), header_style="bold", expand=False)
     table.add_column("task", no_wrap=True, overflow="ellipsis", max_width=32)
     for name in comparison.variants:
@@ -29,7 +38,7 @@ def comparison_table(comparison: Comparison, palette: Palette) -> RenderableType
             style = palette.success if cell is not None and cell.passed else palette.error if cell is not None and cell.k else palette.muted
             row.append(Text(cell_text(cell), style=style))
         row.append(Text("← differ" if differs else "", style=palette.warning))
-        table.add_row(*row)
+        table.add_row(*row, style="reverse" if task == cursor else None)
     summary = Text()
     for name in comparison.variants:
         s = comparison.summary(name)
@@ -37,26 +46,82 @@ def comparison_table(comparison: Comparison, palette: Palette) -> RenderableType
         summary.append(f"{safe(name)}", style="bold")
         summary.append(f"  mean reward {mean} · pass@k {s.passed}/{s.tasks} tasks\n")
     summary.append(f"variants disagree on {len(disagree)} of {len(comparison.tasks)} tasks", style=palette.warning if disagree else palette.muted)
-    legend = Text("each cell: mean reward (passes/k) mean turns, mean time, errors!", style=palette.muted)
+    legend = Text("each cell: mean reward (passes/k) mean turns, mean time, errors!  ·  enter on a task: its traces side by side", style=palette.muted)
     return Group(table, Text(""), summary, legend)
 
 
-class CompareView(Widget):
-    """Redrawn once a second while its tab shows (finished rollouts only change it)."""
+class CompareView(Widget, can_focus=True):
+    """Redrawn once a second while its tab shows (finished rollouts only change it).
+    The cursor is a task, not a row number: rows are added as tasks finish."""
 
     DEFAULT_CSS = "CompareView { height: auto; }"
     COMPONENT_CLASSES = PALETTE_CLASSES
+    BINDINGS = bindings("compare")
+
+    class TaskChosen(Message):
+        """Enter or a click on a task row: open its traces side by side."""
+
+        def __init__(self, task: Task) -> None:
+            super().__init__()
+            self.chosen = task
 
     def __init__(self, store: RolloutStore, **kwargs) -> None:
         super().__init__(**kwargs)
         self.store = store
         self.palette: Palette
+        self.cursor_task: Task | None = None
 
     def on_mount(self) -> None:
         self.palette = Palette(self)
+
+    def _tasks(self) -> list[Task]:
+        return list(compare_store(self.store).tasks)
 
     def render(self) -> RenderableType:
         comparison = compare_store(self.store)
         if not comparison.tasks:
             return Text("no finished rollouts yet: the comparison fills in as they end", style=self.palette.muted)
-        return comparison_table(comparison, self.palette)
+        return comparison_table(comparison, self.palette, self.cursor_task if self.has_focus else None)
+
+    def on_focus(self) -> None:
+        if self.cursor_task is None:
+            self.cursor_task = next(iter(self._tasks()), None)
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+    def _move_to(self, tasks: list[Task], index: int) -> None:
+        if not tasks:
+            return
+        index = max(0, min(index, len(tasks) - 1))
+        self.cursor_task = tasks[index]
+        self.refresh()
+        if isinstance(container := self.parent, Widget):  # the tab's scroll keeps the cursor in view
+            row = self.virtual_region.y + HEADER_ROWS + index
+            container.scroll_to_region(Region(0, row, 1, 1), animate=False, immediate=True)
+
+    def action_cursor(self, step: int) -> None:
+        tasks = self._tasks()
+        at = tasks.index(self.cursor_task) if self.cursor_task in tasks else -1
+        self._move_to(tasks, at + step if at >= 0 else 0)
+
+    def action_first(self) -> None:
+        self._move_to(self._tasks(), 0)
+
+    def action_last(self) -> None:
+        tasks = self._tasks()
+        self._move_to(tasks, len(tasks) - 1)
+
+    def action_choose(self) -> None:
+        if self.cursor_task is not None and self.cursor_task in self._tasks():
+            self.post_message(self.TaskChosen(self.cursor_task))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        tasks = self._tasks()
+        if offset is None or not 0 <= offset.y - HEADER_ROWS < len(tasks):
+            return
+        self.focus()
+        self._move_to(tasks, offset.y - HEADER_ROWS)
+        self.action_choose()

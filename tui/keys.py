@@ -19,8 +19,8 @@ class Key:
     help: str
     """The help screen's and the README's description."""
     where: str = "app"
-    """Which widget binds it: app, table, transcript, or replay (app keys that only a
-    replay enables)."""
+    """Which widget binds it: app, table, transcript, compare (the Compare tab), sides
+    (the side-by-side traces), or replay (app keys that only a replay enables)."""
     footer: str = ""
     """Its footer label; empty: not in the footer (the help has every key)."""
     priority: bool = False
@@ -35,7 +35,7 @@ class Key:
     def local_help(self) -> str:
         """The description under its place's heading: without the README's "table: "."""
         place, colon, rest = self.help.partition(": ")
-        return rest if colon and self.where != "app" and place in ("table", "trace", "replays") else self.help
+        return rest if colon and self.where != "app" and place in ("table", "trace", "compare", "side by side", "replays") else self.help
 
     def binding(self) -> Binding:
         return Binding(self.keys, self.action, self.footer or self.title, show=bool(self.footer), priority=self.priority)
@@ -56,12 +56,16 @@ _NAMES = {
     "pagedown": "PgDn",
     "left": "←",
     "right": "→",
+    "comma": ",",
+    "full_stop": ".",
 }
 
 WHERE = {
     "app": "Anywhere",
     "table": "Rollouts table",
     "transcript": "Trace (when the transcript has focus)",
+    "compare": "Compare tab (when it has focus: tab, or a click)",
+    "sides": "Side by side (a task's traces, opened from the Compare tab)",
     "replay": "Replays only",
 }
 """Help sections, in the order shown."""
@@ -103,6 +107,16 @@ KEYS: tuple[Key, ...] = (
     Key("escape", "clear_cursor", "Clear selection", "trace: clear the message selection", where="transcript", palette=False),
     Key("n", "search_next(1)", "Next match", "trace: the next search match", where="transcript", palette=False),
     Key("N", "search_next(-1)", "Previous match", "trace: the previous search match", where="transcript", palette=False),
+    Key("up", "cursor(-1)", "Task up", "compare: previous task", where="compare", palette=False),
+    Key("down", "cursor(1)", "Task down", "compare: next task", where="compare", palette=False),
+    Key("home,g", "first", "First task", "compare: the first task", where="compare", palette=False),
+    Key("end,G", "last", "Last task", "compare: the last task", where="compare", palette=False),
+    Key("enter", "choose", "Traces side by side", "compare: the task's traces side by side (a click too)", where="compare", palette=False),
+    Key("comma", "cycle(-1)", "Previous rollout", "side by side: the focused side's previous rollout of the task", where="sides", palette=False),
+    Key("full_stop", "cycle(1)", "Next rollout", "side by side: the focused side's next rollout of the task", where="sides", palette=False),
+    Key("left", "focus_side(0)", "Left side", "side by side: focus the left side (tab too)", where="sides", palette=False),
+    Key("right", "focus_side(1)", "Right side", "side by side: focus the right side", where="sides", palette=False),
+    Key("escape", "back", "Back", "side by side: back to the Compare tab", where="sides", priority=True, palette=False),
     Key("space", "replay_pause", "Replay: pause or play", "replays: pause or play", where="replay", footer="Pause/play"),
     Key("n", "replay_step", "Replay: step", "replays: step one record", where="replay", footer="Step"),
     Key("greater_than_sign", "replay_seek", "Replay: seek to rollout", "replays: play fast to the selected rollout's end, then pause", where="replay", footer="Seek"),
