@@ -39,11 +39,13 @@ class FloodingServer:
         # this many frames are queued for it
         self.socket.setsockopt(zmq.SNDHWM, 1000)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.socket.setsockopt(zmq.SNDTIMEO, 100)  # so a blocked send sees `close`
         self.socket.bind("tcp://127.0.0.1:0")
         self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.sent = 0
         self.runs: list[tuple[bytes, bytes]] = []
         self._stop = threading.Event()
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="flooding server", daemon=True)
         self._thread.start()
 
@@ -52,12 +54,15 @@ class FloodingServer:
         return not self._stop.is_set()
 
     def stop_flooding(self) -> None:
-        """Send every run its reply; the socket stays open for them to arrive."""
+        """Send every run its reply; the socket stays open for them to arrive. Never
+        waits for the sender: it may be blocked on a full queue that only the app's
+        loop (the caller's) drains."""
         self._stop.set()
-        self._thread.join()
 
     def close(self) -> None:
-        self.stop_flooding()
+        self._stop.set()
+        self._closing.set()
+        self._thread.join()
         self.socket.close(linger=0)
         self.context.term()
 
@@ -86,8 +91,13 @@ class FloodingServer:
             self._send(client, request_id, b"reply", pack(reply))
 
     def _send(self, client: bytes, request_id: bytes, kind: bytes, data: bytes) -> None:
-        self.socket.send_multipart([client, request_id, kind, data])
-        self.sent += 1
+        while not self._closing.is_set():
+            try:
+                self.socket.send_multipart([client, request_id, kind, data])
+            except zmq.Again:
+                continue
+            self.sent += 1
+            return
 
 
 def write_config(tmp_path: Path, address: str) -> Path:
