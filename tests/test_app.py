@@ -15,6 +15,7 @@ from textual.widgets import Button, Input, Static, TabbedContent
 from tui_standin import StandInEngine, load_fixture, make_engine
 
 from core.recordings.export import episode_json
+from core.session.store import Rollout
 from tui.app import TracewatchApp
 from tui.keys import KEYS
 from tui.rollout_filter import RowFilter
@@ -315,15 +316,21 @@ async def test_copy_the_selected_message_and_switch_panes() -> None:
         assert app.focused is rows
 
 
-async def test_trace_switcher_for_a_multi_trace_episode() -> None:
+def engine_with_a_multi_trace_rollout() -> tuple[StandInEngine, Rollout]:
+    """The stand-in engine plus `baseline/multi`: the fixture's first two runs applied
+    to one rollout, so its episode has two traces."""
     engine = make_engine()
-    store = engine.store
     deltas, tasks, _ = load_fixture()
-    rollout = store.add_rollout("baseline", 0, tasks["run0"], key="baseline/multi")
-    store.started(rollout.key, "r-multi")
+    rollout = engine.store.add_rollout("baseline", 0, tasks["run0"], key="baseline/multi")
+    engine.store.started(rollout.key, "r-multi")
     for item in deltas:
         if item["request"] in ("run0", "run1"):
-            store.apply(rollout.key, item["delta"])
+            engine.store.apply(rollout.key, item["delta"])
+    return engine, rollout
+
+
+async def test_trace_switcher_for_a_multi_trace_episode() -> None:
+    engine, rollout = engine_with_a_multi_trace_rollout()
     app = TracewatchApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot, rows=15)
@@ -552,14 +559,8 @@ async def test_search_within_a_transcript() -> None:
 async def test_leaving_a_multi_trace_rollout_for_a_single_trace_one() -> None:
     """The switcher goes with the multi-trace rollout; the next one shows its trace
     (found by screenshots/make.py: the old switcher was handed the new trace)."""
-    engine = make_engine()
+    engine, rollout = engine_with_a_multi_trace_rollout()
     store = engine.store
-    deltas, tasks, _ = load_fixture()
-    rollout = store.add_rollout("baseline", 0, tasks["run0"], key="baseline/multi")
-    store.started(rollout.key, "r-multi")
-    for item in deltas:
-        if item["request"] in ("run0", "run1"):
-            store.apply(rollout.key, item["delta"])
     app = TracewatchApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot, rows=15)
