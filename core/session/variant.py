@@ -25,7 +25,7 @@ from core.paths import private_dir
 from core.session.config import VariantConfig
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore, Status
-from core.session.variant_life import VariantLife
+from core.session.variant_life import CapturedChild, VariantLife
 from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
 from core.wire.assembly import AssemblyError
@@ -64,7 +64,7 @@ class ServerExited(RuntimeError):
     pass
 
 
-class Variant(VariantLife):
+class Variant(VariantLife, CapturedChild):
     config_type = VariantConfig
     cancel_unavailable = None
     rollout_cancel_unavailable = None
@@ -83,13 +83,10 @@ class Variant(VariantLife):
         self.address: str | None = None
         self.health_left: float | None = None
         self.outcome_text: str | None = None
-        self.stdout_path: Path | None = None
-        self.stderr_path: Path | None = None
         self._child: SupervisedChild | None = None
         self._client: EnvClient | None = None
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._cancels: set[asyncio.Task[None]] = set()
-        self._grace_until: float | None = None
         self._kill_now = False
         self._gone: str | None = None
         self._starts = 0
@@ -124,11 +121,6 @@ class Variant(VariantLife):
     def can_cancel(self) -> bool:
         return self.state.can_cancel
 
-    def grace_left(self, now: float | None = None) -> float | None:
-        if self._grace_until is None:
-            return None
-        return max(0.0, self._grace_until - (now if now is not None else time.time()))
-
     @property
     def model(self) -> str | None:
         return self.config.model
@@ -140,18 +132,10 @@ class Variant(VariantLife):
     def log_tail(self, n: int = 200) -> list[str]:
         if not self.supervised:
             return [f"(attached to {self.address or self.config.attach}: its output stays where it runs; tracewatch only captures servers it starts)"]
-        lines: list[str] = []
-        for path in (self.stdout_path, self.stderr_path):
-            if path is not None and path.exists():
-                lines.extend(tail_lines(path, n))
-        return lines[-n:]
+        return self.captured_tail(n)
 
     def log_size(self) -> int:
-        return sum(
-            path.stat().st_size
-            for path in (self.stdout_path, self.stderr_path)
-            if path is not None and path.exists()
-        )
+        return self.captured_size()
 
     # -- commands --------------------------------------------------------------
 

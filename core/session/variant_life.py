@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from pathlib import Path
 from typing import Any
 
 from core.session.contracts import Escalation, VariantState
 from core.session.store import RolloutStore
+from core.supervision.capture import tail_lines
 
 
 class VariantLife:
@@ -46,3 +48,27 @@ class VariantLife:
     def _event(self, kind: str, **fields: Any) -> None:
         if self.recorder is not None:
             self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
+
+
+class CapturedChild:
+    """What a variant that runs a supervised child (a server, an eval) shows of it:
+    the grace left before SIGKILL, and the tail of its captured stdout and stderr."""
+
+    stdout_path: Path | None = None
+    stderr_path: Path | None = None
+    _grace_until: float | None = None
+
+    def grace_left(self, now: float | None = None) -> float | None:
+        if self._grace_until is None:
+            return None
+        return max(0.0, self._grace_until - (now if now is not None else time.time()))
+
+    def captured_tail(self, n: int) -> list[str]:
+        lines: list[str] = []
+        for path in (self.stdout_path, self.stderr_path):
+            if path is not None and path.exists():
+                lines.extend(tail_lines(path, n))
+        return lines[-n:]
+
+    def captured_size(self) -> int:
+        return sum(path.stat().st_size for path in (self.stdout_path, self.stderr_path) if path is not None and path.exists())

@@ -24,6 +24,7 @@ import zmq.asyncio
 from core.paths import private_dir
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore
+from core.session.variant_life import CapturedChild
 from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError, SupervisedChild
 from core.taps.tap_variant import TapVariant
@@ -43,7 +44,7 @@ ROLLOUT_CANCEL_UNAVAILABLE = (
 )
 
 
-class EvalVariant(TapVariant):
+class EvalVariant(TapVariant, CapturedChild):
     rollout_cancel_unavailable = ROLLOUT_CANCEL_UNAVAILABLE
     cancel_unavailable = None
     health_left = None
@@ -72,11 +73,8 @@ class EvalVariant(TapVariant):
         self.run_dir: str | None = None
         self.outcome_text: str | None = None
         self.dropped = 0
-        self.stdout_path: Path | None = None
-        self.stderr_path: Path | None = None
         self._child: SupervisedChild | None = None
         self._kill_now = False
-        self._grace_until: float | None = None
         self._starts = 0
 
     # -- what the UI reads ---------------------------------------------------------
@@ -107,20 +105,11 @@ class EvalVariant(TapVariant):
             parts.append(f"{self.dropped:,} tap messages dropped (the eval went on)")
         return " · ".join(parts) or None
 
-    def grace_left(self, now: float | None = None) -> float | None:
-        if self._grace_until is None:
-            return None
-        return max(0.0, self._grace_until - (now if now is not None else time.time()))
-
     def log_tail(self, n: int = 200) -> list[str]:
-        lines: list[str] = []
-        for path in (self.stdout_path, self.stderr_path):
-            if path is not None and path.exists():
-                lines.extend(tail_lines(path, n))
-        return lines[-n:]
+        return self.captured_tail(n)
 
     def log_size(self) -> int:
-        return sum(p.stat().st_size for p in (self.stdout_path, self.stderr_path) if p is not None and p.exists())
+        return self.captured_size()
 
     # -- commands --------------------------------------------------------------------
 
