@@ -16,6 +16,7 @@ import shlex
 import stat
 import sys
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -119,13 +120,61 @@ class EndpointConfig(BaseModel):
         return value
 
 
-class VariantConfig(BaseModel):
-    """One variant: an env server (a command the app starts under its supervisor, or
-    the address of one that already runs), the tasks it gets and how they are sent."""
+class _VariantFields(BaseModel):
+    """What every kind of variant table has: its name, and the child it may run (its
+    working directory, environment and how long it may take to stop or stall)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(description="a short unique name, e.g. \"baseline\"")
+    cwd: str | None = Field(None, description="the child's working directory")
+    env: dict[str, str] = Field(default_factory=dict)
+    env_from: list[str] = Field(default_factory=list)
+    grace_seconds: float = Field(10.0, gt=0)
+    deadline_seconds: float = Field(86400.0, gt=0)
+    stall_seconds: float = Field(60.0, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _short_name(value)
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        path = (Path((info.context or {}).get("base_dir", ".")) / Path(value).expanduser()).resolve()
+        if not path.is_dir():
+            raise ValueError(f"expected an existing directory (relative to the config file), but {path} is not one")
+        return str(path)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        _env_names(value)
+        return value
+
+    @field_validator("env_from")
+    @classmethod
+    def _env_from(cls, value: list[str]) -> list[str]:
+        _env_names(value)
+        return value
+
+    def working_dir(self) -> Path | None:
+        return Path(self.cwd) if self.cwd is not None else None
+
+
+def _env_names(names: Iterable[str]) -> None:
+    for name in names:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"expected environment variable names, got {short_repr(name)}")
+
+
+class VariantConfig(_VariantFields):
+    """One variant: an env server (a command the app starts under its supervisor, or
+    the address of one that already runs), the tasks it gets and how they are sent."""
+
     command: list[str] | None = Field(
         None, description="the server's argv, mentioning {address} or {port}"
     )
@@ -141,18 +190,7 @@ class VariantConfig(BaseModel):
     )
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    cwd: str | None = Field(None, description="the server's working directory")
-    env: dict[str, str] = Field(default_factory=dict)
-    env_from: list[str] = Field(default_factory=list)
     health_timeout: float = Field(60.0, gt=0)
-    grace_seconds: float = Field(10.0, gt=0)
-    deadline_seconds: float = Field(86400.0, gt=0)
-    stall_seconds: float = Field(60.0, gt=0)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _short_name(value)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -227,32 +265,6 @@ class VariantConfig(BaseModel):
                     )
         return value
 
-    @field_validator("cwd")
-    @classmethod
-    def _cwd(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None:
-            return value
-        path = (Path((info.context or {}).get("base_dir", ".")) / Path(value).expanduser()).resolve()
-        if not path.is_dir():
-            raise ValueError(f"expected an existing directory (relative to the config file), but {path} is not one")
-        return str(path)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"expected environment variable names, got {short_repr(name)}")
-        return value
-
-    @field_validator("env_from")
-    @classmethod
-    def _env_from(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"expected environment variable names, got {short_repr(name)}")
-        return value
-
     @model_validator(mode="after")
     def _one_server(self) -> VariantConfig:
         if (self.command is None) == (self.attach is None):
@@ -283,9 +295,6 @@ class VariantConfig(BaseModel):
     def task_list(self) -> list[dict[str, Any]]:
         """The loaded tasks, shared with every variant naming the same file: do not mutate."""
         return self.tasks.items
-
-    def working_dir(self) -> Path | None:
-        return Path(self.cwd) if self.cwd is not None else None
 
     def environment(self) -> dict[str, str]:
         """What the server's environment adds to ours: `env`, plus the current values of
@@ -322,44 +331,14 @@ class ProxySpec(BaseModel):
         return _tcp(value, "of the env server the drivers use")
 
 
-class TapVariantConfig(BaseModel):
+class TapVariantConfig(_VariantFields):
     """A variant whose rollouts another program drives: a wire proxy between drivers
     and their env server, or an eval command (vf-eval) run under our supervisor with
     a tap injected. Tasks, model and sampling come from the driver."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    name: str = Field(description="a short unique name, e.g. \"eval-proxy\"")
     proxy: ProxySpec | None = None
     eval: list[str] | None = Field(None, description='a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]')
     relay: str | None = Field(None, description="tcp://host:port of a driver's tracewatch_relay.Relay")
-    cwd: str | None = Field(None, description="the eval's working directory")
-    env: dict[str, str] = Field(default_factory=dict)
-    env_from: list[str] = Field(default_factory=list)
-    grace_seconds: float = Field(10.0, gt=0)
-    deadline_seconds: float = Field(86400.0, gt=0)
-    stall_seconds: float = Field(60.0, gt=0)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _short_name(value)
-
-    @field_validator("cwd")
-    @classmethod
-    def _cwd(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return VariantConfig._cwd(value, info)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        return VariantConfig._env(value)
-
-    @field_validator("env_from")
-    @classmethod
-    def _env_from(cls, value: list[str]) -> list[str]:
-        return VariantConfig._env_from(value)
-
     @field_validator("eval", mode="before")
     @classmethod
     def _eval(cls, value: Any) -> Any:
@@ -383,9 +362,6 @@ class TapVariantConfig(BaseModel):
                 "expected exactly one of proxy (a table: listen, upstream), eval (a command line) or relay (tcp://host:port)"
             )
         return self
-
-    def working_dir(self) -> Path | None:
-        return Path(self.cwd) if self.cwd is not None else None
 
     def environment(self) -> dict[str, str]:
         """`env`, plus the current values of `env_from` that are set."""

@@ -132,10 +132,7 @@ class Variant(VariantLife, CapturedChild):
     def log_tail(self, n: int = 200) -> list[str]:
         if not self.supervised:
             return [f"(attached to {self.address or self.config.attach}: its output stays where it runs; tracewatch only captures servers it starts)"]
-        return self.captured_tail(n)
-
-    def log_size(self) -> int:
-        return self.captured_size()
+        return super().log_tail(n)
 
     # -- commands --------------------------------------------------------------
 

@@ -63,12 +63,12 @@ class CapturedChild:
             return None
         return max(0.0, self._grace_until - (now if now is not None else time.time()))
 
-    def captured_tail(self, n: int) -> list[str]:
+    def log_tail(self, n: int = 200) -> list[str]:
         lines: list[str] = []
         for path in (self.stdout_path, self.stderr_path):
             if path is not None and path.exists():
                 lines.extend(tail_lines(path, n))
         return lines[-n:]
 
-    def captured_size(self) -> int:
+    def log_size(self) -> int:
         return sum(path.stat().st_size for path in (self.stdout_path, self.stderr_path) if path is not None and path.exists())

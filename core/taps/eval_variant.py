@@ -105,12 +105,6 @@ class EvalVariant(TapVariant, CapturedChild):
             parts.append(f"{self.dropped:,} tap messages dropped (the eval went on)")
         return " · ".join(parts) or None
 
-    def log_tail(self, n: int = 200) -> list[str]:
-        return self.captured_tail(n)
-
-    def log_size(self) -> int:
-        return self.captured_size()
-
     # -- commands --------------------------------------------------------------------
 
     def start(self) -> None:
