@@ -91,36 +91,32 @@ def attach_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tap_parser(form: str, named: str, description: str) -> argparse.ArgumentParser:
+    """A form that watches runs another program drives; its one variant is `named`
+    unless --name says otherwise."""
+    parser = _parser(f"tracewatch {form}", description)
+    parser.add_argument("--name", help=f"the variant's name (default: {named})")
+    return parser
+
+
 def proxy_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tracewatch proxy",
-        description="Watch the runs another program drives: point the driver at --listen instead of its env server; every frame goes on to --upstream unchanged.",
-    )
+    parser = _tap_parser("proxy", "proxy", "Watch the runs another program drives: point the driver at --listen instead of its env server; every frame goes on to --upstream unchanged.")
     parser.add_argument("--listen", required=True, help="tcp://HOST:PORT the drivers connect to")
     parser.add_argument("--upstream", required=True, help="tcp://HOST:PORT of the env server")
-    parser.add_argument("--name", help="the variant's name (default: proxy)")
     _common(parser)
     return parser
 
 
 def eval_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tracewatch eval",
-        description="Run a vf-eval command line under tracewatch's supervisor and watch each of its in-process rollouts live: tracewatch eval [--name NAME] [--headless] -- vf-eval @ eval.toml ...",
-    )
-    parser.add_argument("--name", help="the variant's name (default: eval)")
+    parser = _tap_parser("eval", "eval", "Run a vf-eval command line under tracewatch's supervisor and watch each of its in-process rollouts live: tracewatch eval [--name NAME] [--headless] -- vf-eval @ eval.toml ...")
     _common(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the vf-eval command line")
     return parser
 
 
 def tap_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tracewatch tap",
-        description="View the runs a program relays with tracewatch_relay.Relay: those in flight as they stand, then live.",
-    )
+    parser = _tap_parser("tap", "relay", "View the runs a program relays with tracewatch_relay.Relay: those in flight as they stand, then live.")
     parser.add_argument("address", help="tcp://HOST:PORT the driver's Relay listens on")
-    parser.add_argument("--name", help="the variant's name (default: relay)")
     _common(parser)
     return parser
 
