@@ -67,8 +67,7 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
 
 def as_one_text(widget: Transcript) -> Text:
     """The transcript's plain lines as one Rich Text (the baseline's content)."""
-    width = widget.scrollable_content_region.width
-    return Text("\n".join(widget._strip(line, width, False).text.rstrip() for line in widget._lines))
+    return Text("\n".join(line.rstrip() for line in widget.plain_lines()))
 
 
 class BenchApp(App):
@@ -91,7 +90,7 @@ async def main() -> None:
             widget.show(key, state)
 
         initial = timed(full_render, 5)
-        lines = len(widget._lines)
+        lines = widget.virtual_size.height
         text = as_one_text(widget)
         console = Console(width=width, file=open("/dev/null", "w"), color_system="truecolor")
         one_text = timed(lambda: console.render_lines(text, console.options.update_width(width), pad=False), 3)
@@ -111,12 +110,7 @@ async def main() -> None:
 
         screenful = timed(screenful_after_jump, 50)
 
-        def every_line() -> None:
-            widget._cache.clear()
-            for index in range(len(widget._lines)):
-                widget._strip(widget._lines[index], width, False)
-
-        every = timed(every_line, 3)
+        every = timed(widget.plain_lines, 3)
 
     print(f"transcript bench: {TURNS} turns, {lines:,} lines, {width}x{height}")
     rows = [

@@ -95,19 +95,13 @@ def keys_at_once(app: TracewatchApp, *keys: str) -> None:
         app.post_message(events.Key(key, "/" if key == "slash" else key if len(key) == 1 else None))
 
 
-def all_lines(transcript: Transcript) -> list[str]:
-    """Every rendered line of the transcript, on screen or not."""
-    width = transcript.scrollable_content_region.width
-    return [transcript._strip(line, width, False).text for line in transcript._lines]
-
-
 def screen_lines(transcript: Transcript) -> list[str]:
     return [transcript.render_line(y).text for y in range(transcript.scrollable_content_region.height)]
 
 
 def headers(transcript: Transcript) -> list[tuple[str, int]]:
     """(role, node index) of every message header drawn, top to bottom."""
-    return [(m[1], int(m[2])) for line in all_lines(transcript) if (m := HEADER.match(line))]
+    return [(m[1], int(m[2])) for line in transcript.plain_lines() if (m := HEADER.match(line))]
 
 
 def pending_messages(transcript: Transcript) -> list[dict] | None:
@@ -191,7 +185,7 @@ async def test_turns_appear_in_order_in_the_transcript(tmp_path: Path) -> None:
         assert roles[:4] == ["system", "user", "assistant", "tool"]
         assert roles[-1] == "assistant"
         assert len(lengths) >= 3, f"the transcript should grow turn by turn, saw lengths {sorted(lengths)}"
-        rules = [line for line in all_lines(transcript) if line.startswith("── turn ")]
+        rules = [line for line in transcript.plain_lines() if line.startswith("── turn ")]
         assert len(rules) == rollout.turns == roles.count("assistant")
 
 
@@ -211,7 +205,7 @@ async def test_pending_preview_shows_then_clears_when_its_turn_commits(tmp_path:
             drawn = len(headers(transcript))
             if messages is not None:
                 shown = [(m["role"], m["content"]) for m in messages]
-                assert any(PENDING_TITLE in line for line in all_lines(transcript))
+                assert any(PENDING_TITLE in line for line in transcript.plain_lines())
                 if previews and previews[-1][1] == shown:
                     assert previews[-1][0] == drawn, "a preview outlived the commit of its messages"
                 else:
@@ -221,7 +215,7 @@ async def test_pending_preview_shows_then_clears_when_its_turn_commits(tmp_path:
         await until(pilot, watch, "the slow rollout to finish")
         assert rollout.status is Status.DONE
         assert pending_messages(transcript) is None
-        assert not any(PENDING_TITLE in line for line in all_lines(transcript))
+        assert not any(PENDING_TITLE in line for line in transcript.plain_lines())
         assert len(previews) >= 3, f"expected to see most of the 6 previews, saw {len(previews)}"
         assert [role for role, _ in previews[0][1]] == ["system", "user"] and previews[0][0] == 0
         committed = [(n["message"]["role"], n["message"]["content"]) for n in rollout.primary.nodes]

@@ -483,6 +483,12 @@ class Transcript(ScrollView, can_focus=True):
             strip = Strip.join([strip.crop(0, max(0, width - len(badge))), Strip([Segment(badge, self._style("badge", None, False))])])
         return strip
 
+    def plain_lines(self) -> list[str]:
+        """Every line as drawn at the current width, on screen or not, without styles:
+        the whole transcript for a reader that is not the screen."""
+        width = self.scrollable_content_region.width
+        return [self._strip(line, width, False).text for line in self._lines]
+
     def _strip(self, line: Line, width: int, cursor: bool) -> Strip:
         segs, cells, (pad, pad_key), tint = line
         style = self._style
