@@ -252,6 +252,27 @@ async def test_logs_tab_counts_unread_and_shows_lines_literally(tmp_path: Path) 
         assert "\x1b" not in svg(app, tmp_path, "logs")
 
 
+async def test_long_log_lines_wrap_at_80x24() -> None:
+    """A server's log line longer than the pane wraps onto the next rows (its end is
+    read without scrolling sideways), stays literal, and rewraps when the width changes."""
+    engine = make_engine()
+    long_line = "WARNING [bold]step[/bold] " + "retrying the provider call after a timeout " * 3 + "END\x1b[2J"
+    engine.variants["baseline"].lines.append(long_line)
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot)
+        await pilot.press("3")
+        await until(pilot, lambda: "END␛[2J" in screen_text(app), "the end of the long line on screen")
+        assert "[bold]step[/bold]" in screen_text(app)
+        await pilot.resize_terminal(120, 30)
+        await until(pilot, lambda: "END␛[2J" in screen_text(app), "rewrapped to the new width")
+        tabs = app.query_one(TabbedContent)
+        await until(pilot, lambda: "new" not in str(tabs.get_tab("tab-logs").label))
+        await pilot.press("1")
+        engine.variants["candidate"].lines.append("candidate: one more line")
+        await until(pilot, lambda: str(tabs.get_tab("tab-logs").label) == "Logs (25 B new)", "output arriving while hidden counted unread")
+
+
 async def test_injection_in_task_labels_renders_literally(tmp_path: Path) -> None:
     engine: StandInEngine = make_engine()
     rollout = engine.store.add_rollout("baseline", 9, {"name": INJECTION}, key="baseline/evil")

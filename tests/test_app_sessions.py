@@ -7,13 +7,13 @@ from pathlib import Path
 
 from polling import until
 from rich.text import Text
-from textual.widgets import Log, Static
+from textual.widgets import Static
 from tui_standin import load_fixture, make_engine
 
 from core.recordings.recorder import Recorder
 from core.recordings.replay import OpenedRecording, ReplaySession
 from tui.app import TracewatchApp
-from tui.logs_view import LogsView
+from tui.logs_view import LogLines, LogsView
 from tui.variants_panel import VariantCard
 
 T0 = 1_700_000_000.0
@@ -60,7 +60,7 @@ async def test_a_replay_shows_its_variants_position_and_state(tmp_path: Path) ->
         await until(pilot, lambda: "temperature=0.8" in card_text(app.cards["candidate"]))
         assert "demo-model" in card_text(app.cards["baseline"]) and "temperature=0.2" in card_text(app.cards["baseline"])
         await pilot.press("3")
-        log = app.query_one(LogsView).query_one(Log)
+        log = app.query_one(LogsView).query_one(LogLines)
         await until(pilot, lambda: any("not part of a recording" in line for line in log.lines))
         assert app.query_one(LogsView).shown == "baseline"
 

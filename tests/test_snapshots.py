@@ -18,6 +18,7 @@ from tui_standin import StandInEngine, make_engine
 from core.recordings.replay import OpenedRecording, ReplaySession
 from tui.app import TracewatchApp
 from tui.compare_view import CompareView
+from tui.logs_view import LogLines
 from tui.screens import HelpScreen
 from tui.side_by_side import SideBySideScreen
 
@@ -98,3 +99,11 @@ def test_side_by_side(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(TracewatchApp(frozen(finish=True)), terminal_size=(160, 48), run_before=run_before)
+
+
+def test_logs_at_80x24(snap_compare) -> None:
+    """A server's long log line wraps in an 80-column terminal (drawn literally)."""
+    engine = frozen()
+    engine.variants["baseline"].lines.append("WARNING [bold]provider[/bold] " + "retrying the call after a 30 s timeout " * 3 + "(attempt 3 of 5)")
+    app = TracewatchApp(engine)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=selected("baseline/run1/0", "3", wait=lambda app: "attempt 3 of 5" in "".join(app.logs.query_one(LogLines).lines)))

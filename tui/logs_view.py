@@ -1,5 +1,6 @@
 """The tail of a variant's server stdout/stderr capture, read in a worker thread (the
-file reads never block the loop), with how much arrived while the tab was hidden."""
+file reads never block the loop), with how much arrived while the tab was hidden.
+Long lines wrap to the pane's width (an 80-column terminal still shows each message)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,65 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from textual import on, work
+from rich.segment import Segment
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.message import Message
-from textual.widgets import Log, Select
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Select
 
 from core.session.contracts import VariantView
 from tui.format import safe, size_text
+from tui.text import wrap
 
 TAIL_LINES = 300
+
+
+class LogLines(ScrollView, can_focus=True):
+    """Log lines, each made safe and wrapped to the width (Textual's `Log` cuts them:
+    it does not wrap), drawn with the Line API; rewrapped when the width changes, and
+    kept at the bottom while the user is there."""
+
+    DEFAULT_CSS = "LogLines { overflow-x: hidden; scrollbar-gutter: stable; }"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lines: list[str] = []
+        """The lines shown, already safe to draw."""
+        self._rows: list[tuple[int, int, int]] = []
+        """Each screen row: (line, start, end) of the text it shows."""
+        self._width = 0
+
+    def show(self, lines: list[str]) -> None:
+        at_end = self.scroll_y >= self.max_scroll_y
+        self.lines = [safe(line) for line in lines]
+        self._rewrap()
+        if at_end:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def _rewrap(self) -> None:
+        width = self._width = self.scrollable_content_region.width
+        self._rows = [(index, start, end) for index, line in enumerate(self.lines) for start, end, _cells in wrap(line, width)]
+        self.virtual_size = Size(width, len(self._rows))
+        self.refresh()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        if self.scrollable_content_region.width != self._width:
+            at_end = self.scroll_y >= self.max_scroll_y
+            self._rewrap()
+            if at_end:
+                self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def render_line(self, y: int) -> Strip:
+        row = self.scroll_offset.y + y
+        width = self.scrollable_content_region.width
+        if not 0 <= row < len(self._rows):
+            return Strip.blank(width, self.rich_style)
+        index, start, end = self._rows[row]
+        return Strip([Segment(self.lines[index][start:end], self.rich_style)]).adjust_cell_length(width, self.rich_style)
 
 
 class LogsView(Vertical):
@@ -43,7 +93,7 @@ class LogsView(Vertical):
             compact=True,
             id="log-variant",
         )
-        self._log = Log(max_lines=TAIL_LINES * 2, id="log-lines")
+        self._log = LogLines(id="log-lines")
         yield self._select
         yield self._log
 
@@ -100,8 +150,7 @@ class LogsView(Vertical):
         log = self._log
         if tail is not None and shown is not None and shown == self.shown and log.is_attached:
             self._tail_size = sizes.get(shown)
-            log.clear()
-            log.write_lines(safe(line) for line in tail)
+            log.show(tail)
 
     def label(self) -> str:
         return f"Logs ({size_text(self.unread)} new)" if self.unread else "Logs"
