@@ -99,7 +99,7 @@ async def test_a_task_opens_its_traces_side_by_side_and_each_side_cycles_its_rol
         await until(pilot, lambda: "[b]reply of b/0 to task 1" in shown(right.transcript))
         assert "reply of b" not in shown(left.transcript) and "reply of a" not in shown(right.transcript)
         head = str(right.head.render())
-        assert "b · rollout 0 of run 1 (1/3) · reward 1.00 · done" in head, head
+        assert "b · variant 2 of 2\nrollout 0 of run 1 (1/3) · reward 1.00 · done" in head, head
         await pilot.press("right", "full_stop", "full_stop")
         await until(pilot, lambda: "(3/3) · reward – · failed · provider error" in str(right.head.render()))
         assert "[b]reply of a/0 to task 1" in shown(left.transcript), "only the focused side moved"
@@ -118,3 +118,60 @@ async def test_a_task_opens_its_traces_side_by_side_and_each_side_cycles_its_rol
         left, right = screen.query(Side)
         await until(pilot, lambda: "reply of a/0 to task 0" in shown(left.transcript) and "reply of b/0 to task 0" in shown(right.transcript))
         assert "task 0" in str(screen.query_one("#task-title", Static).render())
+
+
+async def test_side_by_side_chooses_which_variants_and_remembers_them() -> None:
+    """Three variants ran the task: each side steps through them with v / V (the same
+    variant on both sides compares two of its rollouts), `,` `.` choose the rollout,
+    and the next task opens with the variants last chosen."""
+    store = RolloutStore(clock=lambda: 10.0)
+    for name in ("a", "b", "c"):
+        scored(store, name, 0, [1.0])
+        scored(store, name, 1, [0.0, 1.0])
+    engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b", "c")})
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 9)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        await until(pilot, lambda: view.region.height > 1)
+        view.focus()
+        await pilot.press("down", "enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
+        left, right = screen.query(Side)
+        assert (left.variant, right.variant) == ("a", "b")
+        assert "variant 2 of 3" in str(right.head.render())
+        await pilot.press("right", "v")
+        await until(pilot, lambda: "[b]reply of c/0 to task 1" in shown(right.transcript))
+        assert right.variant == "c" and "c · variant 3 of 3" in str(right.head.render())
+        assert left.variant == "a" and "reply of a/0 to task 1" in shown(left.transcript), "only the focused side changed"
+        await pilot.press("full_stop")
+        await until(pilot, lambda: "[b]reply of c/1 to task 1" in shown(right.transcript))
+        await pilot.press("v")
+        await until(pilot, lambda: right.variant == "a" and "[b]reply of a/0 to task 1" in shown(right.transcript))
+        await pilot.press("V", "V")
+        await until(pilot, lambda: right.variant == "b" and "[b]reply of b/0 to task 1" in shown(right.transcript))
+        await pilot.press("v", "escape")
+        await until(pilot, lambda: app.screen is app.screen_stack[0])
+        await pilot.press("up", "enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
+        assert screen.shown_task == (0, "task 0")
+        assert [side.variant for side in screen.query(Side)] == ["a", "c"], "the variants last chosen"
+
+
+async def test_side_by_side_of_a_task_one_variant_ran_shows_two_of_its_rollouts() -> None:
+    store = RolloutStore(clock=lambda: 10.0)
+    scored(store, "a", 0, [1.0, 0.0])
+    scored(store, "b", 1, [1.0])
+    engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b")})
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 3)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        await until(pilot, lambda: view.region.height > 1)
+        view.focus()
+        await pilot.press("enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
+        left, right = screen.query(Side)
+        await until(pilot, lambda: "reply of a/0 to task 0" in shown(left.transcript) and "reply of a/1 to task 0" in shown(right.transcript))

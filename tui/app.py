@@ -21,7 +21,6 @@ from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from core.session.compare import compare_store
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
 from tui.compare_view import CompareView
@@ -57,6 +56,8 @@ class TracewatchApp(App[None]):
         self._next_second = 0.0
         self._dirty_variants: set[str] = set()
         self._quitting = False
+        self._side_variants: list[str] = []
+        """The variants side by side showed last: the next task opens with them."""
 
     # -- layout ------------------------------------------------------------------
 
@@ -242,10 +243,12 @@ class TracewatchApp(App[None]):
 
     @on(CompareView.TaskChosen)
     def _task_chosen(self, event: CompareView.TaskChosen) -> None:
-        """The task's traces side by side: the first two variants that have rollouts of it."""
-        cells = compare_store(self.store).tasks.get(event.chosen, {})
-        variants = [name for name in self.store.variants if name in cells][:2]
-        self.push_screen(SideBySideScreen(self.store, event.chosen, variants, self.engine.select))
+        """The task's traces side by side, opened on the variants last chosen there."""
+
+        def chosen(variants: list[str] | None) -> None:
+            self._side_variants = variants or self._side_variants
+
+        self.push_screen(SideBySideScreen(self.store, event.chosen, self.engine.select, self._side_variants), chosen)
 
     @on(TracePane.TraceChanged)
     def _trace_changed(self) -> None:

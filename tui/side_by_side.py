@@ -1,10 +1,12 @@
-"""One task's traces side by side: a rollout of it from each of two variants, as
-transcripts, each under a header (variant, which rollout of how many, reward, how it
-ended). `,` and `.` cycle the focused side through its variant's rollouts of the task."""
+"""One task's traces side by side: a rollout of it on each side, as transcripts, each
+under a header (variant, which rollout of how many, reward, how it ended). Each side
+chooses its own variant (`v` / `V` step the focused side through the variants that ran
+the task; the same one on both sides compares two of its rollouts) and its rollout
+(`,` and `.`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -28,18 +30,30 @@ def task_rollouts(store: RolloutStore, variant: str, task: Task) -> list[Rollout
     return sorted(found, key=lambda r: (r.run, r.rollout_index))
 
 
+def first_sides(ran: Sequence[str], prefer: Sequence[str]) -> list[str]:
+    """The two variants to open with: those preferred (the last chosen) that ran the
+    task, then the others that ran it in order; one variant alone fills both sides."""
+    chosen = [name for name in prefer if name in ran][:2]
+    chosen += [name for name in ran if name not in chosen][: 2 - len(chosen)]
+    return (chosen * 2)[:2] if chosen else []
+
+
 class Side(Vertical):
     """One variant's rollouts of the task, one shown at a time."""
 
-    def __init__(self, variant: str, rollouts: list[Rollout], load: Callable[[str], None], clock: Callable[[], float], **kwargs) -> None:
+    def __init__(self, store: RolloutStore, task: Task, ran: list[str], variant: str, load: Callable[[str], None], **kwargs) -> None:
         super().__init__(**kwargs)
+        self.store = store
+        self.shown_task = task
+        self.ran = ran
+        """The variants that ran the task, which this side steps through."""
         self.variant = variant
-        self.rollouts = rollouts
+        self.rollouts = task_rollouts(store, variant, task)
         self.load = load
         """Asks the session to load a rollout's records (an opened recording loads on demand)."""
         self.at = 0
         self.head = Static(markup=False, classes="side-head")
-        self.transcript = Transcript(clock=clock)
+        self.transcript = Transcript(clock=store.clock)
 
     def compose(self) -> ComposeResult:
         yield self.head
@@ -57,6 +71,14 @@ class Side(Vertical):
             self.at = (self.at + step) % len(self.rollouts)
             self.show()
 
+    def choose_variant(self, step: int) -> None:
+        """The next (or previous) variant that ran the task, from its first rollout."""
+        at = self.ran.index(self.variant) if self.variant in self.ran else -step
+        self.variant = self.ran[(at + step) % len(self.ran)]
+        self.rollouts = task_rollouts(self.store, self.variant, self.shown_task)
+        self.at = 0
+        self.show()
+
     def show(self) -> None:
         if (rollout := self.rollout) is not None:
             self.load(rollout.key)
@@ -70,13 +92,16 @@ class Side(Vertical):
         self.head.update(self.title())
 
     def title(self) -> Text:
+        """Two lines: the variant (which of those that ran the task), then the rollout."""
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(self.variant), style="bold")
+        if self.variant in self.ran:
+            text.append(f" · variant {self.ran.index(self.variant) + 1} of {len(self.ran)}", style="dim")
         rollout = self.rollout
         if rollout is None:
-            text.append(" · no rollout of this task", style="dim")
+            text.append("\nno rollout of this task", style="dim")
             return text
-        text.append(f" · rollout {rollout.rollout_index} of run {rollout.run} ({self.at + 1}/{len(self.rollouts)})")
+        text.append(f"\nrollout {rollout.rollout_index} of run {rollout.run} ({self.at + 1}/{len(self.rollouts)})")
         text.append(f" · reward {reward_text(rollout.reward) or '–'}")
         ended = rollout.status.value if rollout.status.finished else rollout.phase  # still running: where it is
         text.append(f" · {ended}")
@@ -85,8 +110,9 @@ class Side(Vertical):
         return text
 
 
-class SideBySideScreen(Screen[None]):
-    """Esc goes back to the compare tab."""
+class SideBySideScreen(Screen[list[str]]):
+    """Esc goes back to the compare tab, with the variants the sides show (the next
+    task opens with them)."""
 
     BINDINGS = bindings("sides")
     DEFAULT_CSS = """
@@ -95,19 +121,24 @@ class SideBySideScreen(Screen[None]):
         & #sides { height: 1fr; }
         & Side { width: 1fr; height: 1fr; border-left: vkey $foreground 20%; }
         & Side:focus-within { border-left: vkey $primary; }
-        & .side-head { height: 1; padding: 0 1; background: $boost; }
+        & .side-head { height: 2; padding: 0 1; background: $boost; }
         & Side:focus-within .side-head { background: $primary 30%; }
         & Transcript { height: 1fr; }
     }
     """
 
-    def __init__(self, store: RolloutStore, task: Task, variants: list[str], load: Callable[[str], None]) -> None:
+    def __init__(self, store: RolloutStore, task: Task, load: Callable[[str], None], prefer: Sequence[str] = ()) -> None:
         super().__init__()
         self.shown_task = task
-        self.sides = [Side(name, task_rollouts(store, name, task), load, store.clock) for name in variants]
+        ran = [name for name in store.variants if task_rollouts(store, name, task)]
+        self.sides = [Side(store, task, ran, name, load) for name in first_sides(ran, prefer)]
+        if len(self.sides) == 2 and self.sides[0].variant == self.sides[1].variant:
+            right = self.sides[1]
+            right.at = min(1, len(right.rollouts) - 1)  # one variant on both sides: two of its rollouts
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"task {safe(self.shown_task[1])} · side by side (Esc: back, ',' '.': another rollout of the focused side)"), markup=False, id="task-title")
+        hint = "Esc: back · v V: another variant · , .: another rollout (of the focused side)"
+        yield Static(Text(f"task {safe(self.shown_task[1])} · side by side · {hint}"), markup=False, id="task-title")
         with Horizontal(id="sides"):
             yield from self.sides
 
@@ -126,8 +157,11 @@ class SideBySideScreen(Screen[None]):
     def action_cycle(self, step: int) -> None:
         self._focused_side().cycle(step)
 
+    def action_choose_variant(self, step: int) -> None:
+        self._focused_side().choose_variant(step)
+
     def action_focus_side(self, index: int) -> None:
         self.sides[min(index, len(self.sides) - 1)].transcript.focus()
 
     def action_back(self) -> None:
-        self.dismiss()
+        self.dismiss([side.variant for side in self.sides])
