@@ -10,7 +10,7 @@ from test_app_sessions import write_recording
 from textual.widgets import Static
 from tui_standin import StandInEngine, StandInVariant, make_engine
 
-from core.session.compare import compare, compare_store
+from core.session.compare import compare, compare_lines, compare_store
 from core.session.store import RolloutStore
 from tui.app import TracewatchApp
 from tui.cli import main
@@ -19,14 +19,15 @@ from tui.side_by_side import Side, SideBySideScreen
 from tui.transcript import Transcript
 
 
-def scored(store: RolloutStore, variant: str, task: int, rewards: list[float | None]) -> None:
+def scored(store: RolloutStore, variant: str, task: int, rewards: list[float | None | str]) -> None:
     """Each rollout's one message names it (`[b] reply of b/1 to task 2`), markup-like
-    on purpose: the transcript must draw it literally."""
+    on purpose: the transcript must draw it literally. None: it failed (no reward);
+    "cancelled": it was cancelled."""
     for index, reward in enumerate(rewards):
         rollout = store.add_rollout(variant, task, {"name": f"task {task}"}, index)
         store.started(rollout.key, f"r-{rollout.key}", t=0.0)
-        if reward is None:
-            store.failed(rollout.key, "provider error", t=2.0)
+        if reward is None or reward == "cancelled":
+            store.failed(rollout.key, "provider error" if reward is None else "cancelled by the user", cancelled=reward == "cancelled", t=2.0)
         else:
             store.apply(rollout.key, {"trace": f"t-{rollout.key}", "open": {"id": f"t-{rollout.key}"}, "set": {"rewards": {"r": {"score": reward, "weight": 1.0}}}})
             message = {"role": "assistant", "content": f"[b]reply of {variant}/{index} to task {task}"}
@@ -38,17 +39,41 @@ def test_per_task_cells_means_with_standard_error_and_disagreements() -> None:
     store = RolloutStore()
     scored(store, "a", 0, [1.0, 0.0])
     scored(store, "a", 1, [0.0, 0.0])
-    scored(store, "b", 0, [0.0, None])
+    scored(store, "b", 0, [0.0, 0.0])
     scored(store, "b", 1, [1.0, 1.0])
     comparison = compare_store(store)
     assert list(comparison.tasks) == [(0, "task 0"), (1, "task 1")]
     a0, b0 = comparison.tasks[(0, "task 0")]["a"], comparison.tasks[(0, "task 0")]["b"]
     assert (a0.k, a0.passed, a0.mean) == (2, True, 0.5)
-    assert (b0.k, b0.passed, b0.mean, b0.errors) == (2, False, 0.0, 1), "a failed rollout counts as 0 and as an error"
+    assert (b0.k, b0.passed, b0.mean) == (2, False, 0.0)
     assert comparison.disagreements() == [(0, "task 0"), (1, "task 1")]
     a = comparison.summary("a")
     assert a.mean == 0.25 and a.passed == 1 and a.tasks == 2
     assert math.isclose(a.stderr, math.sqrt((3 * 0.25**2 + 0.75**2) / 3 / 4))
+
+
+def test_failed_and_cancelled_rollouts_are_counted_apart_not_as_reward_zero() -> None:
+    """The mean is over rollouts that finished with a reward: a provider error or a
+    cancel says nothing about the variant's answers, so it is counted in its own
+    column (and in the summary), not averaged in as 0."""
+    store = RolloutStore()
+    scored(store, "a", 0, [1.0, None, "cancelled"])
+    scored(store, "a", 1, [None, None])
+    scored(store, "b", 0, [0.0, 0.0])
+    scored(store, "b", 1, [0.0])
+    comparison = compare_store(store)
+    a0 = comparison.tasks[(0, "task 0")]["a"]
+    assert (a0.k, a0.mean, a0.passed, a0.failed, a0.cancelled) == (1, 1.0, True, 1, 1)
+    a1 = comparison.tasks[(1, "task 1")]["a"]
+    assert (a1.k, a1.mean, a1.passed, a1.failed) == (0, None, False, 2)
+    assert comparison.disagreements() == [(0, "task 0")], "a task a never scored is no disagreement"
+    a = comparison.summary("a")
+    assert (a.mean, a.stderr, a.scored, a.passed, a.tasks, a.failed, a.cancelled) == (1.0, None, 1, 1, 1, 3, 1)
+    lines = compare_lines(comparison)
+    assert lines[0].split() == ["task", "a", "fail", "cxl", "b", "fail", "cxl"]
+    assert lines[2].split() == ["task", "0", "1.00", "(1/1)", "1t", "2.0s", "1", "1", "0.00", "(0/2)", "1t", "2.0s", "←", "differ"]
+    assert lines[3].split() == ["task", "1", "–", "2", "0.00", "(0/1)", "1t", "2.0s"]
+    assert "a: mean reward 1.000 over 1 scored · pass@k 1/1 tasks · 3 failed · 1 cancelled" in lines
 
 
 def test_tracewatch_compare_puts_sources_side_by_side(tmp_path: Path, capsys) -> None:
@@ -57,7 +82,7 @@ def test_tracewatch_compare_puts_sources_side_by_side(tmp_path: Path, capsys) ->
     write_recording(second)
     assert main(["compare", str(first), str(second)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["task", "baseline", "candidate", "two:baseline", "two:candidate"]
+    assert out[0].split() == ["task", *(word for name in ("baseline", "candidate", "two:baseline", "two:candidate") for word in (name, "fail", "cxl"))]
     assert any(line.startswith("baseline: mean reward 0.") and "pass@k" in line for line in out)
     assert out[-1].startswith("variants disagree on 0 of ")
 

@@ -1,6 +1,7 @@
-"""The Compare tab: per task, each variant's finished rollouts side by side (mean
-reward, passes of k, turns, time, errors), each variant's mean reward ± standard
-error, and the tasks where the variants disagree, marked. A cursor moves over the
+"""The Compare tab: per task, each variant's scored rollouts side by side (mean
+reward, passes of k, turns, time, errors) with its failed and cancelled ones in
+columns of their own, each variant's mean reward ± standard error, and the tasks
+where the variants disagree, marked. A cursor moves over the
 task rows; enter (or a click) asks for that task's traces side by side."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from textual.geometry import Region
 from textual.message import Message
 from textual.widget import Widget
 
-from core.session.compare import Comparison, cell_text, compare_store
+from core.session.compare import COUNT_COLUMNS, Comparison, cell_text, compare_store, count_texts
 from core.session.store import RolloutStore
 from tui.format import PALETTE_CLASSES, Palette, safe
 from tui.keys import bindings
@@ -28,6 +29,8 @@ def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | No
     table.add_column("task", no_wrap=True, overflow="ellipsis", max_width=32)
     for name in comparison.variants:
         table.add_column(Text(safe(name)), justify="right", no_wrap=True)
+        for title in COUNT_COLUMNS:
+            table.add_column(Text(title, style=palette.muted), justify="right", no_wrap=True)
     table.add_column("")
     disagree = set(comparison.disagreements())
     for task, cells in comparison.tasks.items():
@@ -37,16 +40,20 @@ def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | No
             cell = cells.get(name)
             style = palette.success if cell is not None and cell.passed else palette.error if cell is not None and cell.k else palette.muted
             row.append(Text(cell_text(cell), style=style))
+            failed, cancelled = count_texts(cell)
+            row += [Text(failed, style=palette.error), Text(cancelled, style=palette.warning)]
         row.append(Text("← differ" if differs else "", style=palette.warning))
         table.add_row(*row, style="reverse" if task == cursor else None)
     summary = Text()
     for name in comparison.variants:
-        s = comparison.summary(name)
-        mean = "n/a" if s.mean is None else f"{s.mean:.3f}" + (f" ± {s.stderr:.3f}" if s.stderr is not None else "")
         summary.append(f"{safe(name)}", style="bold")
-        summary.append(f"  mean reward {mean} · pass@k {s.passed}/{s.tasks} tasks\n")
+        summary.append(f"  {comparison.summary(name).text()}\n")
     summary.append(f"variants disagree on {len(disagree)} of {len(comparison.tasks)} tasks", style=palette.warning if disagree else palette.muted)
-    legend = Text("each cell: mean reward (passes/k) mean turns, mean time, errors!  ·  enter on a task: its traces side by side", style=palette.muted)
+    legend = Text(
+        "each cell: over the rollouts scored (done with a reward): mean reward (passes/scored) mean turns, mean time, retried errors!;"
+        " fail, cxl: the rollouts that failed or were cancelled (not in the mean)  ·  enter on a task: its traces side by side",
+        style=palette.muted,
+    )
     return Group(table, Text(""), summary, legend)
 
 

@@ -2,9 +2,12 @@
 variant's mean reward with its standard error, and the tasks where they disagree.
 
 Rollouts are matched across variants by task (its index and label, as variants
-sharing a task list number them alike). Only finished rollouts count; one that
-failed without a reward counts as reward 0 for pass@k and the mean (it did not
-pass), and is counted in errors.
+sharing a task list number them alike). Only finished rollouts count. The mean,
+pass@k, turns, tokens and time are over the *scored* ones: done with a reward. A
+rollout that failed (a provider error, a crashed server, no reward) or was cancelled
+says nothing about the variant's answers, so it is not averaged in as reward 0
+(that would make a flaky endpoint look like a worse model); it is counted in its own
+column, failed or cancelled, so it is never hidden either.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from core.session.store import Rollout, RolloutStore
+from core.session.store import Rollout, RolloutStore, Status
 
 PASS = 1.0
 """A rollout passes when its reward reaches this (verifiers' binary rewards)."""
@@ -21,16 +24,21 @@ PASS = 1.0
 
 @dataclass
 class Cell:
-    """One variant's rollouts of one task."""
+    """One variant's rollouts of one task: the scored ones' numbers, and how many
+    failed or were cancelled."""
 
     rewards: list[float] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     errors: int = 0
+    """Failed model calls the scored rollouts recovered from (retried)."""
+    failed: int = 0
+    cancelled: int = 0
 
     @property
     def k(self) -> int:
+        """The scored rollouts."""
         return len(self.rewards)
 
     @property
@@ -45,12 +53,21 @@ class Cell:
 
 @dataclass
 class Summary:
-    """A variant over every task: mean reward ± standard error, pass@k rate."""
+    """A variant over every task: mean reward ± standard error over its scored
+    rollouts, pass@k over the tasks it scored, and the rollouts that failed or were
+    cancelled."""
 
     mean: float | None
     stderr: float | None
+    scored: int
     passed: int
     tasks: int
+    failed: int
+    cancelled: int
+
+    def text(self) -> str:
+        mean = "n/a" if self.mean is None else f"{self.mean:.3f}" + (f" ± {self.stderr:.3f}" if self.stderr is not None else "")
+        return f"mean reward {mean} over {self.scored} scored · pass@k {self.passed}/{self.tasks} tasks · {self.failed} failed · {self.cancelled} cancelled"
 
 
 @dataclass
@@ -68,9 +85,11 @@ class Comparison:
         ]
 
     def summary(self, variant: str) -> Summary:
-        rewards = [r for cells in self.tasks.values() if variant in cells for r in cells[variant].rewards]
-        scored = [cells[variant] for cells in self.tasks.values() if variant in cells and cells[variant].k]
-        return Summary(_mean(rewards), _stderr(rewards), sum(cell.passed for cell in scored), len(scored))
+        cells = [cells[variant] for cells in self.tasks.values() if variant in cells]
+        rewards = [r for cell in cells for r in cell.rewards]
+        scored = [cell for cell in cells if cell.k]
+        failed, cancelled = sum(cell.failed for cell in cells), sum(cell.cancelled for cell in cells)
+        return Summary(_mean(rewards), _stderr(rewards), len(rewards), sum(cell.passed for cell in scored), len(scored), failed, cancelled)
 
 
 def compare(groups: Mapping[str, Iterable[Rollout]]) -> Comparison:
@@ -88,12 +107,19 @@ def compare_store(store: RolloutStore) -> Comparison:
 
 
 def _add(cell: Cell, rollout: Rollout) -> None:
+    """A finished rollout: scored (done with a reward), cancelled, or failed (an error,
+    or done without a reward: nothing scored it)."""
     reward = rollout.reward
-    cell.rewards.append(reward if reward is not None else 0.0)
-    cell.turns.append(rollout.turns)
-    cell.tokens.append(rollout.tokens)
-    cell.seconds.append(rollout.elapsed(rollout.ended_at or rollout.started_at or 0.0))
-    cell.errors += rollout.errors or int(reward is None)
+    if rollout.status is Status.CANCELLED:
+        cell.cancelled += 1
+    elif rollout.status is not Status.DONE or reward is None:
+        cell.failed += 1
+    else:
+        cell.rewards.append(reward)
+        cell.turns.append(rollout.turns)
+        cell.tokens.append(rollout.tokens)
+        cell.seconds.append(rollout.elapsed(rollout.ended_at or rollout.started_at or 0.0))
+        cell.errors += rollout.errors
 
 
 def _mean(values: list[float]) -> float | None:
@@ -109,12 +135,17 @@ def _stderr(values: list[float]) -> float | None:
     return math.sqrt(variance / len(values))
 
 
+COUNT_COLUMNS = ("fail", "cxl")
+"""Beside each variant's column: its failed and cancelled rollouts of the task."""
+
+
 def compare_lines(comparison: Comparison) -> list[str]:
-    """The comparison as plain text: a row per task, a column per variant, then each
-    variant's mean ± standard error and the tasks where they disagree."""
+    """The comparison as plain text: a row per task, a column per variant (and its
+    failed and cancelled counts), then each variant's summary and the tasks where
+    they disagree."""
     variants = comparison.variants
     width = min(40, max([4, *(len(label) for _, label in comparison.tasks)]))
-    head = f"{'task':<{width}}" + "".join(f"  {name[:24]:>24}" for name in variants)
+    head = f"{'task':<{width}}" + "".join(f"  {name[:24]:>24}" + "".join(f" {title:>4}" for title in COUNT_COLUMNS) for name in variants)
     lines = [head, "-" * len(head)]
     disagree = set(comparison.disagreements())
     for task, cells in comparison.tasks.items():
@@ -122,19 +153,17 @@ def compare_lines(comparison: Comparison) -> list[str]:
         row = f"{label:<{width}}"
         for name in variants:
             cell = cells.get(name)
-            row += f"  {cell_text(cell):>24}"
-        lines.append(row + ("  ← differ" if task in disagree else ""))
+            row += f"  {cell_text(cell):>24}" + "".join(f" {count:>4}" for count in count_texts(cell))
+        lines.append(row.rstrip() + ("  ← differ" if task in disagree else ""))
     lines.append("-" * len(head))
-    for name in variants:
-        s = comparison.summary(name)
-        mean = "n/a" if s.mean is None else f"{s.mean:.3f}" + (f" ± {s.stderr:.3f}" if s.stderr is not None else "")
-        lines.append(f"{name}: mean reward {mean} · pass@k {s.passed}/{s.tasks} tasks")
+    lines += [f"{name}: {comparison.summary(name).text()}" for name in variants]
     lines.append(f"variants disagree on {len(disagree)} of {len(comparison.tasks)} tasks")
     return lines
 
 
 def cell_text(cell: Cell | None) -> str:
-    """`0.50 (1/2) 3t 2.1s`: mean reward, passes of k, mean turns, mean time; `!` errors."""
+    """`0.50 (1/2) 3t 2.1s`: mean reward, passes of the scored, mean turns, mean time;
+    `!` failed calls they recovered from. `–`: none scored."""
     if cell is None or not cell.k:
         return "–"
     passes = sum(r >= PASS for r in cell.rewards)
@@ -142,3 +171,10 @@ def cell_text(cell: Cell | None) -> str:
     seconds = sum(cell.seconds) / cell.k
     errors = f" {cell.errors}!" if cell.errors else ""
     return f"{cell.mean:.2f} ({passes}/{cell.k}) {turns:.0f}t {seconds:.1f}s{errors}"
+
+
+def count_texts(cell: Cell | None) -> tuple[str, str]:
+    """The failed and cancelled counts, blank when none."""
+    if cell is None:
+        return "", ""
+    return str(cell.failed or ""), str(cell.cancelled or "")
