@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 from demo_sessions import write_config
+from hypothesis import settings
 
 from core.session.config import load_config
 from core.session.engine import Engine
+
+# hypothesis's default 200 ms deadline per example fails a test when a loaded machine
+# stalls it, not when the code is slow; every @given here runs without one
+settings.register_profile("tracewatch", deadline=None)
+settings.load_profile("tracewatch")
 
 
 @pytest.fixture

@@ -72,16 +72,21 @@ def test_headless_eval_prints_each_rollout_records_it_and_links_the_run_dir(mode
     assert sorted(r.rollout_index for r in replayed.store.rollouts.values()) == [0, 0, 0, 1, 1, 1]
 
 
-async def test_the_eval_streams_live_and_its_run_dir_shows_on_the_card(model, eval_env) -> None:
+async def test_the_eval_streams_live_and_its_run_dir_shows_on_the_card(model, eval_env, monkeypatch) -> None:
+    """One model call hangs until released, so a rollout is seen streaming while it
+    runs on any machine (the others may be done by then)."""
+    monkeypatch.setenv("TW_EVALSET_HANG", "1")
     engine = Engine(Config.for_eval(vf_eval(model, eval_env / "out", rollouts=1), "ev"), session_dir=eval_env / "s")
     await engine.start()
     variant = engine.variants["ev"]
     assert isinstance(variant, EvalVariant)
     try:
+        await eventually(lambda: model.hanging.is_set(), WAIT, "the scripted model call hanging")
         seen_running = await eventually(
             lambda: [r for r in engine.store.rollouts.values() if r.status is Status.RUNNING and r.deltas], WAIT, "a rollout streaming"
         )
         assert seen_running[0].note and "model fake-model" in seen_running[0].note
+        model.release()
         await asyncio.wait_for(engine.wait(), WAIT)
     finally:
         await engine.shutdown()

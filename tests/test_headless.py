@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from demo_sessions import demo_variant, write_config
+from demo_sessions import WAIT, demo_variant, write_config
 from polling import MARGIN, alive, wait_until
 
 from core.session import headless
@@ -49,7 +49,7 @@ def test_ctrl_c_cancels_prints_the_summary_and_exits_130(tmp_path):
             stdout=out, stderr=err, env=env, cwd=Path(__file__).resolve().parent.parent,
         )  # fmt: skip
         try:
-            wait_until(lambda: out_path.read_text().count("[stuck task] running") == 2, what="both stuck runs")
+            wait_until(lambda: out_path.read_text().count("[stuck task] running") == 2, WAIT, "both stuck runs")
             session = next((tmp_path / "home" / "sessions").iterdir())
             record = json.loads(next(session.rglob("supervisor.json")).read_text())
             process.send_signal(signal.SIGINT)
