@@ -69,7 +69,14 @@ async def test_table_fills_then_updates_only_changed_rows() -> None:
     app = TracewatchApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
         rows = await started(pilot)
-        await pilot.pause(0.1)
+
+        def painted() -> bool:
+            """Every row on screen drawn once (the first paint may come late on a loaded machine)."""
+            top = int(rows.scroll_y)
+            shown = rows.ordered_keys[top : top + rows.scrollable_content_region.height - 1]
+            return bool(shown) and all(key in rows._strips or key == rows.selected_key for key in shown)
+
+        await until(pilot, painted, "the first paint")
         drawn: list[str] = []
         row_strip = rows._row_strip
         rows._row_strip = lambda key, layer: (drawn.append(key), row_strip(key, layer))[1]
