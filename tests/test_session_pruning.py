@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from demo_sessions import demo_variant, write_config
+from demo_sessions import WAIT, demo_variant, write_config
 from polling import MARGIN, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,9 +42,9 @@ def test_old_sessions_are_pruned_but_never_a_running_one(tmp_path):
 
     running = tracewatch(str(stuck), home=home)
     try:
-        wait_until(lambda: len(list(sessions.iterdir())) == 5, what="the running session's folder")
+        wait_until(lambda: len(list(sessions.iterdir())) == 5, WAIT, "the running session's folder")
         (running_dir,) = set(sessions.iterdir()) - {sessions / n for n in ("20200101-000000-11", "20200101-000000-12", "20200102-000000-5", "notes")}
-        wait_until(lambda: any(running_dir.rglob("supervisor.json")), what="its server")
+        wait_until(lambda: any(running_dir.rglob("supervisor.json")), WAIT, "its server")
 
         code, out, err = finish(tracewatch(str(quick), "--keep", "1", home=home))
         assert code == 0, out + err
