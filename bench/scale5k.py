@@ -1,0 +1,200 @@
+"""5,000 rollouts end to end: the real app, headless under `run_test`, attached to a
+local source streaming the demo's `scale` rollouts at socket speed, against the same
+app with 256 rollouts in the same run (issue 13's 5,000-rollout goals).
+
+The demo server plays a few rollouts once; `bench/live.py`'s source replays them,
+round-robin, for every run the app starts (all of them at once: `max_concurrent` is
+the rollout count, the worst case for the screen). Each size runs in its own process,
+launched by this one, and reports:
+
+- launch to first table row on screen, with the steps on the way (interpreter and
+  imports, config and engine, the app's first screen, the first row);
+- keypress (Down/Up) to repaint while the stream lands;
+- each filter keystroke (typing `status:running` in the filter) to the filtered table
+  on screen, and Escape (clearing it) to the whole table on screen, while the stream
+  lands.
+
+    .venv/bin/python bench/scale5k.py [--rollouts 5000 --baseline 256 --load-seconds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+LAUNCHED = time.time()  # as early as this process can tell: before the heavy imports
+
+from live import LOST_KEY, ROOT, Source, capture, engine_for, percentile, summary  # noqa: E402
+
+CAPTURED = 32
+"""Distinct rollouts the demo plays; the source replays them for every run."""
+FILTER_TEXT = "status:running"
+FILTER_ROUNDS = 3
+KEY_EVERY = 0.1
+KEY_NAMES = {":": "colon", " ": "space", "/": "slash"}
+
+
+async def measure_app(address: str, rollouts: int, turns: int, tokens: int, load_seconds: float, launched: float) -> dict:
+    from textual import events
+
+    from core.session.retention import FreezeAfterSlowCollections
+    from tui.app import TracewatchApp
+    from tui.rollout_filter import RowFilter
+
+    FreezeAfterSlowCollections().install()  # as the app's entry point does
+    steps = {"imports": time.time() - launched}
+    with tempfile.TemporaryDirectory() as scratch:
+        engine = engine_for(address, rollouts, turns, tokens, Path(scratch))
+        steps["config and engine"] = time.time() - launched
+        app = TracewatchApp(engine)
+        store = engine.store
+        pending: list[tuple[float, Callable[[], bool], list[float]]] = []  # at most one
+
+        display = app._display
+
+        def on_display(screen: Any, renderable: Any) -> None:
+            """Hooked before the app runs: its first screens come before `run_test` hands over."""
+            display(screen, renderable)
+            if renderable is None:
+                return
+            steps.setdefault("first screen", time.time() - launched)
+            table = getattr(app, "table", None)
+            if table is not None and table.rows_drawn and "first row" not in steps:
+                steps["first row"] = time.time() - launched
+            if pending and pending[0][1]():
+                pressed, _, into = pending.pop()
+                into.append(time.perf_counter() - pressed)
+
+        app._display = on_display  # type: ignore[method-assign]
+        async with app.run_test(size=(160, 50)) as pilot:
+            table = app.table
+
+            async def press(key: str, char: str | None, answered: Callable[[], bool], into: list[float]) -> None:
+                """Post one key and wait until a repaint shows its effect (or LOST_KEY)."""
+                pending.append((time.perf_counter(), answered, into))
+                app.post_message(events.Key(key, char))
+                deadline = time.perf_counter() + LOST_KEY
+                while pending and time.perf_counter() < deadline:
+                    await asyncio.sleep(0.002)
+                if pending:
+                    pending.clear()
+                    into.append(LOST_KEY)
+
+            while "first row" not in steps:
+                await asyncio.sleep(0.005)
+            while table.row_count < rollouts or not any(r.deltas for r in store.rollouts.values()):
+                await asyncio.sleep(0.05)
+            steps["every row, streaming"] = time.time() - launched
+            table.focus()
+            await pilot.pause()
+
+            keys: list[float] = []
+            until, down = time.perf_counter() + load_seconds, True
+            while time.perf_counter() < until:
+                before = table.cursor_row
+                await press("down" if down else "up", None, lambda before=before: table.cursor_row != before, keys)
+                down = not down
+                await asyncio.sleep(KEY_EVERY)
+
+            typing: list[float] = []
+            clearing: list[float] = []
+            shown: list[int] = []
+            for _ in range(FILTER_ROUNDS):
+                await press("slash", "/", lambda: app.focused is app.query_one("#filter"), [])
+                typed = ""
+                for char in FILTER_TEXT:
+                    typed += char
+                    wanted = RowFilter.parse(typed)
+                    await press(KEY_NAMES.get(char, char), char, lambda wanted=wanted: table.row_filter == wanted, typing)
+                shown.append(table.row_count)
+                await press("escape", None, lambda: not table.row_filter, clearing)
+                await asyncio.sleep(KEY_EVERY)
+            deltas = sum(r.deltas for r in store.rollouts.values())
+            finished = sum(1 for r in store.rollouts.values() if r.status.finished)
+            quit_started = time.perf_counter()
+            await engine.shutdown()
+            quit_seconds = time.perf_counter() - quit_started
+    return {
+        "steps": steps,
+        "keys": keys,
+        "typing": typing,
+        "clearing": clearing,
+        "filtered_rows": shown,
+        "deltas": deltas,
+        "finished": finished,
+        "quit": quit_seconds,
+    }
+
+
+def measure(frames: Path, rollouts: int, turns: int, tokens: int, load_seconds: float, launched: float) -> dict:
+    source = Source(frames)
+    try:
+        return asyncio.run(measure_app(source.address, rollouts, turns, tokens, load_seconds, launched))
+    finally:
+        source.close()
+
+
+def run_size(frames: Path, rollouts: int, args: argparse.Namespace) -> dict:
+    argv = [sys.executable, __file__, "--measure", str(frames), "--rollouts", str(rollouts)]
+    argv += ["--turns", str(args.turns), "--tokens", str(args.tokens), "--load-seconds", str(args.load_seconds)]
+    argv += ["--launched", repr(time.time())]
+    output = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    if output.returncode:
+        raise SystemExit(f"{rollouts} rollouts failed:\n{output.stderr[-4000:]}")
+    return json.loads(output.stdout.strip().splitlines()[-1])
+
+
+def p95(values: list[float]) -> float:
+    return percentile(sorted(values), 0.95) if values else float("nan")
+
+
+def report(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        frames = Path(scratch) / "frames.msgpack"
+        capture(frames, CAPTURED, args.turns, args.tokens)
+        results = {size: run_size(frames, size, args) for size in (args.baseline, args.rollouts)}
+    base, large = results[args.baseline], results[args.rollouts]
+    print(f"scale rollouts x {args.turns} turns x {args.tokens} tokens/node, all in flight at once; {args.load_seconds:g} s of keys under load")
+    print(f"\n{'launch to ... (s)':<24}" + "".join(f"{size:>10,}" for size in results) + f"{'ratio':>9}")
+    for step in large["steps"]:
+        small = base["steps"].get(step, float("nan"))
+        print(f"{step:<24}{small:>10.3f}{large['steps'][step]:>10.3f}{large['steps'][step] / small:>8.2f}x")
+    for name, label in (("keys", "Down/Up under load"), ("typing", "filter keystroke"), ("clearing", "clear the filter")):
+        print(f"\n{label}:")
+        for size, result in results.items():
+            print(f"  {size:>6,} rollouts: {summary(result[name])}")
+        print(f"  p95 {args.rollouts:,} / {args.baseline:,}: {p95(large[name]) / p95(base[name]):.2f}x")
+    for size, result in results.items():
+        print(
+            f"\n{size:,} rollouts: {result['deltas']:,} deltas landed, {result['finished']:,} rollouts finished (the stream must outlast the keys); filter showed {result['filtered_rows']} rows; "
+            f"quitting took {result['quit']:.1f} s"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=5_000)
+    parser.add_argument("--baseline", type=int, default=256)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--load-seconds", type=float, default=15.0)
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        launched = LAUNCHED if args.launched is None else args.launched
+        print(json.dumps(measure(args.measure, args.rollouts, args.turns, args.tokens, args.load_seconds, launched)))
+    else:
+        report(args)
+
+
+if __name__ == "__main__":
+    main()
