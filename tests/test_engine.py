@@ -14,11 +14,13 @@ from datetime import datetime
 
 from demo_sessions import WAIT, attached_variant, demo_variant, server_pids
 from polling import alive, eventually
+from scripted_server import ScriptedServer, attached
 
 from core.recordings.recorder import Recorder
 from core.session.contracts import VariantState
+from core.session.engine import Engine
 from core.session.store import Status
-from core.session.variant import QUEUE_CHUNK
+from core.session.variant import QUEUE_CHUNK, START_CHUNK
 from core.supervision import capture
 
 
@@ -267,4 +269,30 @@ async def test_a_long_task_list_shows_at_once_and_costs_no_task_per_queued_rollo
     variant.cancel()
     await asyncio.wait_for(engine.wait(), WAIT)
     assert variant.state is VariantState.CANCELLED
+    assert all(r.status is Status.CANCELLED for r in store.rollouts.values())
+
+
+async def test_thousands_of_runs_start_a_chunk_per_turn_of_the_loop(tmp_path):
+    """max_concurrent in the thousands: the runs start START_CHUNK per turn of the loop,
+    so the screen's tick and keys get turns while they start, and in task order."""
+    count = 3 * START_CHUNK + 5
+    tasks = [f"t{i}" for i in range(count)]
+    async with ScriptedServer({}) as server:  # no script: every run waits
+        engine = Engine(attached(server.address, tasks, tmp_path, max_concurrent=count), session_dir=tmp_path / "s")
+        store, loop = engine.store, asyncio.get_running_loop()
+        running: list[int] = []
+
+        def each_turn() -> None:
+            running.append(sum(r.status is Status.RUNNING for r in store.rollouts.values()))
+            if running[-1] < count:
+                loop.call_soon(each_turn)
+
+        await engine.start()
+        each_turn()
+        await eventually(lambda: running[-1] == count, timeout=WAIT, what="every run started")
+        await eventually(lambda: len(server.runs) == count, timeout=WAIT, what="every run request at the server")
+        assert server.runs == tasks
+        steps = [after - before for before, after in zip(running, running[1:])]
+        assert max(steps) <= START_CHUNK, steps
+        await engine.shutdown()
     assert all(r.status is Status.CANCELLED for r in store.rollouts.values())
