@@ -178,7 +178,14 @@ class TracewatchApp(App[None]):
         self._dirty_variants.clear()
 
     def _show_timing(self, now: float) -> None:
-        self.timing.show(self._rollout(), self.trace_pane.trace_id, now)
+        """Only while its tab is open: each `show` lays the whole screen out again (the
+        view's height follows its content), which under load cost a layout every tick."""
+        if self.detail.active == "tab-timing":
+            self.timing.show(self._rollout(), self.trace_pane.trace_id, now)
+
+    @on(TabbedContent.TabActivated, "#detail")
+    def _tab_activated(self) -> None:
+        self._show_timing(self.store.clock())
 
     def _draw_status(self, now: float) -> None:
         running = sum(1 for r in self.store.live() if r.status is Status.RUNNING)
@@ -204,7 +211,7 @@ class TracewatchApp(App[None]):
             text.append(f"  rec {safe(note)}", style=self.palette.muted)
         if (cut := self.engine.truncated) is not None:
             text.append(f"  {safe(cut)}", style=self.palette.warning)
-        self.status.update(text)
+        self.status.update(text, layout=False)  # one line, whatever it says
 
     def _replay_state(self, at: ReplayPosition) -> Text:
         """A replay's state and position, so a glance says whether it plays and where."""
@@ -283,8 +290,10 @@ class TracewatchApp(App[None]):
         problems = row_filter.problems(self.store.variants)
         if not problems and row_filter and not self.table.row_count:
             problems = ["no rollout matches (Esc clears the filter)"]
-        hint.update("; ".join(problems))
-        hint.display = bool(problems)
+        text = "; ".join(problems)
+        if text != hint.content:  # an update lays the screen out again: not per keystroke
+            hint.update(text)
+            hint.display = bool(problems)
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self) -> None:

@@ -81,7 +81,7 @@ class VariantCard(Horizontal, can_focus=True):
         variant = self.variant
         for state in VariantState:
             self.set_class(state is variant.state, f"-{state.value}")
-        self.body.update(self._body(now, palette))
+        self.body.update(self._body(now, palette), layout=False)  # its height is the card's
         start, cancel = self.start, self.cancel
         start.disabled = self.readonly or not variant.can_start
         cancel.disabled = self.readonly or not variant.can_cancel
