@@ -150,6 +150,8 @@ class Transcript(ScrollView, can_focus=True):
         self._errors = 0
         self._nodes_done = self._calls_done = self._failed_done = 0
         self._turn = 0
+        self._after_sampled = True
+        """Whether the next node opens a turn (the first one does)."""
         self._revision = -1
         self._pending_ref: object = None
         self._pending: _Block | None = None
@@ -224,11 +226,13 @@ class Transcript(ScrollView, can_focus=True):
                 self._rehead(self._node_blocks[node])
         self._calls_done = len(calls)
         nodes, failed = state.nodes, state.failed_calls
-        for index in range(self._nodes_done, len(nodes)):
+        # each read decodes a node (`PackedNodes`): read each new one once
+        for index, node in enumerate(nodes[self._nodes_done :], self._nodes_done):
             while self._failed_done < len(failed) and failed[self._failed_done][0] <= index:
                 added += self._add_failed(failed[self._failed_done][1])
             self._node_blocks[index] = self._committed
-            added += self._add_committed(self._node_block(index, nodes))
+            added += self._add_committed(self._node_block(index, node))
+            self._after_sampled = bool(node.get("sampled"))
         self._nodes_done = len(nodes)
         while self._failed_done < len(failed):
             added += self._add_failed(failed[self._failed_done][1])
@@ -268,11 +272,10 @@ class Transcript(ScrollView, can_focus=True):
         self._failed_done += 1
         return self._add_committed(self._block("failed", call, [], failed_lines(call)))
 
-    def _node_block(self, index: int, nodes: list[dict]) -> _Block:
+    def _node_block(self, index: int, node: dict) -> _Block:
         """A node's block; the first node after a sampled one opens a turn."""
-        node = nodes[index]
         turn = None
-        if index == 0 or nodes[index - 1].get("sampled"):
+        if self._after_sampled:
             self._turn += 1
             turn = self._turn
         block = self._block("node", (index, node, turn), [], node_body(node.get("message") or {}))

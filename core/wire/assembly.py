@@ -1,7 +1,8 @@
 """One served episode rebuilt from its delta stream, as verifiers 0.4.0 rebuilds it.
 
 `traces` holds live dicts, each shaped like a dumped `Trace` plus its `pending`
-preview, so a caller can read them after every delta. A bad delta raises
+preview, so a caller can read them after every delta; its committed `nodes` are kept
+packed (`PackedNodes`: a sequence equal to the list, decoded when read). A bad delta raises
 `AssemblyError` before anything is changed: the run it belongs to fails, every other
 trace (and every other run) stays as it was.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 from core.text import short_repr
 from core.wire.delta_checks import DeltaValueError, check_delta
+from core.wire.packed_nodes import PackedNodes, pack_node
 from core.wire.protocol import LIST_FIELDS
 
 _OTHER_LISTS = LIST_FIELDS[1:]
@@ -61,23 +63,19 @@ class EpisodeAssembly:
                     f"delta for trace {trace_id} which was never opened "
                     "(no 'open' header): was an earlier delta lost?"
                 )
-            trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
-        new_nodes: list[dict[str, Any]] | None = None
-        links: list[tuple[int, list[Any]]] = []
-        repairs: list[tuple[int, dict[str, Any]]] = []
+            trace = {**header, **{field: [] for field in LIST_FIELDS}, "nodes": PackedNodes(), "pending": []}
+        new_nodes: list[bytes] | None = None
+        changed: dict[int, bytes] = {}
         appends: list[tuple[list[Any], list[Any]]] = []
         # most deltas are a preview or scalars: one set test skips the list work
         if not _STRUCTURAL.isdisjoint(delta):
             nodes = trace["nodes"]
-            raw = get("links")
-            if raw:
-                links = _links(raw, trace_id, len(nodes))
-            raw = get("routing_repairs")
-            if raw:
-                repairs = _repairs(raw, trace_id, nodes)
+            links, repairs = get("links"), get("routing_repairs")
+            if links or repairs:
+                changed = _changed_nodes(links, repairs, trace_id, nodes)
             raw = get("nodes")
             if raw is not None:
-                new_nodes = _copied_nodes(raw, trace_id)
+                new_nodes = _packed_nodes(raw, trace_id)
             for field in _OTHER_LISTS:
                 items = get(field)
                 if items is not None:
@@ -90,12 +88,10 @@ class EpisodeAssembly:
         # Everything is checked and computed; from here on nothing can fail half-way.
         if opening:
             self.traces[trace_id] = trace
-        for index, new_links in links:
-            nodes[index]["semantic_parents"].extend(new_links)
-        for index, encoded in repairs:
-            nodes[index]["routed_experts"] = encoded
+        for index, packed in changed.items():
+            nodes.replace(index, packed)
         if new_nodes is not None:
-            nodes.extend(new_nodes)
+            nodes.append_packed(new_nodes)
             trace["pending"] = []
         for target, items in appends:
             target.extend(items)
@@ -169,24 +165,41 @@ def _links(value: Any, trace_id: str, count: int) -> list[tuple[int, list[Any]]]
     return entries
 
 
-def _copied_nodes(new_nodes: Any, trace_id: str) -> list[dict[str, Any]]:
-    """The delta's nodes, each copied with its own semantic_parents list: a later
-    `links` delta grows that list in place, and the delta must stay as it was when
-    the caller received it."""
+def _packed_nodes(new_nodes: Any, trace_id: str) -> list[bytes]:
+    """The delta's nodes packed (`pack_node`), each with a semantic_parents list as
+    verifiers' assembly gives it; the delta stays as the caller received it."""
     if type(new_nodes) is not list:
         raise AssemblyError(f"trace {trace_id}: 'nodes' must be a list, got {type(new_nodes).__name__}")
     try:
-        return [{**node, "semantic_parents": list(node.get("semantic_parents") or ())} for node in new_nodes]
+        return [_kept(node) for node in new_nodes]
     except (TypeError, AttributeError):
         raise AssemblyError(f"trace {trace_id}: 'nodes' holds a non-map item") from None
+    except ValueError as error:
+        raise AssemblyError(f"trace {trace_id}: a node cannot be kept ({error})") from None
 
 
-def _repairs(value: Any, trace_id: str, nodes: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-    """Each repaired node's new `routed_experts`, computed before anything changes."""
-    return [
-        (index, _repair_final_row(nodes[index].get("routed_experts"), row, trace_id, index))
-        for index, row in _indexed(value, "routing_repairs", trace_id, len(nodes))
-    ]
+def _kept(node: Any) -> bytes:
+    if type(node) is dict and type(node.get("semantic_parents")) is list:
+        return pack_node(node)
+    return pack_node({**node, "semantic_parents": list(node.get("semantic_parents") or ())})
+
+
+def _changed_nodes(links: Any, repairs: Any, trace_id: str, nodes: PackedNodes) -> dict[int, bytes]:
+    """Each node a `links` or `routing_repairs` entry changes, packed again with its
+    new semantic parents and `routed_experts`, computed before anything changes."""
+    changed: dict[int, dict[str, Any]] = {}
+    for index, new_links in _links(links, trace_id, len(nodes)) if links else ():
+        node = changed.get(index) or nodes[index]
+        node["semantic_parents"] = [*node["semantic_parents"], *new_links]
+        changed[index] = node
+    for index, row in _indexed(repairs, "routing_repairs", trace_id, len(nodes)) if repairs else ():
+        node = changed.get(index) or nodes[index]
+        node["routed_experts"] = _repair_final_row(node.get("routed_experts"), row, trace_id, index)
+        changed[index] = node
+    try:
+        return {index: pack_node(node) for index, node in changed.items()}
+    except (TypeError, ValueError) as error:
+        raise AssemblyError(f"trace {trace_id}: a linked node cannot be kept ({error})") from None
 
 
 def _repair_final_row(encoded: Any, row: Any, trace_id: str, index: int) -> dict[str, Any]:

@@ -8,7 +8,8 @@ that a dumped request validates on its server and its replies validate here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
 import msgpack
@@ -45,8 +46,16 @@ def is_aborted(error: str | None) -> bool:
     return error is not None and error.startswith(ABORTED_ERROR)
 
 
+_packers = threading.local()
+"""One Packer a thread: `packb` makes a new one each call (a microsecond, paid for
+every node the assembly keeps); a packer resets itself when a pack fails."""
+
+
 def pack(payload: Any) -> bytes:
-    packed: bytes = msgpack.packb(payload, use_bin_type=True, default=packable)
+    packer = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True, default=packable)
+    packed: bytes = packer.pack(payload)
     return packed
 
 
@@ -91,11 +100,13 @@ def _has_long_token_array(data: bytes) -> bool:
 class Packed:
     """A node's token array kept as the msgpack bytes the wire carried (about a fifth
     of the list it decodes to, and nothing for the garbage collector to walk),
-    decoded on demand: equal to that list, and packed back as it."""
+    decoded on demand: equal to that list, and packed back as it. `raw` is a view
+    of the frame (or of a kept node) it was read from: reading one copies nothing,
+    and keeping its node (`pack_node`) copies it once."""
 
     __slots__ = ("raw",)
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes | memoryview) -> None:
         self.raw = raw
 
     def decode(self) -> list[Any]:
@@ -130,20 +141,23 @@ class Packed:
 
 
 def packable(value: Any) -> Any:
-    """msgpack's `default`: a packed span packs as the list it holds."""
+    """msgpack's `default`: a packed span packs as the list it holds, and so do a
+    trace's packed nodes (`PackedNodes`, a sequence)."""
     if isinstance(value, Packed):
         return value.decode()
+    if isinstance(value, Sequence):
+        return list(value)
     raise TypeError(f"cannot pack {type(value).__name__}")
 
 
 def plain(value: Any) -> Any:
-    """`value` with every packed span decoded: for code that needs real lists
-    (a JSON export, a pydantic model)."""
+    """`value` with every packed span and packed node list decoded: for code that
+    needs real lists (a JSON export, a pydantic model)."""
     if isinstance(value, Packed):
         return value.decode()
     if isinstance(value, dict):
         return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list) or (isinstance(value, Sequence) and not isinstance(value, (str, bytes, tuple))):
         return [plain(item) for item in value]
     return value
 
@@ -173,23 +187,36 @@ def _unpack_keeping_spans(data: bytes) -> dict[Any, Any]:
 
 
 def _nodes(unpacker: msgpack.Unpacker, data: bytes) -> list[dict[Any, Any]]:
-    nodes = []
-    for _ in range(unpacker.read_array_header()):
-        node = {}
-        for _ in range(unpacker.read_map_header()):
-            key = unpacker.unpack()
-            if key in PACKED_FIELDS:
-                start = unpacker.tell()
-                unpacker.skip()
-                end = unpacker.tell()
-                if end - start >= PACKED_MIN_BYTES and data[start] in _ARRAY_MARKERS:
-                    node[key] = Packed(data[start:end])
-                else:
-                    node[key] = unpack(data[start:end])
+    view = memoryview(data)
+    return [_node(unpacker, data, view) for _ in range(unpacker.read_array_header())]
+
+
+def _node(unpacker: msgpack.Unpacker, data: bytes, view: memoryview) -> dict[Any, Any]:
+    node = {}
+    for _ in range(unpacker.read_map_header()):
+        key = unpacker.unpack()
+        if key in PACKED_FIELDS:
+            start = unpacker.tell()
+            unpacker.skip()
+            end = unpacker.tell()
+            if end - start >= PACKED_MIN_BYTES and data[start] in _ARRAY_MARKERS:
+                node[key] = Packed(view[start:end])
             else:
-                node[key] = unpacker.unpack()
-        nodes.append(node)
-    return nodes
+                node[key] = unpack(data[start:end])
+        else:
+            node[key] = unpacker.unpack()
+    return node
+
+
+def unpack_node(data: bytes) -> dict[Any, Any]:
+    """One node's msgpack map decoded as `unpack_delta` decodes a delta's nodes: its
+    long token arrays stay packed."""
+    if not _has_long_token_array(data):
+        node: dict[Any, Any] = unpack(data)
+        return node
+    unpacker = msgpack.Unpacker(max_buffer_size=max(1, len(data)), **UNPACK_OPTIONS)
+    unpacker.feed(data)
+    return _node(unpacker, data, memoryview(data))
 
 
 class WireModel(BaseModel):
