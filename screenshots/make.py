@@ -12,6 +12,7 @@ worth showing (each waited for with a deadline), then a PNG of each SVG:
     trace-pending.svg   a trace whose pending preview (sent to the model, no reply yet) shows
     timing.svg          a finished rollout's phase waterfall and per-variant p50/p95
     compare.svg         the variants task by task: mean ± standard error, where they differ
+    side-by-side.svg    a task's traces side by side, one variant's rollout on each side
     cancel-variant.svg  a variant cancel escalating: runs cancelled, SIGTERM sent, grace left
 
 For the last one the candidate's demo server is first frozen with SIGSTOP: a wedged
@@ -49,6 +50,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots
     sys.path.insert(0, str(ROOT))
 
 from core.demo.config import demo_config  # noqa: E402
+from core.session.compare import compare_store  # noqa: E402
 from core.session.contracts import VariantState  # noqa: E402
 from core.session.engine import Engine  # noqa: E402
 from core.session.store import Rollout, Status  # noqa: E402
@@ -106,6 +108,43 @@ class Shooter:
         raise Timeout(f"could not select {key}")
 
 
+    async def side_by_side(self, task: tuple[int, str]) -> None:
+        """Move the Compare tab's cursor to the task, open its traces side by side and
+        wait for both to be drawn."""
+        from tui.compare_view import CompareView
+        from tui.side_by_side import SideBySideScreen
+
+        app, view = self.app, self.app.query_one(CompareView)
+        view.focus()
+        for _ in range(3):  # tasks finishing meanwhile may add rows above it
+            tasks = list(compare_store(app.store).tasks)
+            await self.pilot.press("g", *["down"] * tasks.index(task))
+            if view.cursor_task == task:
+                break
+        else:
+            raise Timeout(f"could not move the Compare tab's cursor to {task}")
+        await self.pilot.press("enter")
+        await wait_for(
+            self.pilot, "the task's traces side by side",
+            lambda: isinstance(screen := app.screen, SideBySideScreen) and all(side.transcript.rollout_key for side in screen.sides), 10,
+        )
+        await self.settle(1.1)
+
+
+def side_by_side_task(store) -> tuple[int, str]:
+    """A task worth showing side by side: one both variants scored, where they
+    disagree, else where their mean rewards differ, else with the most turns."""
+    comparison = compare_store(store)
+    both = [task for task, cells in comparison.tasks.items() if all(cells.get(name) and cells[name].k for name in comparison.variants)]
+    disagree = set(comparison.disagreements())
+
+    def worth(task: tuple[int, str]) -> tuple[bool, bool, int]:
+        cells = comparison.tasks[task].values()
+        return task in disagree, len({cell.mean for cell in cells}) > 1, sum(sum(cell.turns) for cell in cells)
+
+    return max(both, key=worth)
+
+
 def by_scenario(engine: Engine, variant: str, scenario: str) -> Rollout:
     for key in engine.store.variants[variant]:
         rollout = engine.store.rollouts[key]
@@ -134,6 +173,7 @@ def server_pid(variant) -> int | None:
 async def session(speed: float, out: Path) -> list[Path]:
     from tui.app import TracewatchApp
     from tui.screens import ConfirmScreen
+    from tui.side_by_side import SideBySideScreen
 
     engine = Engine(demo_config(sys.executable, speed=speed))
     app = TracewatchApp(engine)
@@ -199,6 +239,13 @@ async def session(speed: float, out: Path) -> list[Path]:
             await pilot.press("4")
             await shots.settle(1.1)
             shots.shoot("compare", "tracewatch: the variants task by task")
+
+            # A task's traces side by side, opened from the Compare tab: a task where the
+            # variants disagree if there is one, else one both scored with the most turns.
+            await shots.side_by_side(side_by_side_task(store))
+            shots.shoot("side-by-side", "tracewatch: a task's traces side by side")
+            await pilot.press("escape")
+            await wait_for(pilot, "the Compare tab again", lambda: not isinstance(app.screen, SideBySideScreen), 5)
 
             # 4. Cancel the candidate variant while its server is wedged: the card shows
             #    the escalation and the grace left.

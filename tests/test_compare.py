@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from polling import until
 from test_app_sessions import write_recording
 from textual.widgets import Static
@@ -200,3 +201,26 @@ async def test_side_by_side_of_a_task_one_variant_ran_shows_two_of_its_rollouts(
         screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
         left, right = screen.query(Side)
         await until(pilot, lambda: "reply of a/0 to task 0" in shown(left.transcript) and "reply of a/1 to task 0" in shown(right.transcript))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+async def test_the_compare_tab_fits_its_pane_and_shows_every_count(size: tuple[int, int]) -> None:
+    """In a narrow pane (80x24, or beside the table at 200x60) the task column gives
+    way: every variant's numbers and its failed and cancelled counts stay whole."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        await until(pilot, lambda: view.region.height > 3)
+        lines = [strip.text for strip in view.render_lines(view.size.region)]
+        head = lines[0]
+        assert head.split() == ["task", "baseline", "fail", "cxl", "candidate", "fail", "cxl"], head
+        assert len(head.rstrip()) <= view.size.width
+        fail_at = [i + len("fail") - 1 for i in range(len(head)) if head.startswith("fail", i)]
+        cxl_at = [i + len("cxl") - 1 for i in range(len(head)) if head.startswith("cxl", i)]
+        scored = [line for line in lines[1:8] if "1.00 (1/1) 3t" in line]
+        assert scored and all(line.count(" 3t ") == 2 for line in scored), "both variants' cells whole"
+        unscored = [line for line in lines[1:8] if line.count("–") == 2]
+        assert [[line[at] for at in fail_at] for line in unscored] == [["1", "1"], [" ", " "]], unscored
+        assert [[line[at] for at in cxl_at] for line in unscored] == [[" ", " "], ["1", "1"]], unscored

@@ -81,9 +81,10 @@ def test_open(snap_compare, tmp_path: Path) -> None:
 
 
 
-def test_compare(snap_compare) -> None:
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+def test_compare(snap_compare, size: tuple[int, int]) -> None:
     app = TracewatchApp(frozen(finish=True))
-    assert snap_compare(app, terminal_size=(160, 48), run_before=selected("baseline/run1/0", "4"))
+    assert snap_compare(app, terminal_size=size, run_before=selected("baseline/run1/0", "4"))
 
 
 def test_side_by_side(snap_compare) -> None:

@@ -6,6 +6,7 @@ task rows; enter (or a click) asks for that task's traces side by side."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -24,31 +25,48 @@ HEADER_ROWS = 1
 """The table's column titles sit above its first task row (no box, one line each)."""
 
 
-def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | None = None) -> RenderableType:
-    table = Table(box=None, padding=(0, 1), header_style="bold", expand=False)
-    table.add_column("task", no_wrap=True, overflow="ellipsis", max_width=32)
+TASK_WIDTH = (10, 32)
+"""The task column's narrowest and widest: it gives way first, the numbers never do."""
+
+
+def task_width(comparison: Comparison, width: int) -> int:
+    """What the task column gets of `width`: what the variants' columns (one cell
+    between columns) leave, so a narrow pane still shows every number."""
+    numbers = 0
+    for name in comparison.variants:
+        widest = max([cell_len(safe(name)), *(len(cell_text(cells.get(name))) for cells in comparison.tasks.values())])
+        numbers += 1 + widest + sum(1 + len(title) for title in COUNT_COLUMNS)
+    longest = max((cell_len(safe(label)) for _, label in comparison.tasks), default=4) + len(DIFFER)
+    return max(TASK_WIDTH[0], min(TASK_WIDTH[1], longest, width - numbers))
+
+
+DIFFER = "≠ "
+"""Before a task where the variants disagree (one passes, another does not)."""
+
+
+def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | None = None, width: int = 200) -> RenderableType:
+    table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold", expand=False)
+    table.add_column("task", no_wrap=True, overflow="ellipsis", width=task_width(comparison, width))
     for name in comparison.variants:
         table.add_column(Text(safe(name)), justify="right", no_wrap=True)
         for title in COUNT_COLUMNS:
             table.add_column(Text(title, style=palette.muted), justify="right", no_wrap=True)
-    table.add_column("")
     disagree = set(comparison.disagreements())
     for task, cells in comparison.tasks.items():
         differs = task in disagree
-        row: list[Text] = [Text(safe(task[1]), style=palette.warning if differs else "")]
+        row: list[Text] = [Text((DIFFER if differs else " " * len(DIFFER)) + safe(task[1]), style=palette.warning if differs else "")]
         for name in comparison.variants:
             cell = cells.get(name)
             style = palette.success if cell is not None and cell.passed else palette.error if cell is not None and cell.k else palette.muted
             row.append(Text(cell_text(cell), style=style))
             failed, cancelled = count_texts(cell)
             row += [Text(failed, style=palette.error), Text(cancelled, style=palette.warning)]
-        row.append(Text("← differ" if differs else "", style=palette.warning))
         table.add_row(*row, style="reverse" if task == cursor else None)
     summary = Text()
     for name in comparison.variants:
         summary.append(f"{safe(name)}", style="bold")
         summary.append(f"  {comparison.summary(name).text()}\n")
-    summary.append(f"variants disagree on {len(disagree)} of {len(comparison.tasks)} tasks", style=palette.warning if disagree else palette.muted)
+    summary.append(f"{DIFFER}variants disagree on {len(disagree)} of {len(comparison.tasks)} tasks", style=palette.warning if disagree else palette.muted)
     legend = Text(
         "each cell: over the rollouts scored (done with a reward): mean reward (passes/scored) mean turns, mean time, retried errors!;"
         " fail, cxl: the rollouts that failed or were cancelled (not in the mean)  ·  enter on a task: its traces side by side",
@@ -88,7 +106,7 @@ class CompareView(Widget, can_focus=True):
         comparison = compare_store(self.store)
         if not comparison.tasks:
             return Text("no finished rollouts yet: the comparison fills in as they end", style=self.palette.muted)
-        return comparison_table(comparison, self.palette, self.cursor_task if self.has_focus else None)
+        return comparison_table(comparison, self.palette, self.cursor_task if self.has_focus else None, self.content_region.width)
 
     def on_focus(self) -> None:
         if self.cursor_task is None:

@@ -162,15 +162,16 @@ def compare_lines(comparison: Comparison) -> list[str]:
 
 
 def cell_text(cell: Cell | None) -> str:
-    """`0.50 (1/2) 3t 2.1s`: mean reward, passes of the scored, mean turns, mean time;
-    `!` failed calls they recovered from. `–`: none scored."""
+    """`0.50 (1/2) 3t 2.1s`: mean reward, passes of the scored, mean turns, mean time
+    (whole seconds from 10 s: a narrow pane keeps every column); `!` failed calls they
+    recovered from. `–`: none scored."""
     if cell is None or not cell.k:
         return "–"
     passes = sum(r >= PASS for r in cell.rewards)
     turns = sum(cell.turns) / cell.k
     seconds = sum(cell.seconds) / cell.k
     errors = f" {cell.errors}!" if cell.errors else ""
-    return f"{cell.mean:.2f} ({passes}/{cell.k}) {turns:.0f}t {seconds:.1f}s{errors}"
+    return f"{cell.mean:.2f} ({passes}/{cell.k}) {turns:.0f}t {seconds:.{1 if seconds < 10 else 0}f}s{errors}"
 
 
 def count_texts(cell: Cell | None) -> tuple[str, str]:
