@@ -1,10 +1,13 @@
 """The proxy's forwarding, in a process of its own: `python -m core.taps.forward_process
---listen L --upstream U --copies ADDRESS`.
+--listen L --upstream U --copies ADDRESS [--copy-queue N]`.
 
 In the app's interpreter the forwarding thread has to take the GIL from the view and
-the screen, and every frame waits for it; here nothing else runs. The copies go to the
-app over a PUSH socket, never waited on (a full queue drops the copy and counts it),
-with the counters every quarter second. The app gives orders on stdin (`cancel
+the screen, and every chunk of bytes waits for it; here nothing else runs. The process
+relays bytes and reads none of the messages: it finds where they begin (to count them
+and to resume after a drop) and pushes the chunks to the app, which reads the messages
+out of them. A push is never waited on: when the queue is full the chunk is dropped,
+its messages counted, and that leg's copies pick up again at the next message start.
+The counters go along every quarter second. The app gives orders on stdin (`cancel
 REQUEST_ID`); end of stdin means the app has gone, and forwarding stops with it. The
 first stdout line is the bound listen address, or the process exits 2 with the reason
 on stderr.
@@ -23,28 +26,53 @@ import time
 import msgpack
 import zmq
 
-from core.taps.forwarder import Copy, Forwarder, ForwarderError
+from core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy, Forwarder, ForwarderError, Leg, Link
+from core.taps.zmtp import ZmtpStream
 
-COPY_QUEUE = 100_000
+COPY_QUEUE = 1000
+"""Chunks (of at most 64 kB) queued on each side for the app before copies are dropped."""
 STATUS_EVERY = 0.25
+STATUS, CLOSED, RESUMED = b"status", b"closed", b"resumed"
 
 
 class PushingForwarder(Forwarder):
-    def __init__(self, listen: str, upstream: str, copies: str) -> None:
+    def __init__(self, listen: str, upstream: str, copies: str, copy_queue: int = COPY_QUEUE) -> None:
         super().__init__(listen, upstream)
         self._push_context = zmq.Context()
         self._push = self._push_context.socket(zmq.PUSH)
-        self._push.setsockopt(zmq.SNDHWM, COPY_QUEUE)
+        self._push.setsockopt(zmq.SNDHWM, copy_queue)
         self._push.setsockopt(zmq.LINGER, 1000)
         self._push.connect(copies)
         self._status_at = 0.0
 
-    def _copy(self, direction: str, driver: bytes, frames: list[bytes]) -> None:
-        self.forwarded += 1
+    def _stream(self) -> ZmtpStream:
+        return ZmtpStream(keep=False)
+
+    def _copy(self, leg: Leg, data: bytes) -> None:
+        inside = leg.stream.in_message
+        starts, first, before = leg.stream.scan(data)
+        self.forwarded += starts
+        if not leg.gap:
+            if not self._send(leg, data):
+                leg.gap = True
+                self.dropped += starts + int(inside)  # a message begun in a chunk the app got is cut short too
+            return
+        if first is not None and self._send(leg, data[first:], RESUMED):
+            leg.gap = False
+            self.dropped += before
+        else:
+            self.dropped += starts
+
+    def _send(self, leg: Leg, data: bytes, *flag: bytes) -> bool:
         try:
-            self._push.send_multipart([direction.encode(), driver, *frames], zmq.NOBLOCK)
+            self._push.send_multipart([leg.direction.encode(), leg.driver, data, *flag], zmq.NOBLOCK)
         except zmq.Again:
-            self.dropped += 1
+            return False
+        return True
+
+    def _closed(self, link: Link) -> None:
+        with contextlib.suppress(zmq.Again):
+            self._push.send_multipart([CLOSED, link.driver, b""], zmq.NOBLOCK)
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -58,12 +86,11 @@ class PushingForwarder(Forwarder):
             "upstream_ok": self.upstream_ok,
             "upstream_note": self.upstream_note,
         }
-        try:
-            self._push.send_multipart([b"status", b"", msgpack.packb(status)], zmq.NOBLOCK)
-        except zmq.Again:
-            pass
+        with contextlib.suppress(zmq.Again):
+            self._push.send_multipart([STATUS, b"", msgpack.packb(status)], zmq.NOBLOCK)
 
     def close(self) -> None:
+        self._status_at = 0.0
         self._tick()
         self._push.close()
         self._push_context.term()
@@ -74,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--copies", required=True, help="where the app pulls the copies from")
+    parser.add_argument("--copy-queue", type=int, default=COPY_QUEUE)
     args = parser.parse_args(argv)
-    forwarder = PushingForwarder(args.listen, args.upstream, args.copies)
+    forwarder = PushingForwarder(args.listen, args.upstream, args.copies, args.copy_queue)
     try:
         forwarder.start()
     except ForwarderError as error:
@@ -99,18 +127,22 @@ class ForwardingProcess:
     """The app's handle on a forwarding process: what `ProxyVariant` reads of a
     `Forwarder`, with the forwarding itself out of the app's interpreter."""
 
-    def __init__(self, listen: str, upstream: str, start_timeout: float = 30.0) -> None:
+    def __init__(self, listen: str, upstream: str, start_timeout: float = 30.0, copy_queue: int = COPY_QUEUE) -> None:
         self.listen = listen
         self.upstream = upstream
         self.start_timeout = start_timeout
+        self.copy_queue = copy_queue
         self.forwarded = 0
         self.dropped = 0
         self.drivers = 0
         self.upstream_ok: bool | None = None
         self.upstream_note = "not probed yet"
+        self.notes: list[str] = []
+        """What the view could not read (a connection that is not ZMTP 3, or encrypted)."""
+        self._streams: dict[tuple[bytes, bytes], ZmtpStream] = {}
         self._context = zmq.Context()
         self._pull = self._context.socket(zmq.PULL)
-        self._pull.setsockopt(zmq.RCVHWM, COPY_QUEUE)
+        self._pull.setsockopt(zmq.RCVHWM, copy_queue)
         self._pull.setsockopt(zmq.LINGER, 0)
         self._copies = f"tcp://127.0.0.1:{self._pull.bind_to_random_port('tcp://127.0.0.1')}"
         self._stderr = tempfile.TemporaryFile()
@@ -124,7 +156,8 @@ class ForwardingProcess:
         """Spawn the process and wait for its listen address; a refusal (the address
         is in use) is a `ForwarderError` with the process's own words."""
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "core.taps.forward_process", "--listen", self.listen, "--upstream", self.upstream, "--copies", self._copies],
+            [sys.executable, "-m", "core.taps.forward_process", "--listen", self.listen, "--upstream", self.upstream, "--copies", self._copies,
+             "--copy-queue", str(self.copy_queue)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             start_new_session=True,  # the terminal's Ctrl-C is the app's to act on, not ours
         )
@@ -147,18 +180,35 @@ class ForwardingProcess:
                 self._process.stdin.flush()
 
     def take(self, limit: int) -> list[Copy]:
+        """The messages in the chunks that came, until there are `limit` or no more."""
         taken: list[Copy] = []
         now = time.time()
-        for _ in range(limit):
+        while len(taken) < limit:
             try:
                 frames = self._pull.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            if frames[0] == b"status":
+            kind, driver = frames[0], frames[1]
+            if kind == STATUS:
                 self._status(frames[2])
+            elif kind == CLOSED:
+                for direction in (TO_SERVER, TO_DRIVER):
+                    self._streams.pop((driver, direction.encode()), None)
             else:
-                taken.append(Copy(frames[0].decode(), frames[1], frames[2:], now))
+                self._read(kind, driver, frames[2], len(frames) > 3, now, taken)
         return taken
+
+    def _read(self, kind: bytes, driver: bytes, data: bytes, resumed: bool, now: float, taken: list[Copy]) -> None:
+        stream = self._streams.get((driver, kind))
+        if stream is None:
+            stream = self._streams[(driver, kind)] = ZmtpStream(keep=True)
+        if resumed:
+            stream.resume()
+        readable = stream.unreadable is None
+        direction = kind.decode()
+        taken.extend(Copy(direction, driver, message, now) for message in stream.feed(data))
+        if readable and stream.unreadable is not None:
+            self.notes.append(f"driver {driver.decode()}: {stream.unreadable}; its frames go on, unseen")
 
     def stop(self, timeout: float = 5.0) -> None:
         """End of stdin: the process stops forwarding and exits."""

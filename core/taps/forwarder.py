@@ -1,35 +1,38 @@
-"""The wire proxy's forwarding half: frames between drivers and one env server, in a
-thread of its own, byte for byte and in order.
+"""The wire proxy's forwarding half: the bytes between drivers and one env server, in
+a thread of its own, unchanged and in order.
 
-A ROUTER listens for drivers; each driver (a ROUTER identity) gets its own DEALER to
-the upstream, so the env server sees one peer per driver exactly as without us, and a
-driver's cancel rides behind its run on the same connection. Forwarding never waits
-for anyone: a copy of each frame goes on a bounded deque for whoever watches, and
-when that is full the copy is dropped and counted, never the frame. Our own requests
-(a cancel the user asked for, health probes) go on a separate DEALER, so their
-replies never reach a driver.
+Each driver's TCP connection gets its own connection to the upstream and the bytes are
+relayed as they come, ZMQ handshake included, so the env server sees each driver
+exactly as without us (its own peer, its own identity), and a burst of frames costs one
+receive and one send rather than Python steps per frame. The relay never waits for
+anyone: the messages are read out of a copy of the bytes after they went on (`zmtp`),
+for whoever watches, into a bounded queue; when that is full the copy is dropped and
+counted, never the bytes. Our own requests (a cancel the user asked for, health
+probes) go on a separate DEALER, so their replies never reach a driver.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 
+from core.taps.zmtp import ZmtpStream
 from core.wire.protocol import KIND_REPLY, CancelRequest, HealthRequest, request_payload, unpack
 
 COPY_CAPACITY = 100_000
-"""Frames the watcher may fall behind by before copies are dropped."""
+"""Messages the watcher may fall behind by before copies are dropped."""
 
 HEALTH_INTERVAL = 2.0
-BATCH = 512
-"""Frames taken from one socket before the others get a turn."""
+CHUNK = 65536
+"""The most bytes relayed per receive."""
 
 TO_SERVER = "up"
 TO_DRIVER = "down"
@@ -41,14 +44,40 @@ class ForwarderError(RuntimeError):
 
 @dataclass(frozen=True)
 class Copy:
-    """One forwarded frame as the watcher sees it."""
+    """One forwarded message as the watcher sees it."""
 
     direction: str
     """TO_SERVER (a driver's request) or TO_DRIVER (the server's delta or reply)."""
     driver: bytes
+    """The driver's connection (one per driver, a new one if it reconnects)."""
     frames: list[bytes]
-    """The frames after the driver's identity: [request_id, method|kind, payload]."""
+    """The message's frames: [request_id, method|kind, payload]."""
     t: float
+
+
+@dataclass(eq=False)
+class Leg:
+    """One direction of a driver's link: bytes read from `source` go on to `target`."""
+
+    direction: str
+    driver: bytes
+    source: socket.socket
+    target: socket.socket
+    stream: ZmtpStream
+    unsent: bytes = b""
+    """Bytes the target could not take yet; the source is not read until they went."""
+    gap: bool = False
+    """Copies of this leg were dropped: the view picks up again at a message start."""
+
+
+@dataclass(eq=False)
+class Link:
+    driver: bytes
+    client: socket.socket
+    server: socket.socket
+    legs: list[Leg] = field(default_factory=list)
+    connected: bool = False
+    closed: bool = False
 
 
 class Forwarder:
@@ -65,33 +94,36 @@ class Forwarder:
         self.dropped = 0
         """Copies the watcher never saw (its queue was full); the frames went on."""
         self.forwarded = 0
+        """Messages relayed, both ways."""
         self.drivers = 0
+        """Driver connections open now."""
         self.upstream_ok: bool | None = None
         """The last health probe's answer: None before the first answer or miss."""
         self.upstream_note = "not probed yet"
         self._commands: collections.deque[tuple[str, str]] = collections.deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._front: zmq.Socket[bytes] | None = None
+        self._listener: socket.socket | None = None
+        self._next_driver = 0
 
     def start(self) -> None:
         """Bind the listen address here, so a taken one is an error to the caller,
         then forward on a thread until `stop`."""
-        context = zmq.Context[zmq.Socket[bytes]]()
-        front = context.socket(zmq.ROUTER)
-        for option in (zmq.LINGER, zmq.SNDHWM, zmq.RCVHWM):
-            front.setsockopt(option, 0)
+        host, port = host_port(self.listen)
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            front.bind(self.listen)
-        except zmq.ZMQError as error:
-            front.close()
-            context.term()
-            if error.errno == zmq.EADDRINUSE:
+            listener.bind((host, port))
+            listener.listen(128)
+        except OSError as error:
+            listener.close()
+            if error.errno == errno.EADDRINUSE:
                 raise ForwarderError(f"cannot listen on {self.listen}: the address is in use (another proxy or server listens there)") from None
-            raise ForwarderError(f"cannot listen on {self.listen}: {error}") from None
-        self.listen = front.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._context, self._front = context, front
+            raise ForwarderError(f"cannot listen on {self.listen}: {error.strerror or error}") from None
+        listener.setblocking(False)
+        bound = listener.getsockname()[1]
+        self.listen = f"tcp://[{host}]:{bound}" if ":" in host else f"tcp://{host}:{bound}"
+        self._listener = listener
         self._thread = threading.Thread(target=self._loop, name=f"proxy {self.listen}", daemon=True)
         self._thread.start()
 
@@ -119,25 +151,32 @@ class Forwarder:
     # -- the forwarding thread ---------------------------------------------------
 
     def _loop(self) -> None:
-        context, front = self._context, self._front
-        assert context is not None and front is not None
+        listener = self._listener
+        assert listener is not None
+        context = zmq.Context[zmq.Socket[bytes]]()
         poller = zmq.Poller()
-        poller.register(front, zmq.POLLIN)
+        poller.register(listener, zmq.POLLIN)
         control = self._dealer(context)
         poller.register(control, zmq.POLLIN)
-        backends: dict[bytes, zmq.Socket[bytes]] = {}
-        drivers: dict[zmq.Socket[bytes], bytes] = {}
+        links: dict[int, Link] = {}
+        """By file descriptor (what the poller answers with); a closed socket's is
+        let go only after the turn, so none is reused while its events are read."""
+        closing: list[socket.socket] = []
         probe: tuple[str, float] | None = None
         next_probe = 0.0
         try:
             while not self._stop.is_set():
-                for sock, _ in poller.poll(50):
-                    if sock is front:
-                        self._from_drivers(front, backends, drivers, poller, context)
-                    elif sock is control:
+                for item, events in poller.poll(50):
+                    if item is control:
                         probe = self._control_reply(control, probe)
-                    else:
-                        self._from_server(sock, drivers[sock], front)
+                    elif item == listener.fileno():
+                        self._accept(listener, links, poller, closing)
+                    elif (link := links.get(item)) is not None:
+                        sock = link.client if item == link.client.fileno() else link.server
+                        self._serve(link, sock, events, links, poller, closing)
+                for sock in closing:
+                    sock.close()
+                closing.clear()
                 self._tick()
                 while self._commands:
                     _, request_id = self._commands.popleft()
@@ -156,12 +195,19 @@ class Forwarder:
                     control.send_multipart([probe_id.encode(), HealthRequest.method.encode(), request_payload(HealthRequest())])
                     probe, next_probe = (probe_id, now), now + interval
         finally:
-            for sock in (*backends.values(), control, front):
-                sock.close(linger=0)
+            for link in set(links.values()):
+                self._close(link, links, poller, closing)
+            for sock in (*closing, listener):
+                sock.close()
+            control.close(linger=0)
             context.term()
 
     def _tick(self) -> None:
         """Once per turn of the forwarding loop (a subclass reports its counters)."""
+
+    def _stream(self) -> ZmtpStream:
+        """How a leg's bytes are read for the watcher: here, into whole messages."""
+        return ZmtpStream(keep=True)
 
     def _dealer(self, context: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
         dealer = context.socket(zmq.DEALER)
@@ -170,40 +216,115 @@ class Forwarder:
         dealer.connect(self.upstream)
         return dealer
 
-    def _from_drivers(self, front: zmq.Socket[bytes], backends: dict[bytes, zmq.Socket[bytes]], drivers: dict[zmq.Socket[bytes], bytes], poller: zmq.Poller, context: zmq.Context[zmq.Socket[bytes]]) -> None:
-        for _ in range(BATCH):
+    def _accept(self, listener: socket.socket, links: dict[int, Link], poller: zmq.Poller, closing: list[socket.socket]) -> None:
+        """A driver connects: connect to the upstream for it; its bytes are read once
+        that connection is up (if the upstream is down, the driver is let go and
+        retries, as it would against a server that is down)."""
+        while True:
             try:
-                frames = front.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
+                client, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
                 return
-            driver, rest = frames[0], frames[1:]
-            backend = backends.get(driver)
-            if backend is None:
-                backend = backends[driver] = self._dealer(context)
-                drivers[backend] = driver
-                poller.register(backend, zmq.POLLIN)
-                self.drivers = len(backends)
-            backend.send_multipart(rest)
-            self._copy(TO_SERVER, driver, rest)
-
-    def _from_server(self, backend: zmq.Socket[bytes], driver: bytes, front: zmq.Socket[bytes]) -> None:
-        for _ in range(BATCH):
+            except OSError:
+                return  # out of descriptors, or the driver gave up at once: it retries
+            host, port = host_port(self.upstream)
             try:
-                frames = backend.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
+                family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+                server = socket.socket(family, kind, proto)
+            except OSError:
+                client.close()
+                continue
+            for sock in (client, server):
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._next_driver += 1
+            driver = str(self._next_driver).encode()
+            link = Link(driver, client, server)
+            link.legs = [
+                Leg(TO_SERVER, driver, client, server, self._stream()),
+                Leg(TO_DRIVER, driver, server, client, self._stream()),
+            ]
+            links[client.fileno()] = links[server.fileno()] = link
+            self.drivers += 1
+            if server.connect_ex(address) not in (0, errno.EINPROGRESS):
+                self._close(link, links, poller, closing)
+                continue
+            poller.register(server, zmq.POLLOUT)
+
+    def _serve(
+        self, link: Link, sock: socket.socket, events: int, links: dict[int, Link], poller: zmq.Poller, closing: list[socket.socket]
+    ) -> None:
+        if not link.connected:
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                self._close(link, links, poller, closing)
                 return
-            try:
-                front.send_multipart([driver, *frames])
-            except zmq.ZMQError:
-                pass  # the driver went away; a ROUTER drops what it cannot route, as the server's would
-            self._copy(TO_DRIVER, driver, frames)
+            link.connected = True
+            self._interest(link, poller)
+            return
+        try:
+            if events & zmq.POLLOUT:
+                for leg in link.legs:
+                    if leg.target is sock and leg.unsent:
+                        leg.unsent = leg.unsent[sock.send(leg.unsent) :]
+            if events & (zmq.POLLIN | zmq.POLLERR):
+                for leg in link.legs:
+                    if leg.source is sock and not leg.unsent:
+                        self._relay(leg, link, links, poller, closing)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close(link, links, poller, closing)
+            return
+        if not link.closed:
+            self._interest(link, poller)
 
-    def _copy(self, direction: str, driver: bytes, frames: list[bytes]) -> None:
-        self.forwarded += 1
-        if len(self.copies) < self.capacity:
-            self.copies.append(Copy(direction, driver, frames, time.time()))
-        else:
-            self.dropped += 1
+    def _relay(self, leg: Leg, link: Link, links: dict[int, Link], poller: zmq.Poller, closing: list[socket.socket]) -> None:
+        data = leg.source.recv(CHUNK)
+        if not data:
+            self._close(link, links, poller, closing)
+            return
+        try:
+            sent = leg.target.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            leg.unsent = data[sent:]
+        self._copy(leg, data)
+
+    def _interest(self, link: Link, poller: zmq.Poller) -> None:
+        """Read a side only while what it sent before has gone on (TCP's own back
+        pressure then reaches the sender); watch for room where bytes wait."""
+        for sock in (link.client, link.server):
+            flags = 0
+            for leg in link.legs:
+                if leg.source is sock and not leg.unsent:
+                    flags |= zmq.POLLIN
+                if leg.target is sock and leg.unsent:
+                    flags |= zmq.POLLOUT
+            poller.register(sock, flags)
+
+    def _close(self, link: Link, links: dict[int, Link], poller: zmq.Poller, closing: list[socket.socket]) -> None:
+        """Either side went away: so does the other, as a direct connection would."""
+        if link.closed:
+            return
+        link.closed = True
+        for sock in (link.client, link.server):
+            links.pop(sock.fileno(), None)
+            poller.register(sock, 0)  # unregisters it, if it was
+            closing.append(sock)
+        self.drivers -= 1
+        self._closed(link)
+
+    def _closed(self, link: Link) -> None:
+        """A driver's link ended (a subclass tells its watcher)."""
+
+    def _copy(self, leg: Leg, data: bytes) -> None:
+        for message in leg.stream.feed(data):
+            self.forwarded += 1
+            if len(self.copies) < self.capacity:
+                self.copies.append(Copy(leg.direction, leg.driver, message, time.time()))
+            else:
+                self.dropped += 1
 
     def _control_reply(self, control: zmq.Socket[bytes], probe: tuple[str, float] | None) -> tuple[str, float] | None:
         frames = control.recv_multipart()
@@ -224,12 +345,18 @@ class Forwarder:
         self.upstream_ok, self.upstream_note = ok, note
 
 
+def host_port(address: str) -> tuple[str, int]:
+    """`tcp://HOST:PORT` as a socket address (`*` is every interface, as for ZMQ)."""
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    host = host.strip("[]")
+    return ("0.0.0.0" if host == "*" else host), int(port)
+
+
 def probe_upstream(address: str, timeout: float = 2.0) -> str | None:
     """Why `address` is certainly not an env server (something listens there but does
     not speak ZMQ), else None; down or slow is not certain, the proxy keeps trying."""
-    host, _, port = address.removeprefix("tcp://").rpartition(":")
     try:
-        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        conn = socket.create_connection(host_port(address), timeout=timeout)
     except (OSError, ValueError):
         return None  # down or unreachable: the proxy keeps trying
     greeting = b""
@@ -255,11 +382,11 @@ def counters_line(forwarder: Any) -> str:
 def check_proxy_addresses(listen: str, upstream: str) -> None:
     """Refuse at once what can never work: a listen address another program holds,
     or an upstream that is certainly not an env server. A down upstream is fine."""
-    host, _, port = listen.removeprefix("tcp://").rpartition(":")
-    with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as probe:
+    host, port = host_port(listen)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((host.strip("[]"), int(port)))
+            probe.bind((host, port))
         except OSError as error:
             raise ForwarderError(f"cannot listen on {listen}: {error.strerror or error} (is another proxy or server listening there?)") from None
     if (why := probe_upstream(upstream)) is not None:

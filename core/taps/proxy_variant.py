@@ -208,6 +208,8 @@ class ProxyVariant(TapVariant):
             self._say(f"the view fell behind and dropped {lost:,} frame copies; the drivers got every frame")
             for run in list(self.runs.keys):
                 self.runs.lose(run, "the view fell behind and dropped frame copies")
+        while forwarder.notes:
+            self._say(forwarder.notes.pop(0))
         upstream = (forwarder.upstream_ok, forwarder.upstream_note)
         if upstream != self._upstream_seen:
             self._upstream_seen = upstream

@@ -1,0 +1,122 @@
+"""Reading the ZMTP 3 byte stream of one direction of one connection, chunk by chunk.
+
+The proxy relays bytes, not messages (a burst of frames costs one receive and one
+send, not one Python step per frame), so whoever wants the messages reads them out
+of the bytes: the forwarder only finds where messages begin (to count them, and to
+know where the view may pick up again after copies were dropped), the view reads
+them whole. Commands (the handshake's READY, heartbeats) are passed over.
+"""
+
+from __future__ import annotations
+
+GREETING = 64
+"""Signature (10), version (2), mechanism (20), as-server (1), filler (31)."""
+MORE, LONG, COMMAND = 1, 2, 4
+
+
+class ZmtpStream:
+    """One direction of one connection. `keep`: read whole messages (the view);
+    otherwise only find message starts, passing frame bodies over unread."""
+
+    def __init__(self, keep: bool) -> None:
+        self.keep = keep
+        self.unreadable: str | None = None
+        """Why this stream cannot be read (not ZMTP 3, or encrypted); bytes still flow."""
+        self.in_message = False
+        """A message's first frame was seen, its last not yet."""
+        self._greeting = bytearray()
+        self._buffer = bytearray()
+        self._skip = 0
+        self._frames: list[bytes] = []
+
+    def resume(self) -> None:
+        """Bytes were lost: what follows starts between two messages, after the
+        handshake; a message cut short is forgotten."""
+        self._greeting = bytearray(GREETING)
+        self._buffer.clear()
+        self._skip = 0
+        self._frames = []
+        self.in_message = False
+
+    def scan(self, data: bytes) -> tuple[int, int | None, int]:
+        """Messages that begin in `data`; the first offset in it where a reader may
+        start (a frame header between two messages), if any; and how many of those
+        messages begin before that offset (all of them, if there is none)."""
+        if self.keep:
+            raise ValueError("a keeping stream reads with feed()")
+        return self._walk(data, None)
+
+    def feed(self, data: bytes) -> list[list[bytes]]:
+        """The messages `data` completes, each as its list of frames."""
+        if not self.keep:
+            raise ValueError("a scanning stream reads with scan()")
+        messages: list[list[bytes]] = []
+        self._walk(data, messages)
+        return messages
+
+    def _walk(self, data: bytes, messages: list[list[bytes]] | None) -> tuple[int, int | None, int]:
+        if self.unreadable is not None:
+            return 0, None, 0
+        offset = 0
+        if len(self._greeting) < GREETING:
+            offset = GREETING - len(self._greeting)
+            self._greeting += data[:offset]
+            if len(self._greeting) < GREETING:
+                return 0, None, 0
+            self.unreadable = greeting_problem(bytes(self._greeting))
+            if self.unreadable is not None:
+                return 0, None, 0
+        if self._skip:
+            passed = min(self._skip, len(data) - offset)
+            self._skip -= passed
+            offset += passed
+            if self._skip:
+                return 0, None, 0
+        buffer = self._buffer
+        held = len(buffer)
+        buffer += memoryview(data)[offset:]
+        end = len(buffer)
+        starts, first, before = 0, None, 0
+        position = 0
+        in_message = self.in_message
+        keep = self.keep
+        while end - position >= 2:
+            flags = buffer[position]
+            if flags & LONG:
+                if end - position < 9:
+                    break
+                head, size = 9, int.from_bytes(buffer[position + 1 : position + 9], "big")
+            else:
+                head, size = 2, buffer[position + 1]
+            if not in_message and first is None and position >= held:
+                first, before = position - held + offset, starts
+            if keep and position + head + size > end:
+                break  # the rest of this frame is still to come
+            if not flags & COMMAND:
+                if not in_message:
+                    starts += 1
+                in_message = bool(flags & MORE)
+                if keep:
+                    self._frames.append(bytes(buffer[position + head : position + head + size]))
+                    if not in_message:
+                        assert messages is not None
+                        messages.append(self._frames)
+                        self._frames = []
+            position += head + size
+        self.in_message = in_message
+        if position > end:
+            self._skip = position - end
+            buffer.clear()
+        else:
+            del buffer[:position]
+        return starts, first, (before if first is not None else starts)
+
+
+def greeting_problem(greeting: bytes) -> str | None:
+    """Why a connection's greeting is not one we can read, else None."""
+    if greeting[0] != 0xFF or greeting[9] != 0x7F or greeting[10] < 3:
+        return "not a ZMTP 3 connection"
+    mechanism = greeting[12:32].rstrip(b"\0")
+    if mechanism != b"NULL":
+        return f"the connection uses the {mechanism.decode(errors='replace')} mechanism (encrypted)"
+    return None
