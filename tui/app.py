@@ -19,11 +19,12 @@ from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.widget import Widget
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
 from tui.compare_view import CompareView
+from tui.footer import SteadyFooter
 from tui.format import Palette, clock, home_short, safe
 from tui.keys import KEYS, bindings
 from tui.logs_view import LogsView
@@ -80,7 +81,7 @@ class TracewatchApp(App[None]):
                 with TabPane("Compare", id="tab-compare"):
                     with VerticalScroll(id="compare-scroll", can_focus=False):  # the view's cursor scrolls it
                         yield CompareView(self.store, id="compare")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         # Held, not queried: the tick may still fire while the screen is torn down.

@@ -1,0 +1,61 @@
+"""The footer hides and shows its keys in place: focus moving between the table and the
+filter hides the printable keys and brings them back, the same key widgets throughout;
+a focused widget that brings a shown key of its own still gets it into the footer, and
+takes it away on leaving."""
+
+from __future__ import annotations
+
+from polling import until
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import Input, Static
+from textual.widgets._footer import FooterKey
+from tui_standin import make_engine
+
+from tui.app import TracewatchApp
+from tui.footer import SteadyFooter
+
+
+def footer_labels(app: App) -> list[str]:
+    """The keys on screen, left to right."""
+    return [key.description for key in app.query(FooterKey) if key.display]
+
+
+async def test_opening_and_clearing_the_filter_keeps_the_footer() -> None:
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: "Filter" in footer_labels(app))
+        keys, labels = list(app.query(FooterKey)), footer_labels(app)
+        await pilot.press("/", "a")
+        await until(pilot, lambda: app.query_one("#filter", Input).value == "a")
+        await until(pilot, lambda: "Quit" not in footer_labels(app), what="q types into the filter")
+        assert "Filter" in footer_labels(app)
+        await pilot.press("escape")
+        await until(pilot, lambda: footer_labels(app) == labels, what="every key back")
+        assert list(app.query(FooterKey)) == keys
+        assert all(key.is_attached for key in keys)
+
+
+class Shouting(Static, can_focus=True):
+    BINDINGS = [Binding("z", "shout", "Shout")]
+
+
+class Two(App[None]):
+    BINDINGS = [Binding("q", "quit", "Quit")]
+
+    def compose(self) -> ComposeResult:
+        yield Static("quiet", id="quiet")
+        yield Shouting("loud", id="loud")
+        yield Input(id="field")
+        yield SteadyFooter()
+
+
+async def test_a_focused_widgets_own_key_comes_and_goes() -> None:
+    app = Two()
+    async with app.run_test() as pilot:
+        app.query_one("#field").focus()  # q types into the field: only the palette's key
+        await until(pilot, lambda: footer_labels(app) == ["palette"])
+        app.query_one("#loud").focus()
+        await until(pilot, lambda: footer_labels(app) == ["Shout", "Quit", "palette"])
+        app.query_one("#field").focus()
+        await until(pilot, lambda: footer_labels(app) == ["palette"])

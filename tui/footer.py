@@ -1,0 +1,41 @@
+"""The footer: Textual's, whose keys are shown and hidden rather than rebuilt.
+
+Textual's `Footer` unmounts and mounts every key on each bindings signal. Focus moving
+between the table and the filter sends two (the filter hides the printable keys): a
+rebuild took 0.1-0.4 s of a loaded machine per `/` or Escape, and the cleared filter
+waited on it to reach the screen (bench/scale5k.py). Here a key the footer has drawn
+is hidden or shown again in place; only a key it never drew rebuilds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.screen import Screen
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
+
+
+class SteadyFooter(Footer):
+    def bindings_changed(self, screen: Screen) -> None:
+        if self._bindings_ready and screen.app.app_focus and self.is_attached and screen is self.screen:
+            drawn = {(key.key, key.action, key.description): key for key in self.query_children(FooterKey)}
+            shown = self._keys_shown(screen)
+            if drawn and shown.keys() <= drawn.keys():
+                for identity, key in drawn.items():
+                    key.display = identity in shown
+                    if identity in shown:
+                        enabled = shown[identity]
+                        key._disabled = not enabled
+                        key.set_class(not enabled, "-disabled")
+                return
+        super().bindings_changed(screen)
+
+    def _keys_shown(self, screen: Screen) -> dict[tuple[str, str, str], bool]:
+        """The keys `compose` would draw now, each with whether it is enabled."""
+        palette = self.app.COMMAND_PALETTE_BINDING if self.show_command_palette else None
+        shown: dict[tuple[str, str, str], Any] = {}
+        for key, (_node, binding, enabled, _tooltip) in screen.active_bindings.items():
+            if binding.show or key == palette:
+                shown.setdefault((binding.key, binding.action, binding.description), enabled)
+        return shown
