@@ -119,6 +119,19 @@ async def test_escape_clears_the_filter_from_the_field_or_the_table() -> None:
         assert field.value == "" and not field.display
 
 
+async def test_clearing_the_filter_shows_every_row_in_the_same_step() -> None:
+    """Escape's clear reaches the table before anything else runs (not when the field's
+    change message comes round behind the focus change and whatever else is queued)."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        rows = await started(pilot)
+        await pilot.press("slash", *"status:failed")
+        await until(pilot, lambda: rows.row_count == 2)
+        app.action_clear_filter()
+        assert rows.row_count == 14 and not rows.row_filter
+        assert not app.query_one("#filter-hint", Static).display
+
+
 async def test_a_filter_value_that_cannot_match_says_which_values_exist() -> None:
     """Issue 11 item 21: `status:bogus` names the statuses rather than showing 0 rows."""
     app = TracewatchApp(make_engine())

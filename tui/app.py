@@ -279,7 +279,10 @@ class TracewatchApp(App[None]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        row_filter = RowFilter.parse(event.value)
+        self._apply_filter(event.value)
+
+    def _apply_filter(self, text: str) -> None:
+        row_filter = RowFilter.parse(text)
         self.table.set_filter(row_filter)
         self.trace_pane.set_hidden(self.table.pinned)
         self._show_filter_hint(row_filter)
@@ -313,6 +316,7 @@ class TracewatchApp(App[None]):
         if self.focused is not field and not (self.focused is self.table and field.value):
             raise SkipAction()
         field.value = ""
+        self._apply_filter("")  # now, not when the field's change message comes round
         field.remove_class("-visible")
         self.table.focus()
 
