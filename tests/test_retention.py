@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from core.session.retention import FreezeAfterSlowCollections
+from core.session.retention import FreezeAfterSlowCollections, freeze_startup
 
 
 def test_what_survives_a_slow_full_collection_is_frozen() -> None:
@@ -31,3 +31,23 @@ def test_young_collections_never_freeze() -> None:
     finally:
         policy.uninstall()
         gc.unfreeze()
+
+
+def test_installing_freezes_startup_state_and_leaving_gives_it_back() -> None:
+    startup = [{"module": [index]} for index in range(10_000)]
+    with FreezeAfterSlowCollections() as policy:
+        assert policy in gc.callbacks
+        assert gc.get_freeze_count() >= 2 * len(startup)
+    assert policy not in gc.callbacks
+    assert gc.get_freeze_count() == 0  # a later session in the same process is collected as usual
+
+
+def test_a_screen_freezes_its_startup_only_under_the_policy() -> None:
+    before = gc.get_freeze_count()
+    freeze_startup()
+    assert gc.get_freeze_count() == before  # no policy installed: a test process keeps collecting its apps
+    with FreezeAfterSlowCollections():
+        widgets = [{"widget": [index]} for index in range(10_000)]
+        frozen = gc.get_freeze_count()
+        freeze_startup()
+        assert gc.get_freeze_count() >= frozen + 2 * len(widgets)

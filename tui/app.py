@@ -22,6 +22,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
+from core.session.retention import freeze_startup
 from core.session.store import Rollout, Status
 from tui.compare_view import CompareView
 from tui.footer import SteadyFooter
@@ -107,6 +108,7 @@ class TracewatchApp(App[None]):
         self.table.rebuild()
         self._redraw_cards(self.engine.variants)
         self._second()
+        freeze_startup()
 
     def _theme_changed(self, theme: Theme) -> None:
         self.palette = Palette(self.table)

@@ -258,7 +258,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.export_dir is not None:
         engine.export_dir = args.export_dir
-    FreezeAfterSlowCollections().install()
+    if not args.headless:
+        from tui.app import TracewatchApp  # noqa: F401 - imported before the freeze: its modules are startup state
+    with FreezeAfterSlowCollections():
+        return _run(engine, args, recorded=command not in ("replay", "open"))
+
+
+def _run(engine: Session, args: argparse.Namespace, recorded: bool) -> int:
     if args.headless:
         try:
             return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
@@ -272,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         recorder = getattr(engine, "recorder", None)
         if recorder is not None:
             recorder.close()
-    for line in where_things_went(engine, recorded=command not in ("replay", "open")):
+    for line in where_things_went(engine, recorded):
         print(line)
     return app.return_code or 0
 
