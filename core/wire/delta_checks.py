@@ -241,6 +241,15 @@ _SCALAR_RULES: dict[str, Callable[[Any, str, str], None]] = {
 _ARRAY_TYPES = (list, dict, Packed, type(None))
 _NODE_RULED = frozenset({"message", "semantic_parents", *ARRAY_FIELDS})
 
+_NODE_SHAPES: dict[tuple[tuple[Any, ...], tuple[type, ...]], tuple[Any, ...]] = {}
+"""Per node shape that passed (its keys, and the types of their values, in order): the
+fields to walk for depth. A server sends a handful of shapes, and a node of a known
+shape needs no test field by field (its token arrays' types are the shape's)."""
+_SHAPES_KEPT = 256
+_SHAPE_KEYS = 64
+"""At most this many shapes are kept, each of at most this many keys: a hostile
+server cannot grow the memo."""
+
 
 def _node(node: dict[str, Any], index: int) -> None:
     """A node at depth 3: its fields at 4, a message's own fields at 5."""
@@ -257,17 +266,33 @@ def _node(node: dict[str, Any], index: int) -> None:
     if parents is not None:
         if type(parents) is not list:
             raise _Invalid(f"{_path('nodes', index, 'semantic_parents')} must be a list, got {type(parents).__name__}")
-        if _exceeds(parents, MAX_DEPTH - 4):
+        if parents and _exceeds(parents, MAX_DEPTH - 4):
             _too_deep("nodes", index, "semantic_parents")
+    shape = (tuple(node), tuple(map(type, node.values())))
+    walked = _NODE_SHAPES.get(shape)
+    if walked is None:
+        walked = _node_fields(node, index)
+        if len(_NODE_SHAPES) < _SHAPES_KEPT and len(node) <= _SHAPE_KEYS:
+            _NODE_SHAPES[shape] = walked
+    for field in walked:
+        if _deeper(node[field], MAX_DEPTH - 4, field):
+            _too_deep("nodes", index, field)
+
+
+def _node_fields(node: dict[str, Any], index: int) -> tuple[Any, ...]:
+    """The node's fields no rule names that hold containers (an encoded array, a map,
+    is walked too: it is small); raise for a token array that is not an array."""
+    walked = []
     for field, value in node.items():
         if type(value) is list:
-            if field not in _NODE_RULED and _deeper(value, MAX_DEPTH - 4, field):
-                _too_deep("nodes", index, field)
+            if field not in _NODE_RULED:
+                walked.append(field)
         elif type(value) is dict:
-            if field != "message" and _exceeds(value, MAX_DEPTH - 4):  # an encoded array is small
-                _too_deep("nodes", index, field)
+            if field != "message":
+                walked.append(field)
         elif field in ARRAY_FIELDS and type(value) not in _ARRAY_TYPES:
             raise _Invalid(f"{_path('nodes', index, field)} must be an array, got {type(value).__name__}")
+    return tuple(walked)
 
 
 def _call(call: Any, index: int) -> None:
@@ -374,10 +399,21 @@ def _free_exceeds(container: dict[str, Any], ruled: tuple[str, ...], room: int) 
 
 
 def _exceeds(container: Any, room: int) -> bool:
-    """Whether `container` holds containers more than `room` levels below it. The
-    recursion is at most `room` deep (never more than `MAX_DEPTH`), whatever the
-    input: a hostile value cannot exhaust the stack."""
+    """Whether `container` holds containers more than `room` levels below it. Each
+    call looks two levels down (most containers hold only scalars: no call for
+    them), so the recursion is at most `room / 2` deep whatever the input: a hostile
+    value cannot exhaust the stack."""
     for item in container.values() if type(container) is dict else container:
-        if (type(item) is dict or type(item) is list) and (room == 0 or _exceeds(item, room - 1)):
-            return True
+        if type(item) is dict:
+            if room == 0:
+                return True
+            for inner in item.values():
+                if (type(inner) is dict or type(inner) is list) and (room == 1 or _exceeds(inner, room - 2)):
+                    return True
+        elif type(item) is list:
+            if room == 0:
+                return True
+            for inner in item:
+                if (type(inner) is dict or type(inner) is list) and (room == 1 or _exceeds(inner, room - 2)):
+                    return True
     return False
