@@ -49,7 +49,7 @@ class PushingForwarder(Forwarder):
         return ZmtpStream(keep=False)
 
     def _copy(self, leg: Leg, data: bytes) -> None:
-        inside = leg.stream.in_message
+        inside = leg.stream.under_way
         starts, first, before = leg.stream.scan(data)
         self.forwarded += starts
         if not leg.gap:

@@ -23,7 +23,10 @@ class ZmtpStream:
         self.unreadable: str | None = None
         """Why this stream cannot be read (not ZMTP 3, or encrypted); bytes still flow."""
         self.in_message = False
-        """A message's first frame was seen, its last not yet."""
+        """A message's first frame header was seen, its last not yet."""
+        self.under_way = False
+        """A message's first byte was seen, its last not yet (`in_message`, or in the
+        middle of a message's last frame)."""
         self._greeting = bytearray()
         self._buffer = bytearray()
         self._skip = 0
@@ -36,7 +39,7 @@ class ZmtpStream:
         self._buffer.clear()
         self._skip = 0
         self._frames = []
-        self.in_message = False
+        self.in_message = self.under_way = False
 
     def scan(self, data: bytes) -> tuple[int, int | None, int]:
         """Messages that begin in `data`; the first offset in it where a reader may
@@ -103,9 +106,10 @@ class ZmtpStream:
                         messages.append(self._frames)
                         self._frames = []
             position += head + size
-        self.in_message = in_message
+        self.in_message = self.under_way = in_message
         if position > end:
             self._skip = position - end
+            self.under_way = in_message or not flags & COMMAND
             buffer.clear()
         else:
             del buffer[:position]
