@@ -104,12 +104,16 @@ def test_stalled_means_running_and_silent_longer_than_the_threshold():
     store.apply(quiet, {"trace": "t", "set": {"x": 1}}, t=100.0)
     clock.now = 130.0
     assert store.stalled() == [], "exactly the threshold is not yet a stall"
+    assert store.live_counts() == (1, 0)
     clock.now = 130.5
     assert [r.key for r in store.stalled()] == [quiet] and store.rollouts[quiet].idle(clock.now) == 30.5
+    assert store.live_counts() == (1, 1)
     store.cancelling(quiet)
     assert [r.key for r in store.stalled()] == [quiet], "a cancel that gets no answer is still a stall"
+    assert store.live_counts() == (0, 1), "cancelling is live but not running"
     store.failed(quiet, "gone", t=131.0)
     assert store.stalled() == [] and store.rollouts[queued].status is Status.QUEUED
+    assert store.live_counts() == (0, 0)
 
 
 def test_stats_count_every_status_and_take_percentiles_over_done_rollouts():

@@ -23,7 +23,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.retention import freeze_startup
-from core.session.store import Rollout, Status
+from core.session.store import Rollout
 from tui.compare_view import CompareView
 from tui.footer import SteadyFooter
 from tui.format import Palette, clock, home_short, safe
@@ -191,8 +191,7 @@ class TracewatchApp(App[None]):
         self._show_timing(self.store.clock())
 
     def _draw_status(self, now: float) -> None:
-        running = sum(1 for r in self.store.live() if r.status is Status.RUNNING)
-        stalled = len(self.store.stalled(now))
+        running, stalled = self.store.live_counts(now)
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(self.title), style="bold")
         text.append(f"  {len(self.store.rollouts)} rollouts · {running} running")

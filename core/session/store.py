@@ -553,6 +553,18 @@ class RolloutStore:
         now = now if now is not None else self.clock()
         return [r for r in self.live() if r.stalled(now, self.stall_seconds)]
 
+    def live_counts(self, now: float | None = None) -> tuple[int, int]:
+        """How many rollouts are running, and how many live ones stalled: one pass, no
+        sort, for a status line redrawn each second (sorting 5,000 live rollouts twice
+        a second took a tenth of a loaded machine's second)."""
+        now = now if now is not None else self.clock()
+        running = stalled = 0
+        for key in self._live:
+            rollout = self.rollouts[key]
+            running += rollout.status is Status.RUNNING
+            stalled += rollout.stalled(now, self.stall_seconds)
+        return running, stalled
+
     def _touch(self, rollout: Rollout) -> None:
         self._changes.rollouts.add(rollout.key)
         self._changes.variants.add(rollout.variant)
