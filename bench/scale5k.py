@@ -167,6 +167,8 @@ def report(args: argparse.Namespace) -> None:
     for step in large["steps"]:
         small = base["steps"].get(step, float("nan"))
         print(f"{step:<24}{small:>10.3f}{large['steps'][step]:>10.3f}{large['steps'][step] / small:>8.2f}x")
+    small, big = (result["steps"]["first row"] - result["steps"]["imports"] for result in (base, large))
+    print(f"{'first row after imports':<24}{small:>10.3f}{big:>10.3f}{big / small:>8.2f}x  (imports: the interpreter's start and textual's)")
     for name, label in (("keys", "Down/Up under load"), ("typing", "filter keystroke"), ("clearing", "clear the filter")):
         print(f"\n{label}:")
         for size, result in results.items():
