@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from polling import until
 from tui_standin import TableApp, feed
 
 from core.session.store import RolloutStore
@@ -153,3 +154,22 @@ def test_row_filter_parses_fields_and_words() -> None:
     parsed = RowFilter.parse("variant:base,cand status:running Foo")
     assert parsed == RowFilter(("base", "cand"), ("running",), (), ("foo",))
     assert not RowFilter.parse("  ")
+
+
+async def test_rows_follow_the_theme(store: RolloutStore) -> None:
+    """The table's own style is kept between draws, and a theme change draws every row
+    and the blank lines under them in the new theme."""
+    store.rollouts = dict(list(store.rollouts.items())[:3])  # blank lines below the rows
+    app = TableApp(store)
+    async with app.run_test(size=(140, 30)) as pilot:
+        table = app.query_one(RolloutsTable)
+        table.rebuild()
+        await pilot.pause()
+        row, blank = 2, table.scrollable_content_region.height - 1
+
+        def backgrounds() -> list[object]:
+            return [segment.style.bgcolor for y in (row, blank) for segment in table.render_line(y) if segment.style]
+
+        dark = backgrounds()
+        app.theme = "textual-light"
+        await until(pilot, lambda: all(color not in dark for color in backgrounds()))

@@ -164,6 +164,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._strips: dict[str, Strip] = {}
         """Each drawn row without the cursor, full width; dropped when its rollout changes."""
         self._styles: dict[tuple[Style, str | None], Style] = {}
+        self._base_style: Style | None = None
         self.rows_drawn = 0
         """How many rows were drawn from the store (to check a tick costs what changed)."""
 
@@ -449,7 +450,15 @@ class RolloutsTable(ScrollView, can_focus=True):
     def _forget_drawing(self) -> None:
         self._styles.clear()
         self._strips.clear()
+        self._base_style = None
         self.refresh()
+
+    def _base(self) -> Style:
+        """The widget's own style, as `rich_style` gives it: that walks every ancestor's
+        styles, and 50 lines a tick asked for it each (a tenth of the table's drawing)."""
+        if self._base_style is None:
+            self._base_style = self.rich_style
+        return self._base_style
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
@@ -459,13 +468,13 @@ class RolloutsTable(ScrollView, can_focus=True):
         else:
             row = int(self.scroll_y) + y - 1
             if row >= len(self._keys):
-                return Strip.blank(width, self.rich_style)
+                return Strip.blank(width, self._base())
             key = self._keys[row]
             if row == self._cursor_row and key == self._cursor_key:
                 strip = self._row_strip(key, "cursor")
             else:
                 strip = self._strips.get(key) or self._strips.setdefault(key, self._row_strip(key, None))
-        return strip.crop_extend(x, x + width, self.rich_style)
+        return strip.crop_extend(x, x + width, self._base())
 
     def _header_strip(self) -> Strip:
         style = self._style(Style(), "header")
@@ -475,7 +484,7 @@ class RolloutsTable(ScrollView, can_focus=True):
     def _row_strip(self, key: str, layer: str | None) -> Strip:
         rollout = self.store.rollouts.get(key)
         if rollout is None:
-            return Strip.blank(sum(self._widths), self.rich_style)
+            return Strip.blank(sum(self._widths), self._base())
         self.rows_drawn += 1
         cells = self._cells(rollout, self.now(), self._columns)
         left, right = (" " * pad for pad in self._pads)
@@ -490,7 +499,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         """A cell's style over the widget's, under the cursor's or the header's."""
         cached = self._styles.get((cell, layer))
         if cached is None:
-            cached = self.rich_style + cell
+            cached = self._base() + cell
             if layer is not None:
                 cached += self.get_component_rich_style(f"rollouts-table--{layer}")
             self._styles[(cell, layer)] = cached
