@@ -207,10 +207,11 @@ def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: 
     from core.session.config import load_config
     from core.session.engine import Engine
 
-    tasks = ", ".join(json.dumps(scale_task(i, turns, tokens)).replace('": ', '" = ') for i in range(rollouts))
+    tasks = directory / "tasks.jsonl"  # as a config of thousands of tasks names them
+    tasks.write_text("".join(json.dumps(scale_task(i, turns, tokens)) + "\n" for i in range(rollouts)))
     config = directory / "tracewatch.toml"
     config.write_text(
-        f'[[variants]]\nname = "scale"\nattach = "{address}"\ntasks = [{tasks}]\nmodel = "bench"\n'
+        f'[[variants]]\nname = "scale"\nattach = "{address}"\ntasks = {json.dumps(str(tasks))}\nmodel = "bench"\n'
         f"max_concurrent = {rollouts}\n"
     )
     recorder = Recorder(directory / "bench.twrec")
