@@ -128,6 +128,12 @@ def test_a_repeated_value_that_passed_higher_up_is_walked_again_deeper():
     assert rejected(check_delta, node, "t") and rejected(reference.check_delta, node, "t")
     check_delta({"trace": "t", "set": {"tools": tools}}, "t")
     assert rejected(check_delta, {"trace": "t", "set": {"tools": [tools]}}, "t")
+    # of an agent config only what differs from the last is walked (the runtime's id)
+    config = {"harness": {"id": "h"}, "model": "m"}
+    check_delta({"trace": "t", "set": {"agent": {"config": config, "runtime": {"id": "a"}}}}, "t")
+    check_delta({"trace": "t", "set": {"agent": {"config": config, "runtime": nest(MAX_DEPTH - 3, "map")}}}, "t")
+    deep = {"trace": "t", "set": {"agent": {"config": config, "runtime": nest(MAX_DEPTH - 2, "map")}}}
+    assert rejected(check_delta, deep, "t") and rejected(reference.check_delta, deep, "t")
 
 
 def test_messages_say_where_the_bad_value_is():

@@ -363,29 +363,41 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {short_repr(value, 40)}"
 
 
-_REPEATED = frozenset({"agent", "tools"})
-"""Fields whose value is the same in every rollout of a served env (its agent config
-and tool list: sent in each rollout's first `set` and its first node)."""
+_REPEATED = frozenset({"agent", "tools", "verifiers"})
+"""Fields whose value is (nearly) the same in every rollout of a served env: its agent
+config, tool list (sent in each rollout's first `set` and its first node) and
+verifiers version."""
 
 _PASSED: dict[str, tuple[int, Any]] = {}
 """Per repeated field, the last value that passed and the room it had. A value equal
 to it (one comparison at C speed, which stops at the first difference) has the same
-nesting, so it needs no walk. Decoded frames hold only plain values, whose equality
-means equal structure."""
+nesting, so it needs no walk; of a map, only the entries that differ are walked (an
+agent config differs from the last in its runtime's id). Decoded frames hold only
+plain values, whose equality means equal structure."""
 
 
 def _deeper(value: Any, room: int, key: Any) -> bool:
-    """`_exceeds`, with no walk for a repeated field's value equal to the last one that
-    passed with no more room."""
+    """`_exceeds`, walking of a repeated field's value only what differs from the last
+    value that passed with no more room."""
     if key not in _REPEATED:
         return _exceeds(value, room)
     passed = _PASSED.get(key)
-    if passed is not None and passed[0] <= room and passed[1] == value:
+    if passed is None or passed[0] > room:
+        exceeds = _exceeds(value, room)
+    elif passed[1] == value:
         return False
-    if _exceeds(value, room):
-        return True
-    _PASSED[key] = (room, value)
-    return False
+    elif type(value) is dict and type(passed[1]) is dict:
+        last = passed[1]
+        exceeds = any(
+            (type(item) is dict or type(item) is list) and (room == 0 or _exceeds(item, room - 1))
+            for name, item in value.items()
+            if item != last.get(name)
+        )
+    else:
+        exceeds = _exceeds(value, room)
+    if not exceeds:
+        _PASSED[key] = (room, value)
+    return exceeds
 
 
 def _free_exceeds(container: dict[str, Any], ruled: tuple[str, ...], room: int) -> bool:
