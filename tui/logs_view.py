@@ -48,8 +48,9 @@ class LogLines(ScrollView, can_focus=True):
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def _rewrap(self) -> None:
+        """Not before the widget has a width (its first resize wraps)."""
         width = self._width = self.scrollable_content_region.width
-        self._rows = [(index, start, end) for index, line in enumerate(self.lines) for start, end, _cells in wrap(line, width)]
+        self._rows = [(index, start, end) for index, line in enumerate(self.lines) for start, end, _cells in wrap(line, width)] if width > 0 else []
         self.virtual_size = Size(width, len(self._rows))
         self.refresh()
 
