@@ -284,8 +284,10 @@ async def test_x_then_y_cancels_the_stuck_variant_and_its_processes(tmp_path: Pa
     """`x` asks, `y` cancels the selected rollout's variant: the card shows each step,
     the variant ends cancelled with its supervisor and server gone; the other
     variant is untouched."""
+    # a grace far longer than the test holds the server stopped: SIGTERM, sent while it
+    # is stopped, is what ends it once it runs again, however slow the machine
     async with live(
-        tmp_path, demo("stuck", ["stuck", "stuck"]), demo("calm", ["normal"]), size=(200, 50)
+        tmp_path, demo("stuck", ["stuck", "stuck"], grace_seconds=60.0), demo("calm", ["normal"]), size=(200, 50)
     ) as (app, engine, pilot):
         store = engine.store
         variant = engine.variants["stuck"]

@@ -132,8 +132,8 @@ async def test_the_app_shows_every_run_of_the_recording(live):
             table.select(key)
             await until(pilot, lambda key=key: app.selected == key)
             await pilot.press("2", "1")
-            await pilot.pause()
-            assert app.query_one(TracePane).rollout.key == key
+            # the trace pane follows the selection on a later refresh
+            await until(pilot, lambda key=key: app.query_one(TracePane).rollout.key == key, f"{key} in the trace pane")
     assert app.return_code in (0, None)
 
 
