@@ -77,24 +77,28 @@ def stamp_server(deltas: int, tick: float) -> None:
     print(f"tcp://127.0.0.1:{port}", flush=True)
     runs: dict[tuple[bytes, bytes], int] = {}
     pad = "x" * 400
-    while True:
-        while router.poll(0):
-            peer, request_id, method, _payload = router.recv_multipart()
-            if method == b"run":
-                runs[(peer, request_id)] = 0
-            else:
-                router.send_multipart([peer, request_id, b"reply", pack({"success": True})])
-        for (peer, request_id), sent in list(runs.items()):
-            if sent == deltas:
-                router.send_multipart([peer, request_id, b"reply", pack({"success": False, "error": "stamped"})])
-                del runs[(peer, request_id)]
-                continue
-            delta = {"trace": "t", "pending": [{"role": "tool", "content": pad}], "set": {"info": {"stamp": time.monotonic_ns()}}}
-            if sent == 0:
-                delta["open"] = {"version": 1, "id": "t", "verifiers": "0.4.0", "task": {}}
-            router.send_multipart([peer, request_id, b"delta", pack(delta)])
-            runs[(peer, request_id)] = sent + 1
-        time.sleep(tick)
+    try:
+        while True:
+            while router.poll(0):
+                peer, request_id, method, _payload = router.recv_multipart()
+                if method == b"run":
+                    runs[(peer, request_id)] = 0
+                else:
+                    router.send_multipart([peer, request_id, b"reply", pack({"success": True})])
+            for (peer, request_id), sent in list(runs.items()):
+                if sent == deltas:
+                    router.send_multipart([peer, request_id, b"reply", pack({"success": False, "error": "stamped"})])
+                    del runs[(peer, request_id)]
+                    continue
+                delta = {"trace": "t", "pending": [{"role": "tool", "content": pad}], "set": {"info": {"stamp": time.monotonic_ns()}}}
+                if sent == 0:
+                    delta["open"] = {"version": 1, "id": "t", "verifiers": "0.4.0", "task": {}}
+                router.send_multipart([peer, request_id, b"delta", pack(delta)])
+                runs[(peer, request_id)] = sent + 1
+            time.sleep(tick)
+    finally:
+        router.close(linger=0)
+        context.term()
 
 
 def latencies(address: str, runs: int) -> list[float]:
@@ -173,7 +177,11 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         for process in (proxy_stamped, stamper):
             process.send_signal(signal.SIGINT)
-            process.wait(30)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         proxy.send_signal(signal.SIGINT)
         summary = proxy.communicate(timeout=60)[0].strip().splitlines()
         stop(server)

@@ -33,6 +33,8 @@ COPY_CAPACITY = 100_000
 HEALTH_INTERVAL = 2.0
 CHUNK = 65536
 """The most bytes relayed per receive."""
+RELAY_TURNS = 16
+"""Turns of relaying, while bytes keep coming, before the watcher's copies are read."""
 
 TO_SERVER = "up"
 TO_DRIVER = "down"
@@ -105,6 +107,9 @@ class Forwarder:
         self._thread: threading.Thread | None = None
         self._listener: socket.socket | None = None
         self._next_driver = 0
+        self._relayed: list[tuple[Leg, bytes]] = []
+        """What went on this turn, for the watcher once nothing else waits to go on."""
+        self._ended: list[Link] = []
 
     def start(self) -> None:
         """Bind the listen address here, so a taken one is an error to the caller,
@@ -166,17 +171,27 @@ class Forwarder:
         next_probe = 0.0
         try:
             while not self._stop.is_set():
-                for item, events in poller.poll(50):
-                    if item is control:
-                        probe = self._control_reply(control, probe)
-                    elif item == listener.fileno():
-                        self._accept(listener, links, poller, closing)
-                    elif (link := links.get(item)) is not None:
-                        sock = link.client if item == link.client.fileno() else link.server
-                        self._serve(link, sock, events, links, poller, closing)
-                for sock in closing:
-                    sock.close()
-                closing.clear()
+                ready = poller.poll(50)
+                for _ in range(RELAY_TURNS):  # what came meanwhile goes on before any copy is read
+                    for item, events in ready:
+                        if item is control:
+                            probe = self._control_reply(control, probe)
+                        elif item == listener.fileno():
+                            self._accept(listener, links, poller, closing)
+                        elif (link := links.get(item)) is not None:
+                            sock = link.client if item == link.client.fileno() else link.server
+                            self._serve(link, sock, events, links, poller, closing)
+                    for sock in closing:
+                        sock.close()
+                    closing.clear()
+                    if not (ready := poller.poll(0)):
+                        break
+                for leg, data in self._relayed:
+                    self._copy(leg, data)
+                self._relayed.clear()
+                for link in self._ended:
+                    self._closed(link)
+                self._ended.clear()
                 self._tick()
                 while self._commands:
                     _, request_id = self._commands.popleft()
@@ -289,7 +304,7 @@ class Forwarder:
             sent = 0
         if sent < len(data):
             leg.unsent = data[sent:]
-        self._copy(leg, data)
+        self._relayed.append((leg, data))
 
     def _interest(self, link: Link, poller: zmq.Poller) -> None:
         """Read a side only while what it sent before has gone on (TCP's own back
@@ -313,7 +328,7 @@ class Forwarder:
             poller.register(sock, 0)  # unregisters it, if it was
             closing.append(sock)
         self.drivers -= 1
-        self._closed(link)
+        self._ended.append(link)
 
     def _closed(self, link: Link) -> None:
         """A driver's link ended (a subclass tells its watcher)."""
