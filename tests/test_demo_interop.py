@@ -20,7 +20,7 @@ from verifiers.v1.types import SamplingConfig
 from core.demo.tasks import DEFAULT_TASKS
 from core.recordings.export import episode_json
 from core.wire.client import EnvClient
-from core.wire.packed_nodes import PackedNodes
+from core.wire.packed_list import PackedList
 from core.wire.protocol import Packed, plain
 
 SPEED = 100.0
@@ -108,7 +108,7 @@ async def test_verifiers_client_and_ours_get_the_same_records(address: str) -> N
         summaries = [TraceSummary(id=t["id"], nodes=len(t["nodes"]), calls=len(t["calls"])) for t in record["traces"]]
         assert replay.finish(head, summaries) == record
         # what our store keeps packed exports as verifiers' assembly, byte for byte
-        assert all(isinstance(t["nodes"], PackedNodes) for t in record["traces"])
+        assert all(isinstance(t["nodes"], PackedList) for t in record["traces"])
         assert episode_json(record) == episode_json(replay.finish(head, summaries)), task["id"]
     packed = [node["token_ids"] for node in ours[-1][0]["traces"][0]["nodes"]]
     assert packed and all(isinstance(ids, Packed) for ids in packed)  # the scale run's arrays stayed packed

@@ -181,10 +181,10 @@ def read_everything(store: RolloutStore, now: float) -> None:
         for trace in rollout.traces.values():
             nodes = trace.nodes
             for index, node in enumerate(nodes):
-                node_head(index, node, trace.calls_by_node.get(index), 1)
+                node_head(index, node, trace.node_call(index), 1)
                 node_body(node.get("message") or {})
             for _, call in trace.failed_calls:
-                failed_lines(call)
+                failed_lines(trace.call(call))
             for error in trace.errors:
                 error_lines(error)
             pending_body(trace.pending)

@@ -226,16 +226,16 @@ class Transcript(ScrollView, can_focus=True):
                 self._rehead(self._node_blocks[node])
         self._calls_done = len(calls)
         nodes, failed = state.nodes, state.failed_calls
-        # each read decodes a node (`PackedNodes`): read each new one once
+        # each read decodes a node or call (`PackedList`): read each new one once
         for index, node in enumerate(nodes[self._nodes_done :], self._nodes_done):
             while self._failed_done < len(failed) and failed[self._failed_done][0] <= index:
-                added += self._add_failed(failed[self._failed_done][1])
+                added += self._add_failed(state.call(failed[self._failed_done][1]))
             self._node_blocks[index] = self._committed
             added += self._add_committed(self._node_block(index, node))
             self._after_sampled = bool(node.get("sampled"))
         self._nodes_done = len(nodes)
         while self._failed_done < len(failed):
-            added += self._add_failed(failed[self._failed_done][1])
+            added += self._add_failed(state.call(failed[self._failed_done][1]))
         errors = state.errors
         for error in errors[self._errors :]:
             self._insert(self._committed + self._errors, self._block("error", error, [], error_lines(error)))
@@ -285,7 +285,7 @@ class Transcript(ScrollView, can_focus=True):
     def _node_head(self, block: _Block) -> list[Logical]:
         index, node, turn = block.source
         self.headers_rendered += 1
-        call = self._state.calls_by_node.get(index) if self._state else None
+        call = self._state.node_call(index) if self._state else None
         return node_head(index, node, call, turn)
 
     def _rehead(self, position: int) -> None:

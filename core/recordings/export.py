@@ -24,7 +24,7 @@ from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.session.store import Ending, Status
 from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.packed_nodes import PackedNodes
+from core.wire.packed_list import PackedList
 from core.wire.protocol import Packed
 
 BYTES_MARKER = "__base64__"
@@ -47,7 +47,7 @@ def json_safe(value: Any, depth: int = 0) -> Any:
         raise ValueError(f"a value is nested deeper than {JSON_DEPTH} levels: it cannot be written as JSON")
     if isinstance(value, Mapping):
         return {key if isinstance(key, str) else str(key): json_safe(item, depth + 1) for key, item in value.items()}
-    if isinstance(value, (list, tuple, Packed, PackedNodes)):
+    if isinstance(value, (list, tuple, Packed, PackedList)):
         return [json_safe(item, depth + 1) for item in value]
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {BYTES_MARKER: base64.b64encode(value).decode("ascii")}

@@ -76,10 +76,11 @@ class TraceState:
         self.id = trace_id
         self.record = record
         self.turns = 0
-        self.calls_by_node: dict[int, dict[str, Any]] = {}
-        self.failed_calls: list[tuple[int, dict[str, Any]]] = []
-        """Calls with no node (failed attempts), with the node count when they ended,
-        so a transcript can show them where they happened."""
+        self.calls_by_node: dict[int, int] = {}
+        """Node index to the index of the call that sampled it (`node_call`)."""
+        self.failed_calls: list[tuple[int, int]] = []
+        """Calls with no node (failed attempts): the node count when they ended, so a
+        transcript can show them where they happened, and the call's index (`call`)."""
         self.pending_since: float | None = None
         self.tools_since: float | None = None
         self.revision = 0
@@ -88,6 +89,16 @@ class TraceState:
     def nodes(self) -> list[dict[str, Any]]:
         nodes: list[dict[str, Any]] = self.record["nodes"]
         return nodes
+
+    def call(self, index: int) -> dict[str, Any]:
+        """A model call, decoded from the packed calls (`PackedList`)."""
+        call: dict[str, Any] = self.record["calls"][index]
+        return call
+
+    def node_call(self, node: int) -> dict[str, Any] | None:
+        """The model call that sampled node `node`, if one did."""
+        index = self.calls_by_node.get(node)
+        return None if index is None else self.call(index)
 
     @property
     def pending(self) -> list[dict[str, Any]]:
@@ -443,12 +454,15 @@ class RolloutStore:
                     state.tools_since = now if message.get("tool_calls") else None
                 elif (node.get("message") or {}).get("role") == "tool":
                     state.tools_since = None
-        for call in delta.get("calls") or ():
-            node = call.get("node")
-            if node is None:
-                state.failed_calls.append((len(state.nodes), call))
-            else:
-                state.calls_by_node[int(node)] = call
+        calls = delta.get("calls")
+        if calls:
+            first = len(state.record["calls"]) - len(calls)  # the delta is applied: its calls are the last
+            for index, call in enumerate(calls, first):
+                node = call.get("node")
+                if node is None:
+                    state.failed_calls.append((len(state.nodes), index))
+                else:
+                    state.calls_by_node[int(node)] = index
         if "pending" in delta or nodes:
             if state.pending:
                 if state.pending_since is None:

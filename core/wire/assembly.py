@@ -1,8 +1,9 @@
 """One served episode rebuilt from its delta stream, as verifiers 0.4.0 rebuilds it.
 
 `traces` holds live dicts, each shaped like a dumped `Trace` plus its `pending`
-preview, so a caller can read them after every delta; its committed `nodes` are kept
-packed (`PackedNodes`: a sequence equal to the list, decoded when read). A bad delta raises
+preview, so a caller can read them after every delta; its committed `nodes` and
+`calls` are kept packed (`PackedList`: a sequence equal to the list, decoded when
+read). A bad delta raises
 `AssemblyError` before anything is changed: the run it belongs to fails, every other
 trace (and every other run) stays as it was.
 """
@@ -14,10 +15,10 @@ from typing import Any
 
 from core.text import short_repr
 from core.wire.delta_checks import DeltaValueError, check_delta
-from core.wire.packed_nodes import PackedNodes, pack_node
-from core.wire.protocol import LIST_FIELDS
+from core.wire.packed_list import PackedList, pack_node
+from core.wire.protocol import LIST_FIELDS, pack
 
-_OTHER_LISTS = LIST_FIELDS[1:]
+_OTHER_LISTS = tuple(field for field in LIST_FIELDS if field not in ("nodes", "calls"))
 _STRUCTURAL = frozenset({"links", "routing_repairs", *LIST_FIELDS})
 
 KNOWN_KEYS = frozenset(
@@ -63,8 +64,10 @@ class EpisodeAssembly:
                     f"delta for trace {trace_id} which was never opened "
                     "(no 'open' header): was an earlier delta lost?"
                 )
-            trace = {**header, **{field: [] for field in LIST_FIELDS}, "nodes": PackedNodes(), "pending": []}
+            trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
+            trace["nodes"], trace["calls"] = PackedList(), PackedList()
         new_nodes: list[bytes] | None = None
+        new_calls: list[bytes] | None = None
         changed: dict[int, bytes] = {}
         appends: list[tuple[list[Any], list[Any]]] = []
         # most deltas are a preview or scalars: one set test skips the list work
@@ -76,6 +79,9 @@ class EpisodeAssembly:
             raw = get("nodes")
             if raw is not None:
                 new_nodes = _packed_nodes(raw, trace_id)
+            raw = get("calls")
+            if raw is not None:
+                new_calls = _packed_calls(raw, trace_id)
             for field in _OTHER_LISTS:
                 items = get(field)
                 if items is not None:
@@ -91,8 +97,10 @@ class EpisodeAssembly:
         for index, packed in changed.items():
             nodes.replace(index, packed)
         if new_nodes is not None:
-            nodes.append_packed(new_nodes)
+            nodes.extend_packed(new_nodes)
             trace["pending"] = []
+        if new_calls is not None:
+            trace["calls"].extend_packed(new_calls)
         for target, items in appends:
             target.extend(items)
         if scalars:
@@ -178,13 +186,22 @@ def _packed_nodes(new_nodes: Any, trace_id: str) -> list[bytes]:
         raise AssemblyError(f"trace {trace_id}: a node cannot be kept ({error})") from None
 
 
+def _packed_calls(calls: Any, trace_id: str) -> list[bytes]:
+    if type(calls) is not list:
+        raise AssemblyError(f"trace {trace_id}: 'calls' must be a list, got {type(calls).__name__}")
+    try:
+        return [pack(call) for call in calls]
+    except (TypeError, ValueError) as error:
+        raise AssemblyError(f"trace {trace_id}: a call cannot be kept ({error})") from None
+
+
 def _kept(node: Any) -> bytes:
     if type(node) is dict and type(node.get("semantic_parents")) is list:
         return pack_node(node)
     return pack_node({**node, "semantic_parents": list(node.get("semantic_parents") or ())})
 
 
-def _changed_nodes(links: Any, repairs: Any, trace_id: str, nodes: PackedNodes) -> dict[int, bytes]:
+def _changed_nodes(links: Any, repairs: Any, trace_id: str, nodes: PackedList) -> dict[int, bytes]:
     """Each node a `links` or `routing_repairs` entry changes, packed again with its
     new semantic parents and `routed_experts`, computed before anything changes."""
     changed: dict[int, dict[str, Any]] = {}

@@ -78,6 +78,7 @@ PACKED_FIELDS = frozenset(
 PACKED_MIN_BYTES = 64
 """Shorter spans are decoded as they come: a few numbers cost less as a list."""
 _ARRAY_MARKERS = frozenset({*range(0x90, 0xA0), 0xDC, 0xDD})
+_MAP_MARKERS = frozenset({*range(0x80, 0x90), 0xDE, 0xDF})
 _TOKEN_KEYS = (msgpack.packb("token_ids"), msgpack.packb("logprobs"))
 _LONG_ARRAY = (0xDC, 0xDD)
 """How msgpack starts an array of 16 items or more."""
@@ -146,7 +147,7 @@ class Packed:
 
 def packable(value: Any) -> Any:
     """msgpack's `default`: a packed span packs as the list it holds, and so do a
-    trace's packed nodes (`PackedNodes`, a sequence)."""
+    trace's packed nodes and calls (`PackedList`, a sequence)."""
     if isinstance(value, Packed):
         return value.decode()
     if isinstance(value, Sequence):
@@ -212,12 +213,11 @@ def _node(unpacker: msgpack.Unpacker, data: bytes, view: memoryview) -> dict[Any
     return node
 
 
-def unpack_node(data: bytes) -> dict[Any, Any]:
+def unpack_node(data: bytes) -> Any:
     """One node's msgpack map decoded as `unpack_delta` decodes a delta's nodes: its
-    long token arrays stay packed."""
-    if not _has_long_token_array(data):
-        node: dict[Any, Any] = unpack(data)
-        return node
+    long token arrays stay packed (any other item is decoded as `unpack` does)."""
+    if data[0] not in _MAP_MARKERS or not _has_long_token_array(data):
+        return unpack(data)
     unpacker = msgpack.Unpacker(max_buffer_size=max(1, len(data)), **UNPACK_OPTIONS)
     unpacker.feed(data)
     return _node(unpacker, data, memoryview(data))

@@ -1,12 +1,13 @@
-"""A trace's committed nodes kept as msgpack bytes, one per node, decoded when read.
+"""A trace's committed nodes and model calls kept as msgpack bytes, one per item,
+decoded when read.
 
 Decoded, a node is a dozen dicts, lists and strings (about 2.5 kB for a 100-token
-node, 1.5 kB on the wire), and every full garbage collection walks each of them. Kept
-as its bytes a node costs about its wire size and is nothing for the collector to walk
-(issue 13). Committed nodes never change but for a `links` or `routing_repairs` delta,
-which packs the node again. A reader (the transcript on screen, an export, a compare)
-gets each node decoded as a delta's nodes are (`unpack_node`: long token arrays stay
-`Packed`), equal to the node that was appended.
+node, 1.5 kB on the wire) and a call four dicts, and every full garbage collection
+walks each of them. Kept as its bytes an item costs about its wire size and is nothing
+for the collector to walk (issue 13). Committed items never change but for a `links`
+or `routing_repairs` delta, which packs the node again. A reader (the transcript on
+screen, an export, a compare) gets each item decoded as a delta's nodes are
+(`unpack_node`: long token arrays stay `Packed`), equal to the item that was appended.
 """
 
 from __future__ import annotations
@@ -57,18 +58,19 @@ def pack_node(node: dict[Any, Any]) -> bytes:
     return b"".join(parts)
 
 
-class PackedNodes(Sequence[dict[str, Any]]):
-    """A trace's `nodes` list: equal to the list of the nodes it holds, indexed,
-    iterated and validated (pydantic takes any sequence) as that list; each read
-    decodes a fresh dict, so a change to one is not kept (`replace` keeps it)."""
+class PackedList(Sequence[Any]):
+    """A trace's `nodes` or `calls` list: equal to the list of the items it holds,
+    indexed, iterated and validated (pydantic takes any sequence) as that list; each
+    read decodes a fresh item, so a change to one is not kept (`replace` keeps it)."""
 
     __slots__ = ("_raw",)
 
-    def __init__(self, nodes: Iterable[dict[Any, Any]] = ()) -> None:
-        self._raw: list[bytes] = [pack_node(node) for node in nodes]
+    def __init__(self) -> None:
+        self._raw: list[bytes] = []
 
-    def append_packed(self, packed: Iterable[bytes]) -> None:
-        """Append nodes `pack_node` packed (before anything changed: it can fail)."""
+    def extend_packed(self, packed: Iterable[bytes]) -> None:
+        """Append items packed by `pack_node` or `pack` (before anything changed:
+        packing can fail)."""
         self._raw.extend(packed)
 
     def replace(self, index: int, packed: bytes) -> None:
@@ -76,28 +78,28 @@ class PackedNodes(Sequence[dict[str, Any]]):
 
     @property
     def nbytes(self) -> int:
-        """The packed nodes' bytes: what the nodes cost beyond a list of bytes objects."""
+        """The packed items' bytes: what they cost beyond a list of bytes objects."""
         return sum(map(len, self._raw))
 
     def __len__(self) -> int:
         return len(self._raw)
 
     @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    def __getitem__(self, index: int) -> Any: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: slice) -> list[Any]: ...
 
-    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+    def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
             return [unpack_node(raw) for raw in self._raw[index]]
         return unpack_node(self._raw[index])
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
         return map(unpack_node, self._raw)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, PackedNodes):
+        if isinstance(other, PackedList):
             return self._raw == other._raw or list(self) == list(other)
         if isinstance(other, list):
             return len(other) == len(self._raw) and list(self) == other
@@ -106,5 +108,5 @@ class PackedNodes(Sequence[dict[str, Any]]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"PackedNodes({len(self._raw)} nodes, {self.nbytes} bytes)"
+        return f"PackedList({len(self._raw)} items, {self.nbytes} bytes)"
 

@@ -1,7 +1,7 @@
-"""A trace's committed nodes kept packed (`PackedNodes`): whatever the nodes hold, what
-a reader gets back, and what an export writes, is exactly what verifiers 0.4.0's own
-assembly holds for the same frames, through later `links`; and kept nodes give the
-garbage collector nothing to walk."""
+"""A trace's committed nodes and calls kept packed (`PackedList`): whatever they hold,
+what a reader gets back, and what an export writes, is exactly what verifiers 0.4.0's
+own assembly holds for the same frames, through later `links`; and what is kept gives
+the garbage collector nothing to walk."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from verifiers.v1.serve.delta import TraceSummary
 
 from core.recordings.export import episode_json
 from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.packed_nodes import PackedNodes
+from core.wire.packed_list import PackedList
 from core.wire.protocol import Packed, plain, unpack, unpack_delta
 
 SCALARS = st.one_of(
@@ -51,6 +51,10 @@ NODES = st.fixed_dictionaries(
         "extra": VALUES,
     },
 )
+CALLS = st.fixed_dictionaries(
+    {"node": st.none() | st.integers(0, 5), "model": st.text(max_size=5)},
+    optional={"usage": st.fixed_dictionaries({"prompt_tokens": st.integers(0, 9)}), "extra": VALUES},
+)
 
 
 def exact(value: object) -> str:
@@ -58,9 +62,12 @@ def exact(value: object) -> str:
     return json.dumps(plain(value), default=repr) + repr(plain(value))
 
 
-def frames_of(first: list[dict], links: dict[int, list[int]], second: list[dict]) -> list[bytes]:
+def frames_of(first: list[dict], links: dict[int, list[int]], second: list[dict], calls: list[dict]) -> list[bytes]:
     header = {"version": 1, "id": "t", "verifiers": "0.4.0", "task": {}}
-    deltas = [{"trace": "t", "open": header, "nodes": first}, {"trace": "t", "links": links, "nodes": second}]
+    deltas = [
+        {"trace": "t", "open": header, "nodes": first, "calls": calls[:1]},
+        {"trace": "t", "links": links, "nodes": second, "calls": calls[1:]},
+    ]
     return [msgpack.packb(delta, use_bin_type=True) for delta in deltas]
 
 
@@ -69,22 +76,25 @@ def frames_of(first: list[dict], links: dict[int, list[int]], second: list[dict]
     first=st.lists(NODES, min_size=1, max_size=3),
     second=st.lists(NODES, max_size=3),
     links=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 9), max_size=2)), max_size=3),
+    calls=st.lists(CALLS, max_size=3),
     decode=st.sampled_from([unpack, unpack_delta]),
 )
-def test_kept_nodes_read_back_as_verifiers_assembles_them(
-    first: list[dict], second: list[dict], links: list[tuple[int, list[int]]], decode
+def test_kept_nodes_and_calls_read_back_as_verifiers_assembles_them(
+    first: list[dict], second: list[dict], links: list[tuple[int, list[int]]], calls: list[dict], decode
 ) -> None:
-    frames = frames_of(first, {index % len(first): new for index, new in links}, second)
+    frames = frames_of(first, {index % len(first): new for index, new in links}, second, calls)
     ours, theirs = EpisodeAssembly(), VerifiersAssembly()
     for frame in frames:
         ours.apply(decode(frame))
         theirs.apply(unpack(frame))
     kept, expected = ours.traces["t"]["nodes"], theirs.traces["t"]["nodes"]
-    assert isinstance(kept, PackedNodes)
+    assert isinstance(kept, PackedList)
     assert kept == expected and len(kept) == len(first) + len(second)
     assert [exact(node) for node in kept] == [exact(node) for node in expected]
     assert exact(kept[1:]) == exact(expected[1:])
-    summaries = [TraceSummary(id="t", nodes=len(expected), calls=0)]
+    kept_calls = ours.traces["t"]["calls"]
+    assert isinstance(kept_calls, PackedList) and exact(kept_calls) == exact(theirs.traces["t"]["calls"])
+    summaries = [TraceSummary(id="t", nodes=len(expected), calls=len(calls))]
     assert episode_json(ours.finish({"id": "e"}, summaries)) == episode_json(theirs.finish({"id": "e"}, summaries))
 
 
@@ -110,18 +120,19 @@ def test_a_node_that_cannot_be_kept_fails_its_delta_and_changes_nothing() -> Non
     assert assembly.traces["t"]["nodes"] == before and before[0]["semantic_parents"] == []
 
 
-def test_kept_nodes_give_the_collector_nothing_to_walk() -> None:
-    """2,000 nodes from frames, the frames and deltas dropped: what stays adds a
-    handful of objects, not a dozen per node."""
+def test_what_is_kept_gives_the_collector_nothing_to_walk() -> None:
+    """2,000 nodes and calls from frames, the frames and deltas dropped: what stays
+    adds a handful of objects, not a dozen per node."""
     node = {"parent": 0, "semantic_parents": [], "message": {"role": "tool", "content": "x" * 50, "tool_calls": [{"id": "c"}]},
             "sampled": False, "token_ids": list(range(100)), "mask": [True] * 100}  # fmt: skip
-    frames = [msgpack.packb({"trace": "t", "open": {"id": "t"}, "nodes": [node] * 20})]
-    frames += [msgpack.packb({"trace": "t", "nodes": [node] * 20}) for _ in range(99)]
+    call = {"node": 0, "usage": {"prompt_tokens": 5}, "time": {"start": 1.0, "end": 2.0}}
+    frames = [msgpack.packb({"trace": "t", "open": {"id": "t"}, "nodes": [node] * 20, "calls": [call] * 20})]
+    frames += [msgpack.packb({"trace": "t", "nodes": [node] * 20, "calls": [call] * 20}) for _ in range(99)]
     assembly = EpisodeAssembly()
     gc.collect()
     before = len(gc.get_objects())
     for frame in frames:
         assembly.apply(unpack_delta(frame))
     gc.collect()
-    assert len(assembly.traces["t"]["nodes"]) == 2000
+    assert len(assembly.traces["t"]["nodes"]) == len(assembly.traces["t"]["calls"]) == 2000
     assert len(gc.get_objects()) - before < 100
