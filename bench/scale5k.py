@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -162,7 +163,10 @@ def report(args: argparse.Namespace) -> None:
         capture(frames, CAPTURED, args.turns, args.tokens)
         results = {size: run_size(frames, size, args) for size in (args.baseline, args.rollouts)}
     base, large = results[args.baseline], results[args.rollouts]
-    print(f"scale rollouts x {args.turns} turns x {args.tokens} tokens/node, all in flight at once; {args.load_seconds:g} s of keys under load")
+    print(
+        f"scale rollouts x {args.turns} turns x {args.tokens} tokens/node, all in flight at once; "
+        f"{args.load_seconds:g} s of keys under load; {os.cpu_count()} cores, load average {os.getloadavg()[1]:.1f} (5 min)"
+    )
     print(f"\n{'launch to ... (s)':<24}" + "".join(f"{size:>10,}" for size in results) + f"{'ratio':>9}")
     for step in large["steps"]:
         small = base["steps"].get(step, float("nan"))
