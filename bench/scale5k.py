@@ -12,7 +12,8 @@ launched by this one, and reports:
 - keypress (Down/Up) to repaint while the stream lands;
 - each filter keystroke (typing `status:running` in the filter) to the filtered table
   on screen, and Escape (clearing it) to the whole table on screen, while the stream
-  lands.
+  lands;
+- the longest GC pause.
 
     .venv/bin/python bench/scale5k.py [--rollouts 5000 --baseline 256 --load-seconds 15]
 """
@@ -33,7 +34,7 @@ from typing import Any
 
 LAUNCHED = time.time()  # as early as this process can tell: before the heavy imports
 
-from live import LOST_KEY, ROOT, Source, capture, engine_for, percentile, summary  # noqa: E402
+from live import LOST_KEY, ROOT, GcPauses, Source, capture, engine_for, percentile, summary  # noqa: E402
 
 CAPTURED = 32
 """Distinct rollouts the demo plays; the source replays them for every run."""
@@ -51,6 +52,7 @@ async def measure_app(address: str, rollouts: int, turns: int, tokens: int, load
     from tui.rollout_filter import RowFilter
 
     FreezeAfterSlowCollections().install()  # as the app's entry point does
+    pauses = GcPauses()
     steps = {"imports": time.time() - launched}
     with tempfile.TemporaryDirectory() as scratch:
         engine = engine_for(address, rollouts, turns, tokens, Path(scratch))
@@ -132,6 +134,7 @@ async def measure_app(address: str, rollouts: int, turns: int, tokens: int, load
         "deltas": deltas,
         "finished": finished,
         "quit": quit_seconds,
+        "gc_longest": pauses.longest,
     }
 
 
@@ -181,7 +184,7 @@ def report(args: argparse.Namespace) -> None:
     for size, result in results.items():
         print(
             f"\n{size:,} rollouts: {result['deltas']:,} deltas landed, {result['finished']:,} rollouts finished (the stream must outlast the keys); filter showed {result['filtered_rows']} rows; "
-            f"quitting took {result['quit']:.1f} s"
+            f"quitting took {result['quit']:.1f} s; longest GC pause {result['gc_longest'] * 1e3:.0f} ms"
         )
 
 
