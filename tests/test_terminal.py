@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from demo_sessions import demo_variant, write_config
-from polling import alive
+from polling import alive, wait_until
 
 TIMEOUT = 45.0
 """The demo's stuck rollouts start only once earlier ones free a slot; a loaded
@@ -142,9 +142,15 @@ def test_demo_in_a_terminal_cancel_a_rollout_and_a_variant_then_quit(tmp_path: P
         running = re.compile(r"18 rollouts · [1-9]\d* running")
         term.wait(running.search, "the demo's rollouts to run")
         tmux_server = int(term.pane("#{pid}"))  # its command line names the home too
-        supervisors = {pid for pid, args in our_processes(str(home)).items() if "supervisor" in args}
-        found = supervisors | session_pids(home)
-        assert len(supervisors) == 2 and len(found) == 4, f"two supervisors and two servers expected, found {found}"
+
+        def started() -> bool:
+            """Both supervisors and the servers their records name (one variant may run
+            before the other's supervisor has written its record); all kept for cleanup."""
+            supervisors = {pid for pid, args in our_processes(str(home)).items() if "supervisor" in args}
+            found.update(supervisors | session_pids(home))
+            return len(supervisors) == 2 and len(found) == 4
+
+        wait_until(started, TIMEOUT, "two supervisors and two servers")
 
         term.keys("/", "stuck")
         term.wait(lambda s: len(rows(s, "baseline")) == len(rows(s, "candidate")) == 1, "the filter to leave the two stuck rows")
