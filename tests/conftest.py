@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 from demo_sessions import write_config
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from core.session.config import load_config
 from core.session.engine import Engine
 
-# hypothesis's default 200 ms deadline per example fails a test when a loaded machine
-# stalls it, not when the code is slow; every @given here runs without one
-settings.register_profile("tracewatch", deadline=None)
+# hypothesis's default 200 ms deadline per example, and its too_slow check on how long
+# generating examples takes, fail a test when a loaded machine stalls it, not when the
+# code is slow: every @given here runs without either (a test's own suppress list
+# replaces this one, so it names too_slow itself if it needs to)
+settings.register_profile("tracewatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tracewatch")
 
 
