@@ -1,7 +1,9 @@
 """What checking every delta at the boundary costs (`core.wire.delta_checks`): the
 client's path (decode, check, apply) against the same path with the check left out,
-measured in the same process on the streams `bench/assembly.py` uses, and the check's
-own time per delta.
+with the first, straightforward check (tests/delta_checks_reference.py, the oracle
+the fast one is tested against) in its place, and against verifiers 0.4.0's own
+assembly, measured in the same process on the streams `bench/assembly.py` uses; and
+the check's own time per delta.
 
     python bench/validation.py [--repeat N]
 """
@@ -9,22 +11,32 @@ own time per delta.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
-from assembly import best_of, ours_pass, recorded_frames, synthetic_frames
+from assembly import best_of, ours_pass, recorded_frames, synthetic_frames, verifiers_pass
 
 import core.wire.assembly as assembly_module
 from core.wire.delta_checks import check_delta
 from core.wire.protocol import unpack_delta
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import delta_checks_reference  # noqa: E402 - the tests' oracle, not a package
 
-def unchecked_pass(frames: list[bytes]) -> object:
-    """`ours_pass` with the boundary check replaced by nothing."""
-    assembly_module.check_delta = lambda delta, trace_id: None
-    try:
-        return ours_pass(frames)
-    finally:
-        assembly_module.check_delta = check_delta
+
+def checked_by(check: Callable[[object, str], None]) -> Callable[[list[bytes]], object]:
+    """`ours_pass` with `check` in place of the boundary check."""
+
+    def run(frames: list[bytes]) -> object:
+        assembly_module.check_delta = check
+        try:
+            return ours_pass(frames)
+        finally:
+            assembly_module.check_delta = check_delta
+
+    return run
 
 
 def check_alone(frames: list[bytes], repeat: int) -> float:
@@ -40,13 +52,23 @@ def check_alone(frames: list[bytes], repeat: int) -> float:
 
 
 def report(title: str, frames: list[bytes], repeat: int) -> None:
-    best = best_of({"checked": ours_pass, "unchecked": unchecked_pass}, frames, repeat)
+    passes = {
+        "verifiers 0.4.0": verifiers_pass,
+        "checked": ours_pass,
+        "first check": checked_by(delta_checks_reference.check_delta),
+        "unchecked": checked_by(lambda delta, trace_id: None),
+    }
+    best = best_of(passes, frames, repeat)
     alone = check_alone(frames, repeat)
     print(f"\n{title}: {len(frames)} deltas, best of {repeat}")
     for name, seconds in best.items():
-        print(f"  {name:<10} {len(frames) / seconds:>12,.0f} deltas/s {seconds * 1e3:>9.2f} ms")
+        print(
+            f"  {name:<16} {len(frames) / seconds:>12,.0f} deltas/s {seconds * 1e3:>9.2f} ms   "
+            f"speed vs verifiers {best['verifiers 0.4.0'] / seconds:.2f}x"
+        )
     print(
-        f"  checked / unchecked time: {best['checked'] / best['unchecked']:.3f}x   "
+        f"  time vs unchecked: checked {best['checked'] / best['unchecked']:.3f}x, "
+        f"first check {best['first check'] / best['unchecked']:.3f}x   "
         f"the check alone: {alone / len(frames) * 1e6:.2f} us per delta, "
         f"{alone / best['unchecked'] * 100:.1f}% of decoding and applying"
     )
