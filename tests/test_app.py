@@ -136,6 +136,21 @@ async def test_clearing_the_filter_shows_every_row_in_the_same_step() -> None:
         assert not app.query_one("#filter-hint", Static).display
 
 
+async def test_a_filter_longer_than_its_field_scrolls_to_the_cursor() -> None:
+    """The field sizes itself without a layout of the screen, and still scrolls: the
+    end of what was typed stays in view."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(60, 30)) as pilot:
+        rows = await started(pilot)
+        text = "variant:baseline,candidate status:running,failed phase:agent,boot words"
+        await pilot.press("slash", *text)
+        field = app.query_one("#filter", Input)
+        await until(pilot, lambda: field.value == text)
+        await until(pilot, lambda: field.render_line(0).text.rstrip().endswith("boot words"))
+        assert not field.render_line(0).text.startswith("variant:")
+        assert rows.row_filter == RowFilter.parse(text)
+
+
 async def test_a_filter_value_that_cannot_match_says_which_values_exist() -> None:
     """Issue 11 item 21: `status:bogus` names the statuses rather than showing 0 rows."""
     app = TracewatchApp(make_engine())

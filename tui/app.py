@@ -25,6 +25,7 @@ from core.session.contracts import ReplayControls, ReplayPosition, SessionView, 
 from core.session.retention import freeze_startup
 from core.session.store import Rollout
 from tui.compare_view import CompareView
+from tui.filter_field import FilterField
 from tui.footer import SteadyFooter
 from tui.format import Palette, clock, home_short, safe
 from tui.keys import KEYS, bindings
@@ -68,7 +69,7 @@ class TracewatchApp(App[None]):
         yield VariantsPanel(id="variants")
         with Vertical(id="body"):
             with Vertical(id="table-pane"):
-                yield Input(placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True, select_on_focus=False)
+                yield FilterField(placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True, select_on_focus=False)
                 yield Static(markup=False, id="filter-hint")
                 yield RolloutsTable(self.store, self.store.clock, id="rollouts")
             with TabbedContent(id="detail", initial="tab-trace"):
