@@ -67,7 +67,9 @@ def check_delta(delta: Mapping[str, Any], trace_id: str) -> None:
 
 def check_scalars(scalars: Mapping[str, Any], where: str) -> None:
     """The trace-level values readers compute with (rewards, timing, token counts),
-    for a `set` read from somewhere else (a recording); `where` leads the message."""
+    and nothing nested deeper than in a delta's `set`, for a `set` read from somewhere
+    else (a recording's index: usable exactly when the live check kept it); `where`
+    leads the message."""
     try:
         _trace_scalars(scalars, where)
     except _Invalid as invalid:
