@@ -72,15 +72,18 @@ async def test_table_fills_then_updates_only_changed_rows() -> None:
     engine = make_engine(finish=False, clock=lambda: started_at)
     app = TracewatchApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
+        # the app's first draw (a rebuild) runs after a refresh, and so, after it, does this
+        first_draw = asyncio.Event()
+        app.call_after_refresh(first_draw.set)
         rows = await started(pilot)
 
         def painted() -> bool:
-            """Every row on screen drawn once (the first paint may come late on a loaded machine)."""
+            """Every row on screen drawn since the first draw (late on a loaded machine)."""
             top = int(rows.scroll_y)
             shown = rows.ordered_keys[top : top + rows.scrollable_content_region.height - 1]
             return bool(shown) and all(key in rows._strips or key == rows.selected_key for key in shown)
 
-        await until(pilot, painted, "the first paint")
+        await until(pilot, lambda: first_draw.is_set() and painted(), "the first draw, painted")
         drawn: list[str] = []
         row_strip = rows._row_strip
         rows._row_strip = lambda key, layer: (drawn.append(key), row_strip(key, layer))[1]
