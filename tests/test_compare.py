@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from polling import until
@@ -103,6 +104,20 @@ def shown(transcript: Transcript) -> str:
     return "\n".join(transcript.render_line(y).text for y in range(transcript.scrollable_content_region.height))
 
 
+async def open_side_by_side(app: TracewatchApp, pilot: Any, rows: int, *keys: str) -> tuple[CompareView, SideBySideScreen, Side, Side]:
+    """Once the table holds `rows`, the Compare tab focused, `keys` pressed there,
+    then the side-by-side screen they open and its two sides."""
+    await until(pilot, lambda: app.table.row_count == rows)
+    await pilot.press("4")
+    view = app.query_one(CompareView)
+    await until(pilot, lambda: view.region.height > 1)
+    view.focus()
+    await pilot.press(*keys)
+    screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
+    left, right = screen.query(Side)
+    return view, screen, left, right
+
+
 async def test_a_task_opens_its_traces_side_by_side_and_each_side_cycles_its_rollouts() -> None:
     store = RolloutStore(clock=lambda: 10.0)
     scored(store, "a", 0, [1.0])
@@ -112,14 +127,7 @@ async def test_a_task_opens_its_traces_side_by_side_and_each_side_cycles_its_rol
     engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b")})
     app = TracewatchApp(engine)
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.table.row_count == 7)
-        await pilot.press("4")
-        view = app.query_one(CompareView)
-        await until(pilot, lambda: view.region.height > 1)
-        view.focus()
-        await pilot.press("down", "enter")
-        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
-        left, right = screen.query(Side)
+        view, screen, left, right = await open_side_by_side(app, pilot, 7, "down", "enter")
         assert screen.shown_task == (1, "task 1") and (left.variant, right.variant) == ("a", "b")
         await until(pilot, lambda: "[b]reply of a/0 to task 1" in shown(left.transcript))
         await until(pilot, lambda: "[b]reply of b/0 to task 1" in shown(right.transcript))
@@ -157,14 +165,7 @@ async def test_side_by_side_chooses_which_variants_and_remembers_them() -> None:
     engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b", "c")})
     app = TracewatchApp(engine)
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.table.row_count == 9)
-        await pilot.press("4")
-        view = app.query_one(CompareView)
-        await until(pilot, lambda: view.region.height > 1)
-        view.focus()
-        await pilot.press("down", "enter")
-        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
-        left, right = screen.query(Side)
+        _, screen, left, right = await open_side_by_side(app, pilot, 9, "down", "enter")
         assert (left.variant, right.variant) == ("a", "b")
         assert "variant 2 of 3" in str(right.head.render())
         await pilot.press("right", "v")
@@ -192,14 +193,7 @@ async def test_side_by_side_of_a_task_one_variant_ran_shows_two_of_its_rollouts(
     engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b")})
     app = TracewatchApp(engine)
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.table.row_count == 3)
-        await pilot.press("4")
-        view = app.query_one(CompareView)
-        await until(pilot, lambda: view.region.height > 1)
-        view.focus()
-        await pilot.press("enter")
-        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
-        left, right = screen.query(Side)
+        _, screen, left, right = await open_side_by_side(app, pilot, 3, "enter")
         await until(pilot, lambda: "reply of a/0 to task 0" in shown(left.transcript) and "reply of a/1 to task 0" in shown(right.transcript))
 
 
