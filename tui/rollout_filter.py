@@ -7,7 +7,7 @@ picks rollouts with no delta for longer than the store's stall threshold.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from core.session.store import ROLLOUT_PHASES, Rollout, Status
@@ -40,6 +40,21 @@ class RowFilter:
     def __bool__(self) -> bool:
         return bool(self.variants or self.statuses or self.phases or self.words)
 
+    def narrows(self, wider: RowFilter) -> bool:
+        """Every rollout this filter lets through, `wider` lets through too, now and at
+        any earlier moment: then the rows `wider` shows can be refined rather than the
+        store scanned again. Each field keeps `wider`'s constraint or tightens it (a value
+        that contains one of `wider`'s), every bare word of `wider` is inside one of
+        ours, and `wider` never asks for `stalled`, the one test time alone can turn true."""
+        if any("stalled".startswith(value) for value in wider.statuses):
+            return False
+        return (
+            _tightens(self.variants, wider.variants, _contains)
+            and _tightens(self.statuses, wider.statuses, _status_implies)
+            and _tightens(self.phases, wider.phases, _contains)
+            and all(any(old in new for new in self.words) for old in wider.words)
+        )
+
     def problems(self, variants: Iterable[str]) -> list[str]:
         """A value no rollout can match, with the values there are: `status:bogus`
         shows why the table is empty rather than just an empty table."""
@@ -67,6 +82,24 @@ class RowFilter:
             ).lower()
             return all(word in haystack for word in self.words)
         return True
+
+
+def _tightens(
+    values: tuple[str, ...], wider: tuple[str, ...], implies: Callable[[str, str], bool]
+) -> bool:
+    """A field's alternatives are no wider: no constraint before, or each value now
+    implies one of the earlier values."""
+    return not wider or bool(values) and all(any(implies(new, old) for old in wider) for new in values)
+
+
+def _contains(new: str, old: str) -> bool:
+    return old in new
+
+
+def _status_implies(new: str, old: str) -> bool:
+    """`new` matches a status as a substring, or `stalled` as a prefix: a value inside
+    `new` holds the first, only a prefix of `new` also holds the second."""
+    return new.startswith(old) or old in new and not "stalled".startswith(new)
 
 
 def _any_in(values: tuple[str, ...], text: str) -> bool:

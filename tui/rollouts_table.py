@@ -2,7 +2,8 @@
 
 The table holds an index, not cells: the keys of the rollouts its filter lets through,
 in sort order. Building it (a filter keystroke, a sort, the first draw of 5,000 rows)
-is one pass of plain Python over the store; drawing reads the store for the rows on
+is one pass of plain Python over the store, or over the rows shown when the keystroke
+only narrows the filter; drawing reads the store for the rows on
 screen only, through the Line API (`render_line`) and a per-row strip cache, so a tick
 costs the rows that changed and are visible, however many rows there are. The cursor
 belongs to a rollout key: rows inserted, sorted or filtered around it leave the same
@@ -236,8 +237,11 @@ class RolloutsTable(ScrollView, can_focus=True):
         act on what is in view; only a rollout that leaves the view by itself (it
         finished, say) keeps the cursor (`pinned`)."""
         if row_filter != self.row_filter:
-            self.row_filter = row_filter
-            self.rebuild()
+            wider, self.row_filter = self.row_filter, row_filter
+            if row_filter.narrows(wider):
+                self._refine()
+            else:
+                self.rebuild()
             if self.pinned:
                 self._move_cursor(self._cursor_row)
 
@@ -249,6 +253,14 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._keys = [key for key, rollout in self.store.rollouts.items() if self._wanted(rollout, now)]
         self._strips.clear()
         self._reindex(sort=True)
+
+    def _refine(self) -> None:
+        """The index for a filter that only narrows the last one: the rows shown,
+        kept in their order, less those it turns away; rollouts changed since are
+        still marked, and the next `sync` weighs them against this filter."""
+        now, rollouts = self.now(), self.store.rollouts
+        self._keys = [key for key in self._keys if (rollout := rollouts.get(key)) is not None and self._wanted(rollout, now)]
+        self._reindex(sort=False)
 
     def mark(self, keys: Iterable[str]) -> None:
         """Rollouts whose rows the next `sync` redraws."""
