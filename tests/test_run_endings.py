@@ -5,9 +5,12 @@ runner; what was recorded replays to the same ending."""
 
 from __future__ import annotations
 
-from scripted_server import ScriptedServer, endings, good_run, header, replay, run_live
+from polling import eventually
+from scripted_server import ScriptedServer, attached, endings, good_run, header, replay, run_live
 
 from core.recordings.reader import read_recording
+from core.recordings.recorder import Recorder
+from core.session.engine import Engine
 from core.session.store import Status
 
 
@@ -58,3 +61,27 @@ async def test_a_rejected_delta_is_recorded_first_and_replays_to_the_same_failur
     recorded = [r["d"] for r in read_recording(tmp_path / "live.twrec") if r["k"] == "delta" and r["id"] == "remote/0"]
     assert rejected in recorded
     assert endings((await replay(tmp_path / "live.twrec")).store) == endings(engine.store)
+
+
+async def test_stopping_a_variant_asks_each_run_to_abort_once_and_ends_each_once(tmp_path):
+    """A variant-wide stop sends its cancels without awaiting their answers (this server
+    answers none and aborts nothing): the server is asked once per run, and each
+    rollout ends once, cancelled with the variant, in the store and the recording."""
+    tasks = [f"t{i}" for i in range(3)]
+    scripts = {task: [("delta", {"trace": "t", "open": header("t")})] for task in tasks}
+    async with ScriptedServer(scripts) as server:
+        server.cancel_reply = None
+        server.abort_on_cancel = False
+        config = attached(server.address, tasks, tmp_path, max_concurrent=len(tasks))
+        engine = Engine(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
+        store = engine.store
+        await engine.start()
+        await eventually(lambda: all(r.deltas for r in store.rollouts.values()), what="every run streaming")
+        request_ids = {r.request_id for r in store.rollouts.values()}
+        await engine.shutdown()
+        await eventually(lambda: set(server.cancels) == request_ids, what="a cancel for every run")
+        assert sorted(server.cancels) == sorted(request_ids)
+    assert endings(store) == {key: (Status.CANCELLED, "cancelled with the variant") for key in store.rollouts}
+    replies = [r["id"] for r in read_recording(tmp_path / "live.twrec") if r["k"] == "reply"]
+    assert sorted(replies) == sorted(store.rollouts)
+    assert endings((await replay(tmp_path / "live.twrec")).store) == endings(store)

@@ -465,10 +465,7 @@ class Variant(VariantLife, CapturedChild):
                 self.store.cancelling(key)
         if in_flight and self._client is not None:
             self._note("cancel-runs", f"cancelling {len(in_flight)} run(s) over the wire")
-            await asyncio.gather(
-                *(self._client.cancel(rid, timeout=3.0) for rid in in_flight if rid),
-                return_exceptions=True,
-            )
+            self._client.cancel_soon(rid for rid in in_flight if rid)
             # let the aborted replies land, so each rollout ends on the server's word
             runs = [task for task in self._runs.values() if not task.done()]
             if runs:
