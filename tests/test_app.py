@@ -650,3 +650,16 @@ async def test_a_typed_filter_moves_the_selection_onto_a_row_it_shows() -> None:
         assert not rows.pinned
         await pilot.press("c")
         assert engine.cancelled == [app.selected]
+
+
+async def test_the_trace_pane_ends_on_the_row_the_cursor_rests_on() -> None:
+    """Quick moves repaint the cursor on each row; the transcript loads once the cursor
+    rests, and it is the rollout under the cursor then, not one passed on the way."""
+    app = TracewatchApp(make_engine(finish=False))
+    async with app.run_test(size=(160, 40)) as pilot:
+        rows = await started(pilot)
+        await select(pilot, rows.ordered_keys[0])
+        await pilot.press(*["down"] * 5, "up")
+        rested = rows.ordered_keys[4]
+        assert rows.selected_key == rested and app.selected == rested
+        await until(pilot, lambda: app.trace_pane.rollout is app.store.rollouts[rested], f"{rested} to be shown")

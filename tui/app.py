@@ -7,7 +7,9 @@ open transcript, the timing view); a slower second tick advances clocks and logs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from rich.text import Text
@@ -18,6 +20,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
@@ -42,6 +45,10 @@ TICK = 1 / 30
 NARROW_STATUS = 140
 """Below this width the status line names the recording by its file name only."""
 CARD_EVERY = 4
+SETTLE = 0.08
+"""A move this soon after the last one waits until the cursor rests this long before
+its transcript is laid out: a held arrow key (a move every 30-50 ms) repaints the
+cursor on each row but lays out only the last; a single move lays out at once."""
 """Cards redraw every fourth tick at most: their counts scan the variant's rollouts."""
 
 class TracewatchApp(App[None]):
@@ -55,6 +62,8 @@ class TracewatchApp(App[None]):
         self.store = engine.store
         self.title = title or "tracewatch"
         self.selected: str | None = None
+        self._settle: Timer | None = None
+        self._moved = 0.0
         self._ticks = 0
         self._next_second = 0.0
         self._dirty_variants: set[str] = set()
@@ -240,7 +249,14 @@ class TracewatchApp(App[None]):
             self.engine.select(key)
             # The cursor's move reaches the screen first: laying out a long transcript
             # takes tens of ms, and a held arrow key must not wait on each one.
-            self.call_after_refresh(self._show_selected, key)
+            moved, self._moved = self._moved, time.monotonic()
+            if self._settle is not None:
+                self._settle.stop()
+                self._settle = None
+            if self._moved - moved < SETTLE:
+                self._settle = self.set_timer(SETTLE, partial(self._show_selected, key))
+            else:
+                self.call_after_refresh(self._show_selected, key)
 
     def _show_selected(self, key: str | None) -> None:
         if key == self.selected and self.is_running:
