@@ -45,11 +45,11 @@ TICK = 1 / 30
 NARROW_STATUS = 140
 """Below this width the status line names the recording by its file name only."""
 CARD_EVERY = 4
+"""Cards redraw every fourth tick at most: their counts scan the variant's rollouts."""
 SETTLE = 0.08
 """A move this soon after the last one waits until the cursor rests this long before
 its transcript is laid out: a held arrow key (a move every 30-50 ms) repaints the
 cursor on each row but lays out only the last; a single move lays out at once."""
-"""Cards redraw every fourth tick at most: their counts scan the variant's rollouts."""
 
 class TracewatchApp(App[None]):
     CSS_PATH = "app.tcss"
