@@ -25,7 +25,7 @@ from core.paths import private_dir
 from core.session.config import VariantConfig
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore, Status
-from core.session.variant_life import CapturedChild, VariantLife
+from core.session.variant_life import CapturedChild
 from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
 from core.wire.assembly import AssemblyError
@@ -68,8 +68,9 @@ class ServerExited(RuntimeError):
     pass
 
 
-class Variant(VariantLife, CapturedChild):
+class Variant(CapturedChild):
     config_type = VariantConfig
+    child_name = "server"
     cancel_unavailable = None
     rollout_cancel_unavailable = None
     status_line = None
@@ -91,7 +92,6 @@ class Variant(VariantLife, CapturedChild):
         self._client: EnvClient | None = None
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._cancels: set[asyncio.Task[None]] = set()
-        self._kill_now = False
         self._gone: str | None = None
         self._starts = 0
 
@@ -484,40 +484,12 @@ class Variant(VariantLife, CapturedChild):
         child = self._child
         if child is None:
             return None
-        loop = asyncio.get_running_loop()
-
-        def on_event(kind: str, detail: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(self._on_child_event, kind, detail)
-
-        stopper = asyncio.to_thread(child.terminate, None, on_event)
-        stopping = loop.create_task(stopper)
-        while not stopping.done():
-            if self._kill_now:
-                await asyncio.to_thread(child.kill)
-                self._kill_now = False
-            await asyncio.wait({stopping}, timeout=0.1)
-        with contextlib.suppress(ChildError):
-            stopping.result()
-        self._grace_until = None
+        await self._terminate(child, None)
         # hashing the capture files reads them whole: never on the event loop
         outcome = await asyncio.to_thread(child.outcome)
         self.outcome_text = _describe(outcome)
         self._event("exited", code=outcome.exit_code, status=str(outcome.status), outcome=self.outcome_text)
         return outcome
-
-    def _on_child_event(self, kind: str, detail: dict[str, Any]) -> None:
-        if kind == "sigterm":
-            grace = float(detail.get("grace_seconds", 0.0))
-            # the supervisor's own deadline, so the countdown reaches 0 as SIGKILL is sent
-            self._grace_until = float(detail.get("kill_at", time.time() + grace))
-            self._note("sigterm", f"SIGTERM sent to the server's group, grace {grace:g}s")
-        elif kind == "sigkill":
-            self._grace_until = None
-            by = "a second cancel" if detail.get("by") == "app" else "the grace ran out"
-            self._note("sigkill", f"SIGKILL sent to the server's group: {by}")
-        elif kind == "exited":
-            self._grace_until = None
-            self._note("exited", f"server exited with code {detail.get('exit_code')}")
 
     async def _close_client(self) -> None:
         client, self._client = self._client, None

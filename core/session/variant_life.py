@@ -13,6 +13,7 @@ from typing import Any
 from core.session.contracts import Escalation, VariantState
 from core.session.store import RolloutStore
 from core.supervision.capture import tail_lines
+from core.supervision.child import ChildError, SupervisedChild
 
 
 class VariantLife:
@@ -50,13 +51,17 @@ class VariantLife:
             self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
 
 
-class CapturedChild:
-    """What a variant that runs a supervised child (a server, an eval) shows of it:
-    the grace left before SIGKILL, and the tail of its captured stdout and stderr."""
+class CapturedChild(VariantLife):
+    """A variant that runs a supervised child (a server, an eval): its stop (SIGTERM
+    through the supervisor, SIGKILL when the grace runs out or a second cancel asks),
+    each step of it as a note, the grace left, and the tail of its captured output."""
 
+    child_name: str
+    """What the notes call the child ("server": "SIGTERM sent to the server's group")."""
     stdout_path: Path | None = None
     stderr_path: Path | None = None
     _grace_until: float | None = None
+    _kill_now = False
 
     def grace_left(self, now: float | None = None) -> float | None:
         if self._grace_until is None:
@@ -72,3 +77,36 @@ class CapturedChild:
 
     def log_size(self) -> int:
         return sum(path.stat().st_size for path in (self.stdout_path, self.stderr_path) if path is not None and path.exists())
+
+    async def _terminate(self, child: SupervisedChild, grace: float | None) -> None:
+        """Until the child is gone: `grace` (None: the child's configured one) after
+        SIGTERM, or at once once `_kill_now` is set."""
+        loop = asyncio.get_running_loop()
+
+        def on_event(kind: str, detail: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(self._on_child_event, kind, detail)
+
+        stopping = loop.create_task(asyncio.to_thread(child.terminate, grace, on_event))
+        while not stopping.done():
+            if self._kill_now:
+                await asyncio.to_thread(child.kill)
+                self._kill_now = False
+            await asyncio.wait({stopping}, timeout=0.1)
+        with contextlib.suppress(ChildError):
+            stopping.result()
+        self._grace_until = None
+
+    def _on_child_event(self, kind: str, detail: dict[str, Any]) -> None:
+        group = f"the {self.child_name}'s group"
+        if kind == "sigterm":
+            grace = float(detail.get("grace_seconds", 0.0))
+            # the supervisor's own deadline, so the countdown reaches 0 as SIGKILL is sent
+            self._grace_until = float(detail.get("kill_at", time.time() + grace))
+            self._note("sigterm", f"SIGTERM sent to {group}, grace {grace:g}s")
+        elif kind == "sigkill":
+            self._grace_until = None
+            by = "a second cancel" if detail.get("by") == "app" else "the grace ran out"
+            self._note("sigkill", f"SIGKILL sent to {group}: {by}")
+        elif kind == "exited":
+            self._grace_until = None
+            self._note("exited", f"the {self.child_name} exited with code {detail.get('exit_code')}")

@@ -45,6 +45,7 @@ ROLLOUT_CANCEL_UNAVAILABLE = (
 
 
 class EvalVariant(TapVariant, CapturedChild):
+    child_name = "eval"
     rollout_cancel_unavailable = ROLLOUT_CANCEL_UNAVAILABLE
     cancel_unavailable = None
     health_left = None
@@ -74,7 +75,6 @@ class EvalVariant(TapVariant, CapturedChild):
         self.outcome_text: str | None = None
         self.dropped = 0
         self._child: SupervisedChild | None = None
-        self._kill_now = False
         self._starts = 0
 
     # -- what the UI reads ---------------------------------------------------------
@@ -227,20 +227,7 @@ class EvalVariant(TapVariant, CapturedChild):
         if child is None:
             self._set(VariantState.CANCELLED)
             return
-        loop = asyncio.get_running_loop()
-
-        def on_event(kind: str, detail: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(self._on_child_event, kind, detail)
-
-        stopping = loop.create_task(asyncio.to_thread(child.terminate, grace, on_event))
-        while not stopping.done():
-            if self._kill_now:
-                await asyncio.to_thread(child.kill)
-                self._kill_now = False
-            await asyncio.wait({stopping}, timeout=0.1)
-        with contextlib.suppress(ChildError):
-            stopping.result()
-        self._grace_until = None
+        await self._terminate(child, grace)
         if self._main is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.shield(self._main)
@@ -249,18 +236,6 @@ class EvalVariant(TapVariant, CapturedChild):
         self._event("exited", code=outcome.exit_code, status=str(outcome.status))
         self.runs.end_all("cancelled with the eval", cancelled=True)
         self._set(VariantState.CANCELLED)
-
-    def _on_child_event(self, kind: str, detail: dict[str, Any]) -> None:
-        if kind == "sigterm":
-            grace = float(detail.get("grace_seconds", 0.0))
-            self._grace_until = time.time() + grace
-            self._note("sigterm", f"SIGTERM sent to the eval's group, grace {grace:g}s")
-        elif kind == "sigkill":
-            self._grace_until = None
-            self._note("sigkill", "SIGKILL sent to the eval's group")
-        elif kind == "exited":
-            self._grace_until = None
-            self._note("exited", f"the eval exited with code {detail.get('exit_code')}")
 
     # -- bookkeeping ---------------------------------------------------------------
 
