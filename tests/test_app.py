@@ -223,9 +223,10 @@ async def test_cancel_button_shows_the_escalation(tmp_path: Path) -> None:
         await pilot.click(card.query_one(".cancel", Button))
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await until(pilot, lambda: "SIGTERM sent" in svg_text(svg(app, tmp_path, "cancelling")))
-        shot = svg_text(svg(app, tmp_path, "cancelling"))
-        assert "cancelling" in shot and "left" in shot and "Kill" in shot
+        # the card's body and its button are drawn by separate refreshes: wait for the
+        # frame that has both, never a look at one frame that may hold only the first
+        shown = ("SIGTERM sent", "cancelling", "left", "Kill")
+        await until(pilot, lambda: all(text in svg_text(svg(app, tmp_path, "cancelling")) for text in shown), f"a card showing {shown}")
         assert engine.variants["baseline"].calls == ["cancel"]
 
 
