@@ -197,12 +197,7 @@ class VariantConfig(_VariantFields):
     def _command(cls, value: Any) -> Any:
         if value is None:
             return value
-        if isinstance(value, str):
-            raise ValueError(
-                f"expected a list of arguments, not one string: command = {json.dumps(shlex.split(value))}"
-            )
-        if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value) or not value[0]:
-            raise ValueError(f"expected a non-empty list of strings (the server's argv), got {short_repr(value)}")
+        _argv(value, "command", "the server's argv")
         mentioned = {match for arg in value for match in _PLACEHOLDER.findall(arg)}
         if unknown := sorted(mentioned - set(PLACEHOLDERS)):
             raise ValueError(f"unknown placeholder {{{unknown[0]}}}; {suggest(unknown[0], PLACEHOLDERS, '{%s}')}")
@@ -304,6 +299,16 @@ class VariantConfig(_VariantFields):
         return {**{name: os.environ[name] for name in names if name in os.environ}, **self.env}
 
 
+def _argv(value: Any, field: str, what: str) -> list[str]:
+    """A command line: a non-empty list of strings. One string is refused with the
+    list it most likely meant, split as a shell would."""
+    if isinstance(value, str):
+        raise ValueError(f"expected a list of arguments, not one string: {field} = {json.dumps(shlex.split(value))}")
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value) or not value[0]:
+        raise ValueError(f"expected a non-empty list of strings ({what}), got {short_repr(value)}")
+    return value
+
+
 def _tcp(value: Any, what: str, port_zero: bool = False) -> Any:
     match = _TCP.match(value) if isinstance(value, str) else None
     low = 0 if port_zero else 1
@@ -339,16 +344,11 @@ class TapVariantConfig(_VariantFields):
     proxy: ProxySpec | None = None
     eval: list[str] | None = Field(None, description='a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]')
     relay: str | None = Field(None, description="tcp://host:port of a driver's tracewatch_relay.Relay")
+
     @field_validator("eval", mode="before")
     @classmethod
     def _eval(cls, value: Any) -> Any:
-        if value is None:
-            return value
-        if isinstance(value, str):
-            raise ValueError(f"expected a list of arguments, not one string: eval = {json.dumps(shlex.split(value))}")
-        if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value) or not value[0]:
-            raise ValueError(f'expected a non-empty list of strings (a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]), got {short_repr(value)}')
-        return value
+        return value if value is None else _argv(value, "eval", 'a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]')
 
     @field_validator("relay", mode="before")
     @classmethod
