@@ -220,8 +220,11 @@ async def test_cancel_button_shows_the_escalation(tmp_path: Path) -> None:
     async with app.run_test(size=(200, 60)) as pilot:
         await started(pilot)
         card = app.query(".variant-card").first()
-        await pilot.click(card.query_one(".cancel", Button))
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        cancel = card.query_one(".cancel", Button)
+        # a click lands where the button is drawn: wait until it is, and can be pressed
+        await until(pilot, lambda: not cancel.disabled and cancel.region.area > 0 and cancel.region in app.screen.region, "the Cancel button on screen")
+        await pilot.click(cancel)
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirm screen")
         await pilot.press("y")
         # the card's body and its button are drawn by separate refreshes: wait for the
         # frame that has both, never a look at one frame that may hold only the first
