@@ -40,6 +40,7 @@ import zmq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.ports import free_address  # noqa: E402
 from core.session.store import percentile  # noqa: E402
 from core.wire.protocol import (  # noqa: E402
     ClientConfig,
@@ -63,8 +64,7 @@ def scale_task(index: int, turns: int, tokens: int) -> dict:
 
 
 def capture(path: Path, rollouts: int, turns: int, tokens: int) -> None:
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    address = free_address()
     demo = subprocess.Popen(
         [sys.executable, "-m", "core.demo", "--address", address, "--log-level", "WARNING"],
         cwd=ROOT,
@@ -438,14 +438,6 @@ def main() -> None:
         print(json.dumps(measure(args.measure, args.frames, args.rollouts, args.turns, args.tokens)))
     else:
         report(args)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 if __name__ == "__main__":

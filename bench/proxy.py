@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,14 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from demo_launch import launch, stop  # noqa: E402
 
+from core.ports import free_address  # noqa: E402
 from core.wire.client import EnvClient  # noqa: E402
 from core.wire.protocol import pack, unpack  # noqa: E402
-
-
-def free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def tasks(runs: int, turns: int, tokens: int) -> list[dict]:

@@ -13,6 +13,7 @@ import zmq
 import zmq.asyncio
 from polling import eventually
 
+from core.ports import free_address
 from core.wire.assembly import AssemblyError, EpisodeAssembly
 from core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
 
@@ -311,12 +312,7 @@ async def test_a_cancel_right_before_close_still_reaches_the_server(router):
 
 async def test_a_broken_socket_fails_waiting_runs_instead_of_hanging():
     """If receiving fails outright, every run still waiting learns it at once."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    client = EnvClient(f"tcp://127.0.0.1:{port}")
+    client = EnvClient(free_address())
     run = asyncio.ensure_future(client.run({"id": "t"}, {}, "m", {}))
     await eventually(lambda: client._receiver is not None, what="the client's receiver")
     client._socket.close(linger=0)  # what a dead context does to a receive in progress

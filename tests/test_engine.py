@@ -16,7 +16,9 @@ from demo_sessions import WAIT, attached_variant, demo_variant, server_pids
 from polling import alive, eventually
 from scripted_server import ScriptedServer, attached
 
+from core import ports
 from core.recordings.recorder import Recorder
+from core.session import variant as variant_module
 from core.session.contracts import VariantState
 from core.session.engine import Engine
 from core.session.store import Status
@@ -81,10 +83,52 @@ async def test_server_killed_mid_run_fails_its_rollouts(engine_for):
     assert not alive(supervisor_pid)
 
 
+def listening() -> socket.socket:
+    """A socket that holds a port, as another process would between our look and the bind."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    return holder
+
+
+async def test_a_port_taken_before_the_server_binds_it_is_replaced_by_another(engine_for, monkeypatch):
+    with listening() as thief:
+        taken = thief.getsockname()[1]
+        picks = iter([taken])
+        monkeypatch.setattr(variant_module, "free_port", lambda: next(picks, None) or ports.free_port())
+        engine = engine_for(demo_variant("lucky", ["normal", "normal"]))
+        await engine.start()
+        await asyncio.wait_for(engine.wait(), 90)
+    variant = engine.variants["lucky"]
+    assert variant.state is VariantState.DONE, variant.reason
+    assert variant.address is not None and not variant.address.endswith(f":{taken}")
+    assert all(r.status is Status.DONE for r in engine.store.rollouts.values())
+    assert variant.outcome_text == "server stopped with SIGTERM · exit code 0"
+
+
+async def test_ports_taken_every_time_fail_the_variant_clearly(engine_for, monkeypatch):
+    thieves = [listening(), listening()]
+    try:
+        taken = [thief.getsockname()[1] for thief in thieves]
+        picks = iter(taken)
+        monkeypatch.setattr(variant_module, "free_port", lambda: next(picks))
+        monkeypatch.setattr(variant_module, "PORT_ATTEMPTS", 2)
+        engine = engine_for(demo_variant("unlucky", ["normal"]))
+        await engine.start()
+        await asyncio.wait_for(engine.wait(), 90)
+    finally:
+        for thief in thieves:
+            thief.close()
+    variant = engine.variants["unlucky"]
+    assert variant.state is VariantState.FAILED
+    expected = f"the server could not listen: 2 free ports in a row ({taken[0]}, {taken[1]}) were taken by another process before it bound them"
+    assert variant.reason == expected
+    assert engine.store.rollouts["unlucky/0"].status is Status.FAILED and engine.store.rollouts["unlucky/0"].reason == expected
+    assert not any(alive(pid) for pid in server_pids(engine, "unlucky"))
+
+
 async def test_attach_to_nothing_fails_after_health_timeout(engine_for):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = ports.free_port()
     engine = engine_for(attached_variant("remote", f"tcp://127.0.0.1:{port}", health_timeout=1.0))
     started = time.monotonic()
     await engine.start()

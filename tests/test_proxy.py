@@ -25,6 +25,7 @@ from verifiers.v1.episode import WireEpisode
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
+from core.ports import PORT_ATTEMPTS, free_address
 from core.recordings.replay import OpenedRecording
 from core.session.config import Config
 from core.session.contracts import VariantState
@@ -37,12 +38,6 @@ from core.wire.client import EnvClient
 SPEED = 60.0
 WAIT = 60.0
 SAMPLING = {"temperature": 0.3, "max_tokens": 512}
-
-
-def free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def task(i: int, scenario: str = "normal") -> dict:
@@ -61,12 +56,15 @@ async def proxy_engine(upstream, tmp_path):
     engines: list[Engine] = []
 
     async def make(recorder=None, upstream_address: str = upstream) -> tuple[Engine, ProxyVariant]:
-        engine = Engine(Config.for_proxy(free_address(), upstream_address, "px"), recorder=recorder, session_dir=tmp_path / "s")
-        engines.append(engine)
-        await engine.start()
-        variant = engine.variants["px"]
-        assert isinstance(variant, ProxyVariant)
-        await eventually(lambda: variant.state is not VariantState.STARTING, WAIT, "the forwarding process up")
+        for _ in range(PORT_ATTEMPTS):  # another process may bind the free port before the proxy does
+            engine = Engine(Config.for_proxy(free_address(), upstream_address, "px"), recorder=recorder, session_dir=tmp_path / "s")
+            engines.append(engine)
+            await engine.start()
+            variant = engine.variants["px"]
+            assert isinstance(variant, ProxyVariant)
+            await eventually(lambda v=variant: v.state is not VariantState.STARTING, WAIT, "the forwarding process up")
+            if variant.state is not VariantState.FAILED or "in use" not in (variant.reason or ""):
+                break
         assert variant.state is VariantState.RUNNING, variant.reason
         return engine, variant
 

@@ -18,6 +18,7 @@ from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
 import tracewatch_relay
+from core.ports import free_address
 from core.session.config import Config
 from core.session.contracts import VariantState
 from core.session.engine import Engine
@@ -105,14 +106,8 @@ async def test_a_full_queue_drops_and_counts_and_never_blocks_the_caller() -> No
         relay.close()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_a_relay_address_nobody_serves_is_a_clear_error() -> None:
-    address = f"tcp://127.0.0.1:{free_port()}"
+    address = free_address()
     result = subprocess.run(
         [sys.executable, "-m", "tui.cli", "tap", address, "--headless", "--no-record"], capture_output=True, text=True, timeout=WAIT
     )

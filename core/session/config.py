@@ -31,12 +31,12 @@ from pydantic import (
 )
 
 from core.paths import DEFAULT_KEEP_SESSIONS
+from core.ports import LOOPBACK
 from core.session.config_errors import ConfigError, Problem, field_path, problems_of, suggest
 from core.session.secrets import find_secrets
 from core.text import short_repr
 from core.wire.protocol import ClientConfig, SamplingConfig
 
-LOOPBACK = "127.0.0.1"
 PLACEHOLDERS = ("address", "port", "python")
 """What a server argv may mention: `{port}` is a free port the app picked,
 `{address}` is `tcp://127.0.0.1:{port}`, and `{python}` is the interpreter running

@@ -15,13 +15,13 @@ import contextlib
 import itertools
 import logging
 import os
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from core.paths import private_dir
+from core.ports import LOOPBACK, PORT_ATTEMPTS, PortsTaken, free_port, port_taken
 from core.session.config import VariantConfig
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore, Status
@@ -192,14 +192,7 @@ class Variant(CapturedChild):
             while more := self._queue_rollouts(upcoming):  # a long task list: the rest, a turn at a time
                 keys += more
                 await asyncio.sleep(0)
-            address = await self._launch()
-            health_timeout = self.config.health_timeout
-            if self.config.attach:
-                deadline = time.monotonic() + health_timeout
-                await self._wait_for_listener(address, deadline)
-                health_timeout = round(max(0.1, deadline - time.monotonic()), 1)
-            self._client = EnvClient(address, on_drop=lambda reason: self.store.dropped_frame(self.name, reason))
-            await self._client.wait_for_server_startup(health_timeout, on_wait=self._health_countdown)
+            address = await self._up()
             self.health_left = None
             self._event("healthy", address=address)
             self._set(VariantState.RUNNING)
@@ -212,7 +205,7 @@ class Variant(CapturedChild):
             await self._stop_server()
             self._set(VariantState.FAILED if self.reason else VariantState.DONE)
         except Exception as error:
-            known = isinstance(error, (ServerExited, AttachFailed, TimeoutError, ChildError, OSError))
+            known = isinstance(error, (ServerExited, PortsTaken, AttachFailed, TimeoutError, ChildError, OSError))
             if not known:
                 logger.exception("variant %s failed", self.name)
             self.health_left = None
@@ -237,13 +230,43 @@ class Variant(CapturedChild):
                 self.recorder.rollout(rollout.key, self.name, task_index, task_data, rollout_index, run=self._starts)
         return keys
 
-    async def _launch(self) -> str:
+    async def _up(self) -> str:
+        """Attach, or start the server, until it answers health; its address.
+
+        A started server gets a port that was free when we looked; if another process
+        binds it first, the server dies before it answers, and it is started again on
+        another port (`PORT_ATTEMPTS` in all)."""
         if self.config.attach:
-            self.address = self.config.attach
-            self._event("attached", address=self.address, model=self.model, sampling=self.sampling)
-            return self.address
-        port = _free_port()
-        self.address = f"tcp://127.0.0.1:{port}"
+            address = self.address = self.config.attach
+            self._event("attached", address=address, model=self.model, sampling=self.sampling)
+            deadline = time.monotonic() + self.config.health_timeout
+            await self._wait_for_listener(address, deadline)
+            await self._wait_for_health(address, round(max(0.1, deadline - time.monotonic()), 1))
+            return address
+        taken: list[int] = []
+        while True:
+            port = free_port()
+            address = await self._launch(port)
+            try:
+                await self._wait_for_health(address, self.config.health_timeout)
+                return address
+            except ServerExited:
+                if not port_taken(port):
+                    raise
+            taken.append(port)
+            await self._close_client()
+            await self._stop_server()
+            if len(taken) == PORT_ATTEMPTS:
+                raise PortsTaken(taken)
+            self.outcome_text = None  # the lost start's: the next one has not ended
+            self._event("port-taken", port=port, detail="taken by another process before the server bound it: trying another")
+
+    async def _wait_for_health(self, address: str, timeout: float) -> None:
+        self._client = EnvClient(address, on_drop=lambda reason: self.store.dropped_frame(self.name, reason))
+        await self._client.wait_for_server_startup(timeout, on_wait=self._health_countdown)
+
+    async def _launch(self, port: int) -> str:
+        self.address = f"tcp://{LOOPBACK}:{port}"
         run_dir = private_dir(self.session_dir / f"{self.name}-{self._starts}")
         self.stdout_path = run_dir / "stdout.log"
         self.stderr_path = run_dir / "stderr.log"
@@ -556,11 +579,3 @@ def _describe(outcome: ChildOutcome) -> str:
         return f"server stopped at its deadline · {code}{signal_name}"
     ended = "failed" if outcome.status == "failed" else "exited"
     return f"server {ended} by itself · {code}{signal_name}"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
