@@ -16,9 +16,11 @@ from demo_launch import launch, stop
 from demo_sessions import SPEED as ENGINE_SPEED
 from demo_sessions import demo_variant, server_pids, write_config
 from polling import alive, until
+from scripted_server import ScriptedServer, attached
 from textual import events
 from textual.pilot import Pilot
 
+from core.session import variant as variant_module
 from core.session.config import load_config
 from core.session.contracts import VariantState
 from core.session.engine import Engine
@@ -477,3 +479,25 @@ async def test_cancelling_an_attached_variant_promises_no_signal_and_sends_none(
         assert server.poll() is None, "someone else's server keeps running"
     finally:
         stop(server)
+
+
+async def test_c_twice_asks_the_server_to_abort_the_run_once(tmp_path: Path, monkeypatch) -> None:
+    """A second `c`, and the variant's stop after it, leave the run to the first
+    cancel: the server (which never answers it) is asked once, and the user is told."""
+    monkeypatch.setattr(variant_module, "CANCEL_ANSWER_WAIT", 600.0)  # the cancel stays open through the test
+    async with ScriptedServer({}) as server:  # no script: the run waits
+        server.cancel_reply = None
+        server.abort_on_cancel = False
+        engine = Engine(attached(server.address, ["silent"], tmp_path), session_dir=tmp_path / "session")
+        app = TracewatchApp(engine)
+        async with app.run_test(size=(120, 40)) as pilot:
+            rollout = engine.store.rollouts["remote/0"]
+            await until(pilot, lambda: rollout.status is Status.RUNNING, "the run started", TIMEOUT)
+            await select_row(pilot, app, "remote/0")
+            await pilot.press("c")
+            await until(pilot, lambda: server.cancels == [rollout.request_id], "the cancel at the server", TIMEOUT)
+            await pilot.press("c")
+            await until(pilot, lambda: any("already cancelling" in n.message for n in app._notifications), "the second c answered")
+            await asyncio.wait_for(engine.shutdown(), TIMEOUT)
+        assert rollout.status is Status.CANCELLED
+        assert server.cancels == [rollout.request_id]

@@ -26,7 +26,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.retention import freeze_startup
-from core.session.store import Rollout
+from core.session.store import Rollout, Status
 from tui.compare_view import CompareView
 from tui.filter_field import FilterField
 from tui.footer import SteadyFooter
@@ -418,6 +418,8 @@ class TracewatchApp(App[None]):
             self.notify("Select a rollout first.", severity="warning")
         elif rollout.status.finished:
             self.notify(f"{safe(rollout.key)} already {rollout.status}.", severity="warning")
+        elif rollout.status is Status.CANCELLING:
+            self.notify(f"{safe(rollout.key)} is already cancelling.", severity="warning")
         elif (variant := self.engine.variants.get(rollout.variant)) and variant.rollout_cancel_unavailable:
             self.notify(safe(variant.rollout_cancel_unavailable), title="No rollout cancel", severity="warning")
         elif self.engine.cancel_rollout(rollout.key):

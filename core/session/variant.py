@@ -171,9 +171,13 @@ class Variant(CapturedChild):
         self._stopping = asyncio.get_running_loop().create_task(self._cancel())
 
     def cancel_rollout(self, key: str) -> bool:
+        """Ask the server to abort the run, once: a rollout already cancelling (by an
+        earlier call or with its variant) is left to that cancel."""
         rollout = self.store.rollouts.get(key)
         if rollout is None or rollout.status.finished:
             return False
+        if rollout.status is Status.CANCELLING:
+            return True
         task = self._runs.get(key)
         if rollout.status is Status.QUEUED or task is None:
             self._end(key, "cancelled before it started", cancelled=True)

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from core.session.contracts import VariantState
-from core.session.store import RolloutStore
+from core.session.store import RolloutStore, Status
 from core.taps.forward_process import ForwardingProcess
 from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
 from core.taps.tap_variant import TapVariant
@@ -99,6 +99,8 @@ class ProxyVariant(TapVariant):
             return False
         if key not in self.runs.keys.values():
             return False
+        if rollout.status is Status.CANCELLING:  # asked once already
+            return True
         forwarder.cancel(rollout.request_id)
         self.store.cancelling(key)
         self._say(f"cancel sent upstream for {key} (request {rollout.request_id})")

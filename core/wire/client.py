@@ -208,7 +208,10 @@ class EnvClient:
         return assembly.finish(response.head, response.traces)
 
     async def cancel(self, request_id: str, timeout: float | None = 10.0) -> bool:
-        """Ask the server to abort a run; true if it found the run live."""
+        """Ask the server to abort a run; true if it found the run live. A run of ours
+        asked this way is not asked again when it is stopped or the client closes."""
+        if request_id in self._runs:
+            self._asked_to_abort.add(request_id)
         reply = await self._request(CancelRequest(request_id=request_id), timeout=timeout)
         response = parse_reply(CancelResponse, reply, "cancel")
         if not response.success:
