@@ -197,6 +197,36 @@ async def test_side_by_side_of_a_task_one_variant_ran_shows_two_of_its_rollouts(
         await until(pilot, lambda: "reply of a/0 to task 0" in shown(left.transcript) and "reply of a/1 to task 0" in shown(right.transcript))
 
 
+async def test_side_by_side_follows_rollouts_that_start_and_end_while_it_is_open() -> None:
+    """A rollout of the task that starts while the screen is open joins its variant's
+    `,` `.` and the header's count; its reward and ending show as they land; a variant
+    whose first rollout of the task starts then joins `v`."""
+    store = RolloutStore(clock=lambda: 10.0)
+    scored(store, "a", 1, [1.0])
+    scored(store, "b", 1, [0.0])
+    engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b", "c")})
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        _, screen, left, right = await open_side_by_side(app, pilot, 2, "enter")
+        assert "b · variant 2 of 2\nrollout 0 of run 1 (1/1)" in str(right.head.render())
+        late = store.add_rollout("b", 1, {"name": "task 1"}, 1)
+        store.started(late.key, "r-late", t=5.0)
+        message = {"role": "assistant", "content": "[b]the late reply"}
+        store.apply(late.key, {"trace": "t-late", "open": {"id": "t-late"}, "nodes": [{"parent": None, "message": message, "sampled": True}]})
+        await until(pilot, lambda: "(1/2) · reward 0.00 · done" in str(right.head.render()), "the new rollout counted")
+        await pilot.press("right", "full_stop")
+        await until(pilot, lambda: "[b]the late reply" in shown(right.transcript), "the new rollout shown")
+        assert "rollout 1 of run 1 (2/2) · reward – ·" in str(right.head.render())
+        store.apply(late.key, {"trace": "t-late", "set": {"rewards": {"r": {"score": 1.0, "weight": 1.0}}}})
+        store.finished(late.key, {"traces": [dict(late.assembly.traces["t-late"])]}, t=8.0)
+        await until(pilot, lambda: "(2/2) · reward 1.00 · done" in str(right.head.render()), "its reward and ending")
+        scored(store, "c", 1, [0.5])
+        await until(pilot, lambda: "variant 2 of 3" in str(right.head.render()), "the new variant counted")
+        await pilot.press("v")
+        await until(pilot, lambda: right.variant == "c" and "[b]reply of c/0 to task 1" in shown(right.transcript))
+        assert "c · variant 3 of 3\nrollout 0 of run 1 (1/1) · reward 0.50 · done" in str(right.head.render())
+
+
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
 async def test_the_compare_tab_fits_its_pane_and_shows_every_count(size: tuple[int, int]) -> None:
     """In a narrow pane (80x24, or beside the table at 200x60) the task column gives

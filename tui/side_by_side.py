@@ -2,7 +2,8 @@
 under a header (variant, which rollout of how many, reward, how it ended). Each side
 chooses its own variant (`v` / `V` step the focused side through the variants that ran
 the task; the same one on both sides compares two of its rollouts) and its rollout
-(`,` and `.`)."""
+(`,` and `.`). Both follow the store: rollouts of the task that start or end while the
+screen is open join the cycling and the header, a variant that runs it joins `v`."""
 
 from __future__ import annotations
 
@@ -24,10 +25,15 @@ REFRESH = 0.25
 """Seconds between bringing both transcripts up to date (their rollouts may run on)."""
 
 
-def task_rollouts(store: RolloutStore, variant: str, task: Task) -> list[Rollout]:
-    """The variant's rollouts of the task, by run and rollout number."""
+def task_rollouts(store: RolloutStore, variant: str, task: Task) -> list[str]:
+    """The keys of the variant's rollouts of the task, by run and rollout number (keys,
+    not rollouts: an opened recording replaces a rollout when it loads it)."""
     found = [r for r in store.variant_rollouts(variant) if (r.task_index, r.task_label) == task]
-    return sorted(found, key=lambda r: (r.run, r.rollout_index))
+    return [r.key for r in sorted(found, key=lambda r: (r.run, r.rollout_index))]
+
+
+def variants_that_ran(store: RolloutStore, task: Task) -> list[str]:
+    return [name for name in store.variants if any((r.task_index, r.task_label) == task for r in store.variant_rollouts(name))]
 
 
 def first_sides(ran: Sequence[str], prefer: Sequence[str]) -> list[str]:
@@ -64,7 +70,18 @@ class Side(Vertical):
 
     @property
     def rollout(self) -> Rollout | None:
-        return self.rollouts[self.at] if self.rollouts else None
+        return self.store.rollouts.get(self.rollouts[self.at]) if self.rollouts else None
+
+    def follow(self) -> None:
+        """The variant's rollouts of the task as the store has them now, still showing
+        the one shown (the first, if there was none)."""
+        shown = self.rollouts[self.at] if self.rollouts else None
+        self.rollouts = task_rollouts(self.store, self.variant, self.shown_task)
+        if shown is None:
+            if self.rollouts:
+                self.show()
+        else:
+            self.at = self.rollouts.index(shown) if shown in self.rollouts else 0
 
     def cycle(self, step: int) -> None:
         if self.rollouts:
@@ -129,8 +146,10 @@ class SideBySideScreen(Screen[list[str]]):
 
     def __init__(self, store: RolloutStore, task: Task, load: Callable[[str], None], prefer: Sequence[str] = ()) -> None:
         super().__init__()
+        self.store = store
         self.shown_task = task
-        ran = [name for name in store.variants if task_rollouts(store, name, task)]
+        self.ran = ran = variants_that_ran(store, task)
+        self._seen = store.version
         self.sides = [Side(store, task, ran, name, load) for name in first_sides(ran, prefer)]
         if len(self.sides) == 2 and self.sides[0].variant == self.sides[1].variant:
             right = self.sides[1]
@@ -147,6 +166,11 @@ class SideBySideScreen(Screen[list[str]]):
         self.set_interval(REFRESH, self._refresh)
 
     def _refresh(self) -> None:
+        if self.store.version != self._seen:  # a rollout was added, started or ended
+            self._seen = self.store.version
+            self.ran[:] = variants_that_ran(self.store, self.shown_task)  # the list the sides share
+            for side in self.sides:
+                side.follow()
         for side in self.sides:
             side.draw()
 

@@ -360,6 +360,9 @@ class RolloutStore:
         self._versions: dict[str, int] = {}
         """Per variant, bumped whenever a rollout's status, ending or record changes:
         `stats` is recomputed only then, not at every redraw of 100,000 rollouts."""
+        self.version = 0
+        """Bumped with any variant's version (a rollout added too): a view derived from
+        which rollouts there are and how they ended looks again only when it moved."""
 
     def add_variant(self, name: str) -> None:
         if name not in self.variants:
@@ -585,6 +588,7 @@ class RolloutStore:
 
     def _bump(self, rollout: Rollout) -> None:
         self._versions[rollout.variant] = self._versions.get(rollout.variant, 0) + 1
+        self.version += 1
 
 
 def _first_error(record: dict[str, Any]) -> str | None:
