@@ -14,6 +14,7 @@ from tui_standin import StandInEngine, StandInVariant, make_engine
 
 from core.session.compare import compare, compare_lines, compare_store
 from core.session.store import RolloutStore
+from tui import compare_view
 from tui.app import TracewatchApp
 from tui.cli import main
 from tui.compare_view import CompareView
@@ -225,6 +226,47 @@ async def test_side_by_side_follows_rollouts_that_start_and_end_while_it_is_open
         await pilot.press("v")
         await until(pilot, lambda: right.variant == "c" and "[b]reply of c/0 to task 1" in shown(right.transcript))
         assert "c · variant 3 of 3\nrollout 0 of run 1 (1/1) · reward 0.50 · done" in str(right.head.render())
+
+
+def view_text(view: CompareView) -> str:
+    return "\n".join(strip.text for strip in view.render_lines(view.size.region))
+
+
+async def test_the_compare_tab_computes_only_when_the_store_moved_and_it_shows(monkeypatch) -> None:
+    """An ending shows on the tab without waiting for a clock; ticks with nothing new,
+    or with the tab hidden, compute nothing (at 5,000 rollouts a comparison takes tens
+    of milliseconds)."""
+    computed: list[int] = []
+    real = compare_view.compare_store
+    monkeypatch.setattr(compare_view, "compare_store", lambda store: computed.append(store.version) or real(store))
+    store = RolloutStore()  # the real clock: the app's once-a-second work runs
+    scored(store, "a", 0, [1.0])
+    scored(store, "b", 0, [0.0])
+    app = TracewatchApp(StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b")}))
+
+    async def ticks(count: int) -> None:
+        """`count` ticks of the app (30 a second: 40 outlast its once-a-second work)."""
+        start = app._ticks
+        await until(pilot, lambda: app._ticks >= start + count, f"{count} ticks")
+
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 2)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        await until(pilot, lambda: "b  mean reward 0.000 over 1 scored" in view_text(view), "the tab drawn")
+        before = len(computed)
+        await ticks(40)
+        assert len(computed) == before, "nothing moved: nothing computed"
+        scored(store, "b", 0, [1.0])
+        await until(pilot, lambda: "b  mean reward 0.500 ± 0.500 over 2 scored" in view_text(view), "the new reward shown")
+        await pilot.press("1")
+        before = len(computed)
+        scored(store, "a", 0, [0.0])
+        await ticks(40)
+        assert len(computed) == before, "the tab is hidden: nothing computed"
+        await pilot.press("4")
+        await until(pilot, lambda: "a  mean reward 0.500 ± 0.500 over 2 scored" in view_text(view), "what landed while it was hidden")
+        assert computed[before:] == [store.version], "computed once, for the store as it is"
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])

@@ -105,6 +105,7 @@ class TracewatchApp(App[None]):
         self.status = self.query_one("#status", Static)
         self.palette = Palette(self.table)
         self.panel = self.query_one(VariantsPanel)
+        self.compare = self.query_one(CompareView)
         self._add_cards()
         self.call_after_refresh(self._first_draw)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -144,6 +145,8 @@ class TracewatchApp(App[None]):
                 self.trace_pane.refresh_trace(changes.traces)
                 self._show_timing(now)
             self._dirty_variants |= changes.variants
+            if self.detail.active == "tab-compare":
+                self.compare.follow()
             if now >= self._next_second:
                 self._second()
             elif self._dirty_variants and self._ticks % CARD_EVERY == 0:
@@ -159,8 +162,6 @@ class TracewatchApp(App[None]):
         self._show_timing(now)
         self._draw_status(now)
         self.logs.poll(visible=self.detail.active == "tab-logs")
-        if self.detail.active == "tab-compare":
-            self.query_one(CompareView).refresh(layout=True)
 
     @on(LogsView.Unread)
     def _logs_unread(self) -> None:
@@ -199,6 +200,8 @@ class TracewatchApp(App[None]):
     @on(TabbedContent.TabActivated, "#detail")
     def _tab_activated(self) -> None:
         self._show_timing(self.store.clock())
+        if self.detail.active == "tab-compare":  # what moved while it was hidden
+            self.compare.refresh(layout=True)
 
     def _draw_status(self, now: float) -> None:
         running, stalled = self.store.live_counts(now)
