@@ -250,6 +250,8 @@ class TracewatchApp(App[None]):
         if key != self.selected:
             self.selected = key
             self.engine.select(key)
+            if (rollout := self._rollout()) is not None and rollout.unavailable:
+                self.notify(safe(rollout.unavailable), title="Its traces cannot be shown", severity="error")
             # The cursor's move reaches the screen first: laying out a long transcript
             # takes tens of ms, and a held arrow key must not wait on each one.
             moved, self._moved = self._moved, time.monotonic()
@@ -277,7 +279,7 @@ class TracewatchApp(App[None]):
         def chosen(variants: list[str] | None) -> None:
             self._side_variants = variants or self._side_variants
 
-        self.push_screen(SideBySideScreen(self.store, event.chosen, self.engine.select, self._side_variants), chosen)
+        self.push_screen(SideBySideScreen(self.store, event.chosen, self.engine.show, self._side_variants), chosen)
 
     @on(TracePane.TraceChanged)
     def _trace_changed(self) -> None:

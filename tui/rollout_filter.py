@@ -78,7 +78,7 @@ class RowFilter:
             return False
         if self.words:
             haystack = " ".join(
-                (rollout.key, rollout.variant, rollout.task_label, *rollout.traces)
+                (rollout.key, rollout.variant, rollout.task_label, *rollout.trace_ids)
             ).lower()
             return all(word in haystack for word in self.words)
         return True

@@ -71,7 +71,7 @@ def sort_value(column: str, rollout: Rollout, now: float) -> Any:
         case "number":
             return (rollout.run, rollout.rollout_index)
         case "trace":
-            return next(iter(rollout.traces), "")
+            return next(iter(rollout.trace_ids), "")
         case "phase":
             return _PHASE_ORDER.get(rollout.phase, len(_PHASE_ORDER))
         case "reward":
@@ -530,7 +530,7 @@ class RolloutsTable(ScrollView, can_focus=True):
                 case "number":
                     cells[column] = (rollout_number(rollout), palette.muted)
                 case "trace":
-                    ids = list(rollout.traces)
+                    ids = rollout.trace_ids
                     # "+N" more traces must fit the column: a shorter id makes room for it
                     text = (ids[0][:8] if len(ids) == 1 else f"{ids[0][:6]} +{len(ids) - 1}") if ids else ""
                     cells[column] = (safe(text), palette.muted)

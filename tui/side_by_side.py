@@ -7,7 +7,7 @@ screen is open join the cycling and the header, a variant that runs it joins `v`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -47,7 +47,7 @@ def first_sides(ran: Sequence[str], prefer: Sequence[str]) -> list[str]:
 class Side(Vertical):
     """One variant's rollouts of the task, one shown at a time."""
 
-    def __init__(self, store: RolloutStore, task: Task, ran: list[str], variant: str, load: Callable[[str], None], **kwargs) -> None:
+    def __init__(self, store: RolloutStore, task: Task, ran: list[str], variant: str, moved: Callable[[], None], **kwargs) -> None:
         super().__init__(**kwargs)
         self.store = store
         self.shown_task = task
@@ -55,8 +55,8 @@ class Side(Vertical):
         """The variants that ran the task, which this side steps through."""
         self.variant = variant
         self.rollouts = task_rollouts(store, variant, task)
-        self.load = load
-        """Asks the session to load a rollout's records (an opened recording loads on demand)."""
+        self.moved = moved
+        """Tells the screen this side shows another rollout (the session loads it)."""
         self.at = 0
         self.head = Static(markup=False, classes="side-head")
         self.transcript = Transcript(clock=store.clock)
@@ -97,8 +97,7 @@ class Side(Vertical):
         self.show()
 
     def show(self) -> None:
-        if (rollout := self.rollout) is not None:
-            self.load(rollout.key)
+        self.moved()
         self.draw()
 
     def draw(self) -> None:
@@ -124,6 +123,8 @@ class Side(Vertical):
         text.append(f" · {ended}")
         if rollout.reason and rollout.reason.lower() != ended:
             text.append(f" · {safe(rollout.reason)}", style="bold")
+        if rollout.unavailable:
+            text.append(f" · {safe(rollout.unavailable)}", style="bold reverse")
         return text
 
 
@@ -144,13 +145,16 @@ class SideBySideScreen(Screen[list[str]]):
     }
     """
 
-    def __init__(self, store: RolloutStore, task: Task, load: Callable[[str], None], prefer: Sequence[str] = ()) -> None:
+    def __init__(self, store: RolloutStore, task: Task, show: Callable[[Iterable[str]], None], prefer: Sequence[str] = ()) -> None:
         super().__init__()
         self.store = store
         self.shown_task = task
+        self.show = show
+        """Tells the session which rollouts the sides show (an opened recording loads
+        them on demand; a live one keeps them in memory while shown)."""
         self.ran = ran = variants_that_ran(store, task)
         self._seen = store.version
-        self.sides = [Side(store, task, ran, name, load) for name in first_sides(ran, prefer)]
+        self.sides = [Side(store, task, ran, name, self._sides_moved) for name in first_sides(ran, prefer)]
         if len(self.sides) == 2 and self.sides[0].variant == self.sides[1].variant:
             right = self.sides[1]
             right.at = min(1, len(right.rollouts) - 1)  # one variant on both sides: two of its rollouts
@@ -164,6 +168,9 @@ class SideBySideScreen(Screen[list[str]]):
     def on_mount(self) -> None:
         self.sides[0].transcript.focus()
         self.set_interval(REFRESH, self._refresh)
+
+    def _sides_moved(self) -> None:
+        self.show([side.rollout.key for side in self.sides if side.rollout is not None])
 
     def _refresh(self) -> None:
         if self.store.version != self._seen:  # a rollout was added, started or ended
@@ -188,4 +195,5 @@ class SideBySideScreen(Screen[list[str]]):
         self.sides[min(index, len(self.sides) - 1)].transcript.focus()
 
     def action_back(self) -> None:
+        self.show(())
         self.dismiss([side.variant for side in self.sides])

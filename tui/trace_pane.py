@@ -132,6 +132,8 @@ class TracePane(Vertical):
             text.append(f" · {safe(rollout.note)}")
         if rollout.reason and rollout.reason.lower() != rollout.phase:  # not "cancelled · cancelled"
             text.append(f" · {safe(rollout.reason)}", style="bold")
+        if rollout.unavailable:
+            text.append(f" · {safe(rollout.unavailable)}", style="bold reverse")
         if self.hidden:
             text.append(" · not in the filtered view", style="reverse")
         if status := self.transcript.search_status:

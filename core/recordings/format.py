@@ -112,7 +112,7 @@ class Damage:
         """True (and counted) if `record` is damaged; with `announced` (the rollout ids
         seen so far), also a record of a rollout never announced, or announced twice."""
         problem = record_problem(record)
-        if problem is None and announced is not None and record.get("k") in _ROLLOUT_KINDS:
+        if problem is None and announced is not None and record.get("k") in ROLLOUT_KINDS:
             known = record["id"] in announced
             if known == (record["k"] == "rollout"):
                 problem = f"rollout {record['id']!r} was {'already' if known else 'never'} announced"
@@ -133,4 +133,5 @@ class Damage:
         return f"{before}; {mine}" if before else f"{path}: {mine}"
 
 
-_ROLLOUT_KINDS = ("rollout", "request", "delta", "reply")
+ROLLOUT_KINDS = ("rollout", "request", "delta", "reply")
+"""The kinds of record that belong to one rollout (they carry its `id`)."""

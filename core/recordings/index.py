@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,7 @@ class RolloutSummary:
             tokens=sum(int(trace.scalars.get("num_total_tokens") or 0) for trace in traces),
             reward=self.reward,
             errors=sum(trace.errors for trace in traces),
+            trace_ids=tuple(self._traces),
         )
 
     def _add(self, offset: int, length: int, record: dict[str, Any]) -> None:
@@ -247,16 +249,21 @@ class RecordingIndex:
         return index
 
     def load(self, rollout_id: str) -> list[dict[str, Any]]:
-        """That rollout's records in order, read from the file now; one that cannot be
-        decoded whole (nested deeper than msgpack reads, or damaged where the index
-        skipped over it) is left out and counted."""
+        """That rollout's records in order, read from the file now (see `read_records`)."""
         summary = self.rollouts[rollout_id]
-        records = []
-        with open(self.path, "rb") as file:
-            fd = file.fileno()
-            for offset, length in zip(summary._offsets, summary._lengths):
-                try:
-                    records.append(msgpack.unpackb(os.pread(fd, length, offset), **UNPACK_OPTIONS))
-                except (ValueError, TypeError, msgpack.UnpackException) as error:
-                    self.damage.count(f"{error!r} (at byte {offset})")
-        return records
+        return read_records(self.path, summary._offsets, summary._lengths, self.damage)
+
+
+def read_records(path: Path, offsets: Iterable[int], lengths: Iterable[int], damage: Damage) -> list[dict[str, Any]]:
+    """The records at those offsets and lengths, in order, read from the file now; one
+    that cannot be decoded whole (nested deeper than msgpack reads, damaged, or cut
+    off) is left out and counted in `damage`. OSError if the file cannot be read."""
+    records = []
+    with open(path, "rb") as file:
+        fd = file.fileno()
+        for offset, length in zip(offsets, lengths):
+            try:
+                records.append(msgpack.unpackb(os.pread(fd, length, offset), **UNPACK_OPTIONS))
+            except (ValueError, TypeError, msgpack.UnpackException) as error:
+                damage.count(f"{error!r} (at byte {offset})")
+    return records

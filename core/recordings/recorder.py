@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from array import array
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,28 @@ import msgpack
 
 from core.paths import make_private_dirs
 from core.recordings.ending import end_field
-from core.recordings.format import FORMAT, VERSION
+from core.recordings.format import FORMAT, ROLLOUT_KINDS, VERSION
 from core.session.store import Ending
 from core.wire.protocol import packable
+
+
+class RolloutSpans:
+    """Where one rollout's records are in the file (offset and length of each, 12
+    bytes a record), kept as they are appended so its traces can be read back after
+    they left memory (`core.recordings.eviction`) without indexing the file."""
+
+    __slots__ = ("offsets", "lengths", "replied")
+
+    def __init__(self) -> None:
+        self.offsets = array("q")
+        self.lengths = array("L")
+        self.replied = False
+        """Its reply (how it ended) is among them."""
+
+    @property
+    def end(self) -> int:
+        """The offset just past its last record."""
+        return self.offsets[-1] + self.lengths[-1] if self.offsets else 0
 
 
 class Recorder:
@@ -47,11 +67,16 @@ class Recorder:
         self._fd = os.open(self.path, flags, 0o600)
         self._packer = msgpack.Packer(use_bin_type=True, default=packable)
         header = {"format": FORMAT, "version": VERSION, "created": time.time(), "meta": dict(meta or {})}
+        packed = self._packer.pack(header)
         try:
-            _write_all(self._fd, self._packer.pack(header))
+            _write_all(self._fd, packed)
         except BaseException:
             os.close(self._fd)
             raise
+        self._start = len(packed)  # where the first record goes
+        self._spans: dict[str, RolloutSpans] = {}
+        self.replied: list[str] = []
+        """Rollout ids in the order their replies were appended."""
         self._cond = threading.Condition()
         self._buffer = bytearray()
         self._since = 0.0  # monotonic time of the oldest unwritten append
@@ -101,7 +126,7 @@ class Recorder:
             head = b"".join(
                 (packer.pack_map_header(4), *map(packer.pack, ("k", "delta", "t", _now(t), "id", id, "d")))
             )
-            self._append_bytes(head, frame)
+            self._append_bytes(head, frame, id=id)
 
     def reply(self, id: str, reply: Mapping[str, Any], ending: Ending | None = None, t: float | None = None) -> None:
         """The run's reply and how the rollout ended (see `core.recordings.ending`)."""
@@ -150,17 +175,39 @@ class Recorder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def spans_on_disk(self, id: str) -> RolloutSpans | None:
+        """A copy of where that rollout's records are, once its reply is appended and
+        every one of them is on disk (a recording that failed later keeps them); None
+        before that."""
+        with self._cond:
+            spans = self._spans.get(id)
+            if spans is None or not spans.replied or spans.end > self._start + self._written:
+                return None
+            copy = RolloutSpans()
+            copy.offsets, copy.lengths, copy.replied = array("q", spans.offsets), array("L", spans.lengths), True
+            return copy
+
     def _append(self, record: dict[str, Any]) -> None:
         with self._cond:
             # packed now, so a caller may change its dicts once the call returns
-            self._append_bytes(self._packer.pack(record))
+            kind = record["k"]
+            self._append_bytes(self._packer.pack(record), id=record["id"] if kind in ROLLOUT_KINDS else None)
+            if kind == "reply" and self.error is None:
+                self._spans[record["id"]].replied = True
+                self.replied.append(record["id"])
 
-    def _append_bytes(self, *parts: bytes) -> None:
+    def _append_bytes(self, *parts: bytes, id: str | None = None) -> None:
         with self._cond:
             if self._closing:
                 raise ValueError(f"recording {self.path} is closed")
             if self.error is not None:
                 return
+            if id is not None:
+                spans = self._spans.get(id)
+                if spans is None:
+                    spans = self._spans[id] = RolloutSpans()
+                spans.offsets.append(self._start + self._appended)
+                spans.lengths.append(sum(map(len, parts)))
             if not self._buffer:
                 self._since = time.monotonic()
                 self._cond.notify_all()

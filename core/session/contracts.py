@@ -9,7 +9,7 @@ found out at run time. This module imports nothing heavy: the tui reads it freel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -170,5 +170,8 @@ class SessionView(Protocol):
         """Cancel every run, stop every server, and wait for them."""
     def cancel_rollout(self, key: str) -> bool: ...
     def select(self, key: str | None) -> None:
-        """The user looks at this rollout now (None: at nothing)."""
+        """The user looks at this rollout now (None: at nothing): its traces are loaded."""
+    def show(self, keys: Iterable[str]) -> None:
+        """A second screen (side by side) shows these rollouts now, loaded and kept
+        loaded until it shows others (none: it closed)."""
     def export_episode(self, key: str, directory: Path | None = None) -> Path: ...

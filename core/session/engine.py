@@ -8,20 +8,25 @@ and waits for them, so quitting leaves nothing running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from core.paths import claim_session, new_session_dir, private_dir, prune_sessions, sessions_root, write_private
+from core.recordings.eviction import Eviction
 from core.recordings.export import episode_json, partial_episode
 from core.session.config import AnyVariantConfig, Config
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
-from core.session.store import RolloutStore
+from core.session.store import Rollout, RolloutStore
 from core.session.variant import Variant
 from core.taps.eval_variant import EvalVariant
 from core.taps.proxy_variant import ProxyVariant
 from core.taps.relay_viewer import RelayViewer
+
+EVICT_EVERY = 0.5
+"""Seconds between looks for finished rollouts whose traces may leave memory."""
 
 
 class Session:
@@ -39,6 +44,9 @@ class Session:
         self.export_dir = session_dir / "exports"
         """Where `export_episode` writes (`--export-dir`)."""
         self.exported: list[Path] = []
+        self.selected: str | None = None
+        self.shown: tuple[str, ...] = ()
+        """What a second screen (side by side) shows besides the selection."""
         self._lock: int | None = None
         """The session folder's lock while this session uses the folder (see `claim_session`)."""
 
@@ -72,6 +80,22 @@ class Session:
 
     def select(self, key: str | None) -> None:
         """The user looks at this rollout now; a session that loads on demand loads it."""
+        self.selected = key
+        if key is not None:
+            self.load(key)
+
+    def show(self, keys: Iterable[str]) -> None:
+        """A second screen (side by side) shows these rollouts now (none: it closed)."""
+        self.shown = tuple(keys)
+        for key in self.shown:
+            self.load(key)
+
+    @property
+    def in_view(self) -> set[str]:
+        return {*self.shown, *([self.selected] if self.selected is not None else [])}
+
+    def load(self, key: str) -> None:
+        """Bring that rollout's traces into memory if they are elsewhere (on disk)."""
 
     @property
     def recording_note(self) -> str | None:
@@ -81,7 +105,7 @@ class Session:
     def export_episode(self, key: str, directory: Path | None = None) -> Path:
         """Write one rollout's episode as JSON: the finished record when the run
         replied, else the traces as assembled so far."""
-        rollout = self.store.rollouts[key]
+        rollout = self._readable(key)
         record = rollout.record or partial_episode(rollout.task_data, rollout.assembly.traces.values(), rollout.reason)
         directory = directory or self.export_dir
         if directory.is_relative_to(self.session_dir):
@@ -90,6 +114,10 @@ class Session:
         path = write_private(directory / f"{key.replace('/', '-')}.json", episode_json(record))
         self.exported.append(path)
         return path
+
+    def _readable(self, key: str) -> Rollout:
+        """The rollout with its traces, wherever they are."""
+        return self.store.rollouts[key]
 
     def _claim(self) -> None:
         """Create the session folder and hold its lock, so no other tracewatch prunes it."""
@@ -120,6 +148,9 @@ class Engine(Session):
         self.variants: dict[str, Variant | ProxyVariant | EvalVariant | RelayViewer] = {
             variant.name: self._variant(variant) for variant in config.variants
         }
+        self.eviction = Eviction(self.store, recorder) if recorder is not None else None
+        """Finished rollouts leave memory while recorded (`core.recordings.eviction`)."""
+        self._evicting: asyncio.Task[None] | None = None
 
     def _variant(self, config: AnyVariantConfig) -> Variant | ProxyVariant | EvalVariant | RelayViewer:
         if isinstance(config, Variant.config_type):
@@ -157,6 +188,22 @@ class Engine(Session):
             prune_sessions(self.config.keep_sessions)
         for variant in self.variants.values():
             variant.start()
+        if self.eviction is not None and self._evicting is None:
+            self._evicting = asyncio.get_running_loop().create_task(self._evict(self.eviction))
+
+    async def _evict(self, eviction: Eviction) -> None:
+        while True:
+            await asyncio.sleep(EVICT_EVERY)
+            eviction.run(self.in_view)
+
+    def load(self, key: str) -> None:
+        if self.eviction is not None:
+            self.eviction.load(key)
+
+    def _readable(self, key: str) -> Rollout:
+        if self.eviction is not None and key in self.eviction.evicted:
+            return self.eviction.read(key)
+        return super()._readable(key)
 
     def variant_of(self, key: str) -> Variant | ProxyVariant | EvalVariant | RelayViewer | None:
         rollout = self.store.rollouts.get(key)
@@ -186,6 +233,10 @@ class Engine(Session):
                 await variant.stop()
         await self.wait()
         on_progress("every server stopped")
+        if self._evicting is not None:
+            self._evicting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._evicting
         if self.recorder is not None:
             await asyncio.to_thread(self.recorder.close)  # its last write and fsync block
         self._release()

@@ -128,7 +128,8 @@ class TraceState:
 @dataclass(frozen=True)
 class RolloutFacts:
     """What a row shows of a rollout whose records are not loaded: an index's summary
-    of them, so an opened recording reads the same before and after a row is selected."""
+    of them, or what its traces said before they left memory (`RolloutStore.unload`),
+    so the row reads the same before and after its records are loaded."""
 
     phase: str | None
     """The first trace's phase (None: no trace opened)."""
@@ -136,6 +137,7 @@ class RolloutFacts:
     tokens: int = 0
     reward: float | None = None
     errors: int = 0
+    trace_ids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -163,6 +165,8 @@ class Rollout:
     """An index's summary, read while no trace is loaded."""
     note: str | None = None
     """What a run another program drove asked for (model, sampling), as one line."""
+    unavailable: str | None = None
+    """Why its traces cannot be shown: they left memory and reading them back failed."""
     _assembly: EpisodeAssembly | None = field(default=None, repr=False)
 
     @property
@@ -190,6 +194,18 @@ class Rollout:
     @property
     def _summary(self) -> RolloutFacts | None:
         return self.facts if not self.traces else None
+
+    @property
+    def trace_ids(self) -> tuple[str, ...]:
+        if summary := self._summary:
+            return summary.trace_ids
+        return tuple(self.traces)
+
+    def summary(self) -> RolloutFacts:
+        """What its row shows, as facts that outlive its traces."""
+        primary = self.primary
+        phase = primary.phase if primary is not None else self.facts.phase if self.facts else None
+        return RolloutFacts(phase, self.turns, self.tokens, self.reward, self.errors, self.trace_ids)
 
     @property
     def turns(self) -> int:
@@ -400,6 +416,23 @@ class RolloutStore:
         self._bump(rollout)
         return rollout
 
+    def unload(self, key: str) -> None:
+        """Let a finished rollout's traces leave memory: its row, the stats and compare
+        read the summary kept in their place; `reload` puts them back."""
+        rollout = self.rollouts[key]
+        rollout.facts = rollout.summary()
+        rollout.traces = {}
+        rollout.record = None
+        rollout._assembly = None
+
+    def reload(self, key: str, loaded: Rollout) -> None:
+        """An unloaded rollout's traces back, from `loaded`: the same rollout rebuilt
+        from its recorded records."""
+        rollout = self.rollouts[key]
+        rollout.traces, rollout.record, rollout._assembly = loaded.traces, loaded.record, loaded._assembly
+        rollout.facts = rollout.unavailable = None
+        self._touch(rollout)
+
     def started(self, key: str, request_id: str, t: float | None = None) -> None:
         rollout = self.rollouts[key]
         rollout.request_id = request_id
@@ -508,6 +541,10 @@ class RolloutStore:
         self.dropped_frames += 1
         self.last_drop = f"{variant}: {reason}"
         self._changes.variants.add(variant)
+
+    def touch_rollout(self, key: str) -> None:
+        """Something a view shows of a rollout changed outside its deltas."""
+        self._touch(self.rollouts[key])
 
     def touch_variant(self, name: str) -> None:
         """A variant's own state changed (lifecycle, server pid, escalation)."""

@@ -1,0 +1,114 @@
+"""A recording's records applied to a store exactly as the live engine put them there:
+what a replay, an opened recording and a rollout read back after it left memory
+(`core.recordings.eviction`) all share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.recordings.ending import recorded_ending
+from core.session.contracts import Escalation, VariantState
+from core.session.store import RolloutStore, Status
+from core.wire.assembly import AssemblyError
+from core.wire.protocol import delta_failure
+
+
+class RecordedVariant:
+    """A variant as its recorded lifecycle events describe it; read-only."""
+
+    can_start = False
+    can_cancel = False
+    supervised = False
+    health_left = None
+    cancel_unavailable = None
+    rollout_cancel_unavailable = None
+    status_line = None
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.state = VariantState.IDLE
+        self.reason: str | None = None
+        self.pid: int | None = None
+        self.address: str | None = None
+        self.server_started_at: float | None = None
+        self.escalation: list[Escalation] = []
+        self.outcome_text: str | None = None
+        self.model: str | None = None
+        self.sampling: dict[str, Any] = {}
+
+    def grace_left(self, now: float | None = None) -> None:
+        return None
+
+    def log_tail(self, n: int = 200) -> list[str]:
+        return ["(server logs are not part of a recording)"]
+
+    def log_size(self) -> int:
+        return 0
+
+    def start(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+    def apply(self, event: dict[str, Any]) -> None:
+        kind = str(event.get("kind"))
+        t = float(event.get("t") or 0.0)
+        if kind in VariantState.__members__.values():
+            self.state = VariantState(kind)
+            self.reason = event.get("reason") or (self.reason if kind == "failed" else None)
+        elif kind in ("started", "attached"):
+            self.pid = event.get("pid")
+            self.address = event.get("address")
+            self.server_started_at = t
+            self.model = event.get("model") if isinstance(event.get("model"), str) else self.model
+            self.sampling = event["sampling"] if isinstance(event.get("sampling"), dict) else self.sampling
+        elif "detail" in event:
+            self.escalation.append(Escalation(t, kind, str(event["detail"])))
+        elif kind == "exited":
+            self.pid = None
+            self.outcome_text = str(event.get("outcome") or f"exit code {event.get('code')} · {event.get('status', 'exited')}")
+
+
+def run_of(announce: dict[str, Any]) -> int:
+    """Which start of its variant a recorded rollout belongs to (1 in older files)."""
+    run = announce.get("run")
+    return run if isinstance(run, int) and run > 0 else 1
+
+
+def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], record: dict[str, Any]) -> None:
+    """One recorded record into the store, exactly as the live engine put it there."""
+    kind = record.get("k")
+    t = record.get("t")
+    if kind == "rollout":
+        store.add_rollout(
+            record["variant"], record.get("task_index", 0), record.get("task_data") or {},
+            record.get("rollout_index", 0), key=record["id"], run=run_of(record),
+        )
+        variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
+    elif kind == "request":
+        store.started(record["id"], record["request_id"], t)
+    elif kind == "delta":
+        key = record["id"]
+        try:
+            store.apply(key, record["d"], t)
+        except Exception as error:  # noqa: BLE001 - the run failed on it live, the same way
+            rollout = store.rollouts[key]
+            reason = delta_failure(rollout.request_id or "?", error)
+            store.failed(key, reason, cancelled=rollout.status is Status.CANCELLING, t=t)
+    elif kind == "reply":
+        reply = record.get("r") or {}
+        key = record["id"]
+        episode = None
+        if reply.get("success") and reply.get("head") is not None:
+            try:
+                episode = store.rollouts[key].assembly.finish(reply["head"], reply.get("traces") or [])
+            except Exception as error:  # noqa: BLE001 - the recorded deltas do not add up to the reply
+                reason = str(error) if isinstance(error, AssemblyError) else f"the recorded reply is damaged ({error!r})"
+                store.failed(key, reason, t=t)
+                return
+        store.ended(key, recorded_ending(record, episode), episode, t)
+    elif kind == "event":
+        variant = variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
+        variant.apply(record)
+        store.touch_variant(variant.name)
