@@ -139,14 +139,20 @@ def serve(path: Path) -> None:
                 live.append([client, request_id, run["deltas"], 0, run["reply"]])
             else:
                 socket.send_multipart([client, request_id, b"reply", ok])
+        gone: set[bytes] = set()
         for entry in live:
             client, request_id, deltas, position, reply = entry
-            if position < len(deltas):
-                socket.send_multipart([client, request_id, b"delta", deltas[position]])
-            else:
-                socket.send_multipart([client, request_id, b"reply", reply])
+            try:
+                if position < len(deltas):
+                    socket.send_multipart([client, request_id, b"delta", deltas[position]])
+                else:
+                    socket.send_multipart([client, request_id, b"reply", reply])
+            except zmq.ZMQError as error:  # a client that quit: its runs end with it
+                if error.errno != zmq.EHOSTUNREACH:
+                    raise
+                gone.add(client)
             entry[3] = position + 1
-        live = [entry for entry in live if entry[3] <= len(entry[2])]
+        live = [entry for entry in live if entry[3] <= len(entry[2]) and entry[0] not in gone]
 
 
 class Source:
@@ -209,11 +215,8 @@ def wire_bytes(frames: Path, rollouts: int) -> tuple[int, int]:
     return sum(sum(map(len, r["deltas"])) + len(r["reply"]) for r in chosen), sum(len(r["deltas"]) for r in chosen)
 
 
-def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> Any:
-    from core.recordings.recorder import Recorder
-    from core.session.config import load_config
-    from core.session.engine import Engine
-
+def write_config(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> Path:
+    """A config attaching to the source with every rollout in flight at once."""
     tasks = directory / "tasks.jsonl"  # as a config of thousands of tasks names them
     tasks.write_text("".join(json.dumps(scale_task(i, turns, tokens)) + "\n" for i in range(rollouts)))
     config = directory / "tracewatch.toml"
@@ -221,6 +224,15 @@ def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: 
         f'[[variants]]\nname = "scale"\nattach = "{address}"\ntasks = {json.dumps(str(tasks))}\nmodel = "bench"\n'
         f"max_concurrent = {rollouts}\n"
     )
+    return config
+
+
+def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> Any:
+    from core.recordings.recorder import Recorder
+    from core.session.config import load_config
+    from core.session.engine import Engine
+
+    config = write_config(address, rollouts, turns, tokens, directory)
     recorder = Recorder(directory / "bench.twrec")
     return Engine(load_config(config), recorder=recorder, session_dir=directory / "session")
 
