@@ -13,10 +13,10 @@ import pytest
 from polling import until
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static, TabbedContent
-from tui_standin import StandInEngine, load_fixture, make_engine
+from tui_standin import StandInEngine, StandInVariant, load_fixture, make_engine
 
 from core.recordings.export import episode_json
-from core.session.store import Rollout
+from core.session.store import Rollout, RolloutStore
 from tui.app import TracewatchApp
 from tui.keys import KEYS
 from tui.rollout_filter import RowFilter
@@ -91,6 +91,34 @@ async def test_table_fills_then_updates_only_changed_rows() -> None:
         engine.store.failed("baseline/run3/0", "provider error")
         await until(pilot, lambda: "baseline/run3/0" in drawn and rows.cell_text("baseline/run3/0", "phase") == "error")
         assert set(drawn) <= {"baseline/run3/0", rows.selected_key}
+
+
+class QueuesAsItStarts(StandInEngine):
+    """Queues its rollouts when started, as a live engine does."""
+
+    async def start(self) -> None:
+        await super().start()
+        for index in range(3):
+            self.store.add_rollout("baseline", index, {"id": f"task-{index}"}, 0, run=1)
+
+
+async def test_the_rollouts_a_start_queues_are_on_the_first_screen() -> None:
+    store = RolloutStore(stall_seconds=60.0)
+    app = TracewatchApp(QueuesAsItStarts(store, {"baseline": StandInVariant("baseline", store)}))
+    first_screen: list[tuple[int, int]] = []
+    display = app._display
+
+    def on_display(screen, renderable) -> None:  # Textual's one way to the terminal: each screen drawn
+        table = getattr(app, "table", None)
+        if renderable is not None and not first_screen:
+            first_screen.append((table.row_count, table.rows_drawn) if table is not None else (0, 0))
+        display(screen, renderable)
+
+    app._display = on_display
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: bool(first_screen))
+    rows, drawn = first_screen[0]
+    assert rows == 3 and drawn >= 3
 
 
 async def test_filter_narrows_the_table() -> None:

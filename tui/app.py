@@ -94,7 +94,7 @@ class TracewatchApp(App[None]):
                         yield CompareView(self.store, id="compare")
         yield SteadyFooter()
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         # Held, not queried: the tick may still fire while the screen is torn down.
         self.table = self.query_one(RolloutsTable)
         self.trace_pane = self.query_one(TracePane)
@@ -107,19 +107,27 @@ class TracewatchApp(App[None]):
         self.panel = self.query_one(VariantsPanel)
         self.compare = self.query_one(CompareView)
         self._add_cards()
-        self.call_after_refresh(self._first_draw)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
-        self.run_worker(self.engine.start(), name="engine start", exit_on_error=False)
+        # Started here rather than in a worker, so the rollouts it queues at once are
+        # on the first screen (drawn from the next tick, the first row came 80 ms
+        # after it); a start returns at once (it queues and creates tasks). One that
+        # fails leaves the app up to show why.
+        try:
+            await self.engine.start()
+        except Exception as error:
+            self.notify(f"could not start: {error}", severity="error", timeout=30)
+        self._first_draw()
+        self.call_after_refresh(freeze_startup)
         self.set_interval(TICK, self._tick)
         self.table.focus()
 
     def _first_draw(self) -> None:
-        """Whatever the store already holds (a replay, an opened run), drawn once."""
+        """Whatever the store holds before the first screen (what the engine queued as
+        it started, a replay, an opened run), drawn on it."""
         self.store.take_changes()
         self.table.rebuild()
         self._redraw_cards(self.engine.variants)
         self._second()
-        freeze_startup()
 
     def _theme_changed(self, theme: Theme) -> None:
         self.palette = Palette(self.table)
