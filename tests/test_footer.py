@@ -5,13 +5,18 @@ takes it away on leaving."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from polling import until
+from test_app_sessions import write_recording
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input, Static
 from textual.widgets._footer import FooterKey
 from tui_standin import make_engine
 
+from core.recordings.replay import ReplaySession
 from tui.app import TracewatchApp
 from tui.footer import SteadyFooter
 
@@ -59,3 +64,33 @@ async def test_a_focused_widgets_own_key_comes_and_goes() -> None:
         await until(pilot, lambda: footer_labels(app) == ["Shout", "Quit", "palette"])
         app.query_one("#field").focus()
         await until(pilot, lambda: footer_labels(app) == ["palette"])
+
+
+def replay(tmp_path: Path) -> ReplaySession:
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    return ReplaySession(path, speed=0)
+
+
+@pytest.mark.parametrize(
+    "session, labels",
+    [
+        (lambda _: make_engine(), ["Help", "Quit", "Filter", "Start", "Stop var", "Cancel", "Export"]),
+        # a replay cannot start or cancel: its own keys take their room
+        (replay, ["Help", "Quit", "Filter", "Export", "Pause", "Step", "Seek"]),
+    ],
+    ids=["live", "replay"],
+)
+async def test_every_footer_key_shows_whole_at_80x24(tmp_path: Path, session, labels: list[str]) -> None:
+    """Each key ends before the palette's (docked right) begins, and that one ends on
+    the screen: none is cut or hidden under another."""
+    app = TracewatchApp(session(tmp_path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: "Export" in footer_labels(app))
+        keys = [key for key in app.query(FooterKey) if key.display]
+        palette = next(key for key in keys if key.has_class("-command-palette"))
+        others = [key for key in keys if key is not palette]
+        assert [key.description for key in others] == labels
+        assert all(key.region.width >= len(key.render().plain) for key in keys), "no label is cut"
+        assert max(key.region.right for key in others) <= palette.region.x
+        assert palette.region.right <= 80

@@ -31,7 +31,7 @@ from tui.compare_view import CompareView
 from tui.filter_field import FilterField
 from tui.footer import SteadyFooter
 from tui.format import Palette, clock, home_short, safe
-from tui.keys import KEYS, bindings
+from tui.keys import KEYS, bindings, hide_writes
 from tui.logs_view import LogsView
 from tui.rollout_filter import RowFilter
 from tui.rollouts_table import RolloutsTable
@@ -70,6 +70,8 @@ class TracewatchApp(App[None]):
         self._quitting = False
         self._side_variants: list[str] = []
         """The variants side by side showed last: the next task opens with them."""
+        if engine.readonly_reason:
+            hide_writes(self._bindings)
 
     # -- layout ------------------------------------------------------------------
 

@@ -5,18 +5,28 @@ between the table and the filter sends two (the filter hides the printable keys)
 rebuild took 0.1-0.4 s of a loaded machine per `/` or Escape, and the cleared filter
 waited on it to reach the screen (bench/scale5k.py). Here a key the footer has drawn
 is hidden or shown again in place; only a key it never drew rebuilds it.
+
+Below `COMPACT_BELOW` columns the keys drop their padding, so an 80-column terminal
+shows every one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from textual import events
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+COMPACT_BELOW = 100
+"""The live screen's keys and the palette's take 88 columns spaced, 79 compact."""
+
 
 class SteadyFooter(Footer):
+    def on_resize(self, event: events.Resize) -> None:
+        self.compact = event.size.width < COMPACT_BELOW  # each key restyles in place
+
     def bindings_changed(self, screen: Screen) -> None:
         if self._bindings_ready and screen.app.app_focus and self.is_attached and screen is self.screen:
             drawn = {(key.key, key.action, key.description): key for key in self.query_children(FooterKey)}

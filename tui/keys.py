@@ -4,9 +4,9 @@ a key cannot exist in one and be missing or different in another."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from textual.binding import Binding, BindingType
+from textual.binding import Binding, BindingsMap, BindingType
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class Key:
     """Its footer label; empty: not in the footer (the help has every key)."""
     priority: bool = False
     palette: bool = True
+    writes: bool = False
+    """It changes what runs (start, cancel): a read-only session keeps it off the
+    footer, where the replay's keys need the room (pressed, it still says why not)."""
 
     @property
     def shown(self) -> str:
@@ -76,9 +79,9 @@ KEYS: tuple[Key, ...] = (
     Key("q", "quit", "Quit", "quit: cancel every run, stop every server, exit", footer="Quit"),
     Key("slash", "filter", "Filter rollouts", "filter: variant:NAME status:running,failed phase:agent TEXT (in the trace: search it)", footer="Filter", priority=True),
     Key("escape", "clear_filter", "Clear filter", "clear the filter and go back to the table"),
-    Key("s", "start_variant", "Start variant", "start the selected rollout's variant (or the focused card's)", footer="Start"),
-    Key("x", "cancel_variant", "Cancel variant", "cancel a variant: confirm with y; again while cancelling: SIGKILL now", footer="Stop var"),
-    Key("c", "cancel_rollout", "Cancel rollout", "cancel the selected rollout (a cancel goes over the wire)", footer="Cancel"),
+    Key("s", "start_variant", "Start variant", "start the selected rollout's variant (or the focused card's)", footer="Start", writes=True),
+    Key("x", "cancel_variant", "Cancel variant", "cancel a variant: confirm with y; again while cancelling: SIGKILL now", footer="Stop var", writes=True),
+    Key("c", "cancel_rollout", "Cancel rollout", "cancel the selected rollout (a cancel goes over the wire)", footer="Cancel", writes=True),
     Key("e", "export", "Export episode", "export the selected episode as JSON (the path is shown)", footer="Export"),
     Key("enter", "open_trace", "Open trace", "open the selected rollout's trace"),
     Key("tab", "switch_pane(1)", "Next pane", "next pane: table, trace switcher, details, variant cards", priority=True),
@@ -119,7 +122,7 @@ KEYS: tuple[Key, ...] = (
     Key("left", "focus_side(0)", "Left side", "side by side: focus the left side (tab too)", where="sides", palette=False),
     Key("right", "focus_side(1)", "Right side", "side by side: focus the right side", where="sides", palette=False),
     Key("escape", "back", "Back", "side by side: back to the Compare tab", where="sides", priority=True, palette=False),
-    Key("space", "replay_pause", "Replay: pause or play", "replays: pause or play", where="replay", footer="Pause/play"),
+    Key("space", "replay_pause", "Replay: pause or play", "replays: pause or play", where="replay", footer="Pause"),
     Key("n", "replay_step", "Replay: step", "replays: step one record", where="replay", footer="Step"),
     Key("greater_than_sign", "replay_seek", "Replay: seek to rollout", "replays: play fast to the selected rollout's end, then pause", where="replay", footer="Seek"),
 )
@@ -128,3 +131,11 @@ KEYS: tuple[Key, ...] = (
 def bindings(*where: str) -> list[BindingType]:
     """The bindings of the keys bound in those places."""
     return [key.binding() for key in KEYS if key.where in where]
+
+
+def hide_writes(bindings: BindingsMap) -> None:
+    """Keep the `writes` keys of these bindings off the footer, still bound."""
+    for key in KEYS:
+        if key.writes:
+            for name in key.keys.split(","):
+                bindings.key_to_bindings[name] = [replace(binding, show=False) for binding in bindings.key_to_bindings.get(name, [])]
