@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 import stat
 from pathlib import Path
@@ -30,6 +31,7 @@ from core.session.config import load_config
 from core.session.engine import Engine
 from core.wire.assembly import AssemblyError, EpisodeAssembly
 from tui.cli import main
+from tui.launch import main as launch
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers-0.4.0"
 
@@ -138,6 +140,19 @@ def test_export_writes_every_record_as_one_json_line(tmp_path):
     export_recording(tmp_path / "bytes.twrec", out)  # replaces the earlier export
     row = json.loads(out.read_text().splitlines()[1])
     assert row["d"]["nodes"][0]["routed_experts"]["data"] == {BYTES_MARKER: base64.b64encode(b"\x00\xff").decode()}
+
+
+def test_the_command_exports_with_the_collector_it_paused_on_again(tmp_path, capsys):
+    path = tmp_path / "fixture.twrec"
+    record_fixture(path)
+    out = tmp_path / "episodes.jsonl"
+    try:
+        assert launch(["export", str(path), str(out), "--episodes"]) == 0
+        assert gc.isenabled()  # `tracewatch` pauses it while it starts; an export has no session to resume it
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    assert f"wrote {len(out.read_text().splitlines())} episodes" in capsys.readouterr().out
 
 
 def test_export_of_episodes_opens_as_a_verifiers_traces_file(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from core.session.retention import FreezeAfterSlowCollections, freeze_startup
+from core.session.retention import FreezeAfterSlowCollections, freeze_startup, pause_collection, resume_collection
 
 
 def test_what_survives_a_slow_full_collection_is_frozen() -> None:
@@ -51,3 +51,30 @@ def test_a_screen_freezes_its_startup_only_under_the_policy() -> None:
         frozen = gc.get_freeze_count()
         freeze_startup()
         assert gc.get_freeze_count() >= frozen + 2 * len(widgets)
+
+
+def test_a_collector_paused_for_startup_is_back_with_the_policy_and_startup_frozen() -> None:
+    try:
+        pause_collection()
+        startup = [{"module": [index]} for index in range(10_000)]
+        assert not gc.isenabled()
+        with FreezeAfterSlowCollections():
+            assert gc.isenabled()
+            assert gc.get_freeze_count() >= 2 * len(startup)
+    finally:
+        gc.enable()
+
+
+def test_a_program_without_a_policy_resumes_the_collector_with_startup_frozen() -> None:
+    try:
+        pause_collection()
+        startup = [{"module": [index]} for index in range(10_000)]
+        resume_collection()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= 2 * len(startup)
+        frozen = gc.get_freeze_count()
+        resume_collection()  # already on: nothing more is frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.enable()
+        gc.unfreeze()

@@ -11,19 +11,14 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-from core.demo.config import demo_config
 from core.paths import default_recording_path
-from core.recordings.export import export_recording
 from core.recordings.format import SUFFIX, RecordingError
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRecording, OpenedRun, ReplaySession
 from core.recordings.run_dir import RunDirError
-from core.session.compare import compare, compare_lines
 from core.session.config import Config, load_config
 from core.session.config_errors import ConfigError, Problem
 from core.session.engine import Engine, Session
-from core.session.headless import run_headless
-from core.session.retention import FreezeAfterSlowCollections
+from core.session.retention import FreezeAfterSlowCollections, resume_collection
 from core.session.store import Rollout
 from core.taps.forwarder import ForwarderError, check_proxy_addresses
 from core.taps.relay_viewer import check_relay_address
@@ -159,6 +154,9 @@ def compare_parser() -> argparse.ArgumentParser:
 def compare_sources(args: argparse.Namespace) -> int:
     """Every source's variants side by side; a name two sources share gets its
     source's name in front."""
+    from core.recordings.replay import OpenedRecording, OpenedRun  # offline only: not on a live start
+    from core.session.compare import compare, compare_lines
+
     groups: dict[str, list[Rollout]] = {}
     for path in args.sources:
         session = OpenedRecording(path) if path.suffix == SUFFIX else OpenedRun(path)
@@ -171,6 +169,8 @@ def compare_sources(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
+    from core.recordings.export import export_recording
+
     result = export_recording(args.recording, args.output, episodes=args.episodes)
     what = "episodes" if args.episodes else "lines"
     print(f"wrote {result.lines} {what} to {args.output}")
@@ -225,10 +225,14 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
         return config
     if args.config is not None:
         return load_config(args.config)
+    from core.demo.config import demo_config  # the demo only
+
     return demo_config(sys.executable, speed=args.speed)
 
 
 def _offline_session(command: str, args: argparse.Namespace) -> Session:
+    from core.recordings.replay import OpenedRecording, OpenedRun, ReplaySession  # offline only: not on a live start
+
     if command == "replay":
         return ReplaySession(args.file, speed=args.speed)
     if args.path.suffix == SUFFIX:
@@ -241,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv and argv[0] in COMMANDS else None
     parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "eval": eval_parser, "tap": tap_parser, "replay": replay_parser, "open": open_parser, "export": export_parser, "compare": compare_parser}
     args = parsers[command]().parse_args(argv[1:] if command else argv)
+    if command in ("export", "compare"):
+        resume_collection()  # no session: the collector as usual from here
     try:
         if command == "export":
             return export(args)
@@ -266,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(engine: Session, args: argparse.Namespace, recorded: bool) -> int:
     if args.headless:
+        from core.session.headless import run_headless
+
         try:
             return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
         except KeyboardInterrupt:  # before the runner took Ctrl-C over: nothing had started

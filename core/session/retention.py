@@ -34,10 +34,12 @@ class FreezeAfterSlowCollections:
         self._started = 0.0
 
     def install(self) -> FreezeAfterSlowCollections:
-        """Freeze what exists now (startup state), then after each slow collection."""
+        """Freeze what exists now (startup state), then after each slow collection; the
+        collector is on from here (`pause_collection` kept it off while a program started)."""
         if self not in gc.callbacks:
             gc.freeze()
             gc.callbacks.append(self)
+        gc.enable()
         return self
 
     def uninstall(self) -> None:
@@ -59,6 +61,24 @@ class FreezeAfterSlowCollections:
         elif info.get("generation") == 2 and time.perf_counter() - self._started >= self.slow:
             gc.freeze()
             self.freezes += 1
+
+
+def pause_collection() -> None:
+    """Called first by the `tracewatch` command (`tui.launch`): the modules, the config,
+    the engine and the queued rollouts it makes before its session runs live as long as
+    the program, and collections walking them as they were made took 50-60 ms of its
+    launch (10%; a full collection among them). Installing the policy freezes them and
+    turns the collector back on; a command without a session calls `resume_collection`."""
+    gc.disable()
+
+
+def resume_collection() -> None:
+    """The collector back on after `pause_collection`, for a command that installs no
+    policy (export, compare): what exists is frozen first, or the first young collection
+    would walk all of it."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def freeze_startup() -> None:
