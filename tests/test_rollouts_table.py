@@ -173,3 +173,40 @@ async def test_rows_follow_the_theme(store: RolloutStore) -> None:
         dark = backgrounds()
         app.theme = "textual-light"
         await until(pilot, lambda: all(color not in dark for color in backgrounds()))
+
+
+async def test_a_filter_changes_the_row_count_without_laying_the_screen_out() -> None:
+    """The table's content height follows its rows through the scrollbar alone (a
+    layout of the screen at every keystroke cost 10-40 ms at 5,000 rollouts); the
+    screen is laid out only when the scrollbar appears or goes."""
+    store = RolloutStore()
+    for index in range(100):
+        key = f"v/{index}"
+        store.add_rollout("v", index, {"name": f"task {index}"}, key=key)
+        if index % 4:
+            store.started(key, f"req-{key}")
+    app = TableApp(store)
+    async with app.run_test(size=(140, 30)) as pilot:
+        table = app.query_one(RolloutsTable)
+        table.rebuild()
+        await pilot.pause()
+        reflow = app.screen._compositor.reflow
+        layouts: list[int] = []
+
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            layouts.append(1)
+            return reflow(*args, **kwargs)
+
+        app.screen._compositor.reflow = counted  # type: ignore[method-assign]
+        scrollbar = table.vertical_scrollbar
+        table.set_filter(RowFilter.parse("status:running"))
+        await pilot.pause()
+        assert (table.row_count, scrollbar.window_virtual_size, len(layouts)) == (75, 76, 0)
+        table.action_last()
+        await pilot.pause()
+        assert "task 99" in draw(table)[-1]  # scrolled to the last row
+        table.set_filter(RowFilter.parse("status:queued 1"))  # v/12 and v/16: no scrollbar
+        await pilot.pause()
+        assert table.row_count == 2 and not table.show_vertical_scrollbar and layouts
+        table.set_filter(RowFilter())
+        await until(pilot, lambda: table.show_vertical_scrollbar and scrollbar.window_virtual_size == 101)

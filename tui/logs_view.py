@@ -21,6 +21,7 @@ from textual.widgets import Select
 from core.session.contracts import VariantView
 from tui.format import safe, size_text
 from tui.text import wrap
+from tui.virtual_size import set_virtual_size
 
 TAIL_LINES = 300
 
@@ -51,7 +52,7 @@ class LogLines(ScrollView, can_focus=True):
         """Not before the widget has a width (its first resize wraps)."""
         width = self._width = self.scrollable_content_region.width
         self._rows = [(index, start, end) for index, line in enumerate(self.lines) for start, end, _cells in wrap(line, width)] if width > 0 else []
-        self.virtual_size = Size(width, len(self._rows))
+        set_virtual_size(self, Size(width, len(self._rows)))
         self.refresh()
 
     def on_resize(self, _event: events.Resize) -> None:

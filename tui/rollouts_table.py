@@ -28,6 +28,7 @@ from core.session.store import ROLLOUT_PHASES, Rollout, RolloutStore, Status
 from tui.format import PALETTE_CLASSES, Palette, clock, reward_text, safe
 from tui.keys import bindings
 from tui.rollout_filter import RowFilter
+from tui.virtual_size import set_virtual_size
 
 COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("variant", "Variant", 10),
@@ -346,7 +347,7 @@ class RolloutsTable(ScrollView, can_focus=True):
             column, now, rollouts = self.sort_column, self.now(), self.store.rollouts
             self._keys.sort(key=lambda key: sort_value(column, rollouts[key], now), reverse=self.sort_reverse)
         self._rows = {key: row for row, key in enumerate(self._keys)}
-        self.virtual_size = Size(sum(self._widths), len(self._keys) + 1)
+        set_virtual_size(self, Size(sum(self._widths), len(self._keys) + 1))
         row = self._rows.get(self._cursor_key) if self._cursor_key is not None else None
         if row is None and self.pinned:
             self._cursor_row = max(0, min(self._cursor_row, len(self._keys) - 1))
@@ -432,7 +433,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         layout = self._layout(self.scrollable_content_region.width)
         if layout != (self._columns, self._widths, self._pads):
             self._columns, self._widths, self._pads = layout
-            self.virtual_size = Size(sum(self._widths), len(self._keys) + 1)
+            set_virtual_size(self, Size(sum(self._widths), len(self._keys) + 1))
             self._forget_drawing()
         self._scroll_to_cursor()
 

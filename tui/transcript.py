@@ -44,6 +44,7 @@ from tui.transcript_lines import (
     pending_title,
     slice_segs,
 )
+from tui.virtual_size import set_virtual_size
 
 Line = tuple[tuple[Seg, ...], int, Seg, str | None]
 """A wrapped line: segments, their cell width, padding, and the block's tint."""
@@ -170,7 +171,7 @@ class Transcript(ScrollView, can_focus=True):
         self.rollout_key, self._state = rollout_key, trace_state
         self._reset()
         self.following, self.new_since_left = True, 0
-        self.virtual_size = Size(self._width, 0)
+        set_virtual_size(self, Size(self._width, 0))
         self.refresh_trace()
         self.refresh()
 
@@ -182,7 +183,7 @@ class Transcript(ScrollView, can_focus=True):
         self._revision = state.revision
         before = len(self._lines)
         added = self._sync(state)
-        self.virtual_size = Size(self._width, len(self._lines))
+        set_virtual_size(self, Size(self._width, len(self._lines)))
         if self._query:
             self._find()
         if self.following:
@@ -402,7 +403,7 @@ class Transcript(ScrollView, can_focus=True):
             self._starts[position] = len(self._lines)
             self._lines.extend(block.lines)
         self._cache.clear()
-        self.virtual_size = Size(self._width, len(self._lines))
+        set_virtual_size(self, Size(self._width, len(self._lines)))
 
     def _block_at(self, y: int) -> int | None:
         if not 0 <= y < len(self._lines):
