@@ -167,6 +167,20 @@ async def test_clearing_the_filter_shows_every_row_in_the_same_step() -> None:
         assert not app.query_one("#filter-hint", Static).display
 
 
+async def test_a_filter_keystroke_reaches_the_table_in_the_same_step() -> None:
+    """The field hands its text to the table as a key changes it, not in a message that
+    bubbles up one widget per turn of the loop (behind the ingest and the tick)."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        rows = await started(pilot)
+        await pilot.press("slash")
+        field = app.query_one("#filter", Input)
+        field.insert_text_at_cursor("status:failed")
+        assert rows.row_count == 2 and rows.row_filter == RowFilter.parse("status:failed")
+        field.action_delete_left_all()
+        assert rows.row_count == 14 and not rows.row_filter
+
+
 async def test_a_filter_longer_than_its_field_scrolls_to_the_cursor() -> None:
     """The field sizes itself without a layout of the screen, and still scrolls: the
     end of what was typed stays in view."""

@@ -80,7 +80,7 @@ class TracewatchApp(App[None]):
         yield VariantsPanel(id="variants")
         with Vertical(id="body"):
             with Vertical(id="table-pane"):
-                yield FilterField(placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True, select_on_focus=False)
+                yield FilterField(self._apply_filter, placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True, select_on_focus=False)
                 yield Static(markup=False, id="filter-hint")
                 yield RolloutsTable(self.store, self.store.clock, id="rollouts")
             with TabbedContent(id="detail", initial="tab-trace"):
@@ -310,10 +310,6 @@ class TracewatchApp(App[None]):
         field = self.query_one("#filter", Input).add_class("-visible")
         self.screen.set_focus(field)
 
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self._apply_filter(event.value)
-
     def _apply_filter(self, text: str) -> None:
         row_filter = RowFilter.parse(text)
         self.table.set_filter(row_filter)
@@ -348,8 +344,7 @@ class TracewatchApp(App[None]):
         field = self.query_one("#filter", Input)
         if self.focused is not field and not (self.focused is self.table and field.value):
             raise SkipAction()
-        field.value = ""
-        self._apply_filter("")  # now, not when the field's change message comes round
+        field.value = ""  # the field applies it now (`FilterField`)
         field.remove_class("-visible")
         self.table.focus()
 
