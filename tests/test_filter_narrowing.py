@@ -1,6 +1,10 @@
-"""A keystroke that only narrows the filter refines the rows shown instead of scanning
-the store: the rows must be exactly those a full scan finds, for any rollouts and any
-typing, with the store changing and time passing (stalls) between keys."""
+"""A keystroke skips the store where it can: a filter that lets the same rollouts
+through as the last one looks at no row, one that only narrows it refines the rows
+shown, and each row's test is the filter compiled once (`RowFilter.matcher`, words
+looked up in the rollout's kept `search_text`). The rows must be exactly those a full
+scan with the filter's plain definition (`reference_matches`) finds, for any rollouts
+and any typing, with the store changing, traces opening, going and leaving memory, and time passing
+(stalls) between keys."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tui_standin import TableApp
 
-from core.session.store import RolloutStore
+from core.session.store import Rollout, RolloutStore, Status
 from tui.rollout_filter import RowFilter
 from tui.rollouts_table import RolloutsTable
 
@@ -17,6 +21,7 @@ STALL_SECONDS = 10.0
 PIECES = (
     "status:", "variant:", "phase:", "stalled", "st", "s", "run", "r", "t", "ed", "queued",
     "fail", "cancel", "done", "starting", "alpha", "beta", "al", "a", "b", "task", "1", ",", " ",
+    "ag", "agent", "boot", "error", "2", "ab",
 )
 rollouts = st.lists(
     st.tuples(
@@ -31,8 +36,9 @@ queries = st.lists(
 )
 """Each text typed a key at a time, or put in the field at once (a paste, an edit)."""
 between = st.lists(
-    st.tuples(st.integers(0, 24), st.sampled_from(("start", "fail", "cancel", "age", "add"))), max_size=3
+    st.tuples(st.integers(0, 24), st.sampled_from(("start", "fail", "cancel", "age", "add", "open", "discard", "unload"))), max_size=3
 )
+TRACE_IDS = ("ab1", "ba", "2ab", "tr")
 
 
 class Clock:
@@ -43,12 +49,24 @@ class Clock:
         return self.t
 
 
+def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, stall_seconds: float) -> bool:
+    """The filter's plain definition (rollout_filter's docstring), every value tested
+    against every row: what the compiled test must agree with."""
+    if row_filter.variants and not any(v in rollout.variant.lower() for v in row_filter.variants):
+        return False
+    if row_filter.statuses:
+        stalled = rollout.stalled(now, stall_seconds)
+        if not any(v in rollout.status.value or (stalled and "stalled".startswith(v)) for v in row_filter.statuses):
+            return False
+    if row_filter.phases and not any(v in rollout.phase for v in row_filter.phases):
+        return False
+    haystack = " ".join((rollout.key, rollout.variant, rollout.task_label, *rollout.trace_ids)).lower()
+    return all(word in haystack for word in row_filter.words)
+
+
 def full_scan(store: RolloutStore, row_filter: RowFilter) -> set[str]:
     now = store.clock()
-    return {
-        key for key, rollout in store.rollouts.items()
-        if not row_filter or row_filter.matches(rollout, now, store.stall_seconds)
-    }
+    return {key for key, rollout in store.rollouts.items() if reference_matches(row_filter, rollout, now, store.stall_seconds)}
 
 
 def change(store: RolloutStore, clock: Clock, index: int, what: str) -> None:
@@ -59,9 +77,16 @@ def change(store: RolloutStore, clock: Clock, index: int, what: str) -> None:
         store.add_rollout("beta", index, {"name": f"late {index}"}, key=f"late/{len(keys)}")
     elif keys:
         key = keys[index % len(keys)]
-        if store.rollouts[key].status.finished:
+        rollout = store.rollouts[key]
+        if rollout.status.finished:
+            if what == "unload":  # its trace ids are then the summary's
+                store.unload(key)
             return
-        if what == "start":
+        if what in ("open", "discard"):
+            if rollout.status is Status.RUNNING:  # a trace's id is searched by words
+                trace = TRACE_IDS[index % len(TRACE_IDS)]
+                store.apply(key, {"trace": trace, "discard": True} if what == "discard" else {"trace": trace, "open": {}})
+        elif what == "start":
             store.started(key, f"req-{key}")
         else:
             store.failed(key, "boom", cancelled=what == "cancel")
@@ -100,11 +125,14 @@ async def test_narrowing_keystrokes_match_a_full_scan() -> None:
                     table.sync([*changed.added, *changed.rollouts])
                     assert set(table.ordered_keys) == full_scan(store, row_filter), text[:end]
                     assert len(table.ordered_keys) == len(set(table.ordered_keys))
+                    compiled = row_filter.matcher(clock.t, STALL_SECONDS)
+                    for rollout in store.rollouts.values():
+                        assert compiled(rollout) == reference_matches(row_filter, rollout, clock.t, STALL_SECONDS)
 
         typing()
 
 
-async def test_typing_a_narrower_filter_scans_only_the_rows_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_typing_a_narrower_filter_looks_only_at_the_rows_shown_or_at_none(monkeypatch: pytest.MonkeyPatch) -> None:
     store = RolloutStore()
     for index in range(40):
         key = f"v/{index}"
@@ -117,15 +145,25 @@ async def test_typing_a_narrower_filter_scans_only_the_rows_shown(monkeypatch: p
         table.rebuild()
         table.set_filter(RowFilter.parse("status:"))
         seen: list[str] = []
-        matches = RowFilter.matches
+        matcher = RowFilter.matcher
 
-        def counting(self: RowFilter, rollout, now, stall_seconds):  # type: ignore[no-untyped-def]
-            seen.append(rollout.key)
-            return matches(self, rollout, now, stall_seconds)
+        def counting(self: RowFilter, now: float, stall_seconds: float):  # type: ignore[no-untyped-def]
+            test = matcher(self, now, stall_seconds)
 
-        monkeypatch.setattr(RowFilter, "matches", counting)
+            def looked(rollout: Rollout) -> bool:
+                seen.append(rollout.key)
+                return test(rollout)
+
+            return looked
+
+        monkeypatch.setattr(RowFilter, "matcher", counting)
         for end in range(len("status:r"), len("status:running") + 1):
             table.set_filter(RowFilter.parse("status:running"[:end]))
         assert table.row_count == 20
-        # "status:r" looks at all 40 rows, each further letter only at the 20 left
-        assert len(seen) == 40 + 20 * len("unning")
+        # "status:r" looks at all 40 rows; no other status has an r, so the further
+        # letters let the same rollouts through and look at none
+        assert len(seen) == 40
+        table.set_filter(RowFilter.parse("status:running 1"))
+        assert table.row_count == 8 and len(seen) == 40 + 20  # 1, 11, 13, ..., 19, 21, 31
+        table.set_filter(RowFilter.parse("status:running 1 variant:v"))  # the only variant
+        assert table.row_count == 8 and len(seen) == 60

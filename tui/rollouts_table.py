@@ -2,8 +2,9 @@
 
 The table holds an index, not cells: the keys of the rollouts its filter lets through,
 in sort order. Building it (a filter keystroke, a sort, the first draw of 5,000 rows)
-is one pass of plain Python over the store, or over the rows shown when the keystroke
-only narrows the filter; drawing reads the store for the rows on
+is one pass of plain Python over the store with the filter compiled once, over the
+rows shown when the keystroke only narrows the filter, or none when the new filter
+lets the same rollouts through (`RowFilter.same_rows`); drawing reads the store for the rows on
 screen only, through the Line API (`render_line`) and a per-row strip cache, so a tick
 costs the rows that changed and are visible, however many rows there are. The cursor
 belongs to a rollout key: rows inserted, sorted or filtered around it leave the same
@@ -239,7 +240,9 @@ class RolloutsTable(ScrollView, can_focus=True):
         finished, say) keeps the cursor (`pinned`)."""
         if row_filter != self.row_filter:
             wider, self.row_filter = self.row_filter, row_filter
-            if row_filter.narrows(wider):
+            if row_filter.same_rows(wider, self.store.variants):
+                pass  # the rows shown are the answer; rollouts changed since are still marked
+            elif row_filter.narrows(wider):
                 self._refine()
             else:
                 self.rebuild()
@@ -249,9 +252,13 @@ class RolloutsTable(ScrollView, can_focus=True):
     def rebuild(self) -> None:
         """The index from scratch, one pass over the store: a filter change or the
         first draw, never a delta."""
-        now = self.now()
         self._dirty.clear()
-        self._keys = [key for key, rollout in self.store.rollouts.items() if self._wanted(rollout, now)]
+        rollouts = self.store.rollouts
+        if self.row_filter:
+            wanted = self._wanted()
+            self._keys = [key for key, rollout in rollouts.items() if wanted(rollout)]
+        else:
+            self._keys = list(rollouts)
         self._strips.clear()
         self._reindex(sort=True)
 
@@ -259,9 +266,11 @@ class RolloutsTable(ScrollView, can_focus=True):
         """The index for a filter that only narrows the last one: the rows shown,
         kept in their order, less those it turns away; rollouts changed since are
         still marked, and the next `sync` weighs them against this filter."""
-        now, rollouts = self.now(), self.store.rollouts
-        self._keys = [key for key in self._keys if (rollout := rollouts.get(key)) is not None and self._wanted(rollout, now)]
-        self._reindex(sort=False)
+        wanted, rollouts = self._wanted(), self.store.rollouts
+        kept = [key for key in self._keys if (rollout := rollouts.get(key)) is not None and wanted(rollout)]
+        if len(kept) != len(self._keys):
+            self._keys = kept
+            self._reindex(sort=False)
 
     def mark(self, keys: Iterable[str]) -> None:
         """Rollouts whose rows the next `sync` redraws."""
@@ -273,7 +282,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         self.mark(keys)
         if not self._dirty:
             return
-        now = self.now()
+        wanted = self._wanted()
         rollouts, rows, strips = self.store.rollouts, self._rows, self._strips
         visible = set(self._visible_keys())
         gone: set[str] = set()
@@ -282,7 +291,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         for key in self._dirty:
             rollout = rollouts.get(key)
             shown = key in rows
-            if rollout is None or not self._wanted(rollout, now):
+            if rollout is None or not wanted(rollout):
                 if shown:
                     gone.add(key)
             elif shown:
@@ -337,8 +346,9 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     # -- the index and the cursor ----------------------------------------------------------
 
-    def _wanted(self, rollout: Rollout, now: float) -> bool:
-        return not self.row_filter or self.row_filter.matches(rollout, now, self.store.stall_seconds)
+    def _wanted(self) -> Callable[[Rollout], bool]:
+        """The filter's test for a rollout at this moment."""
+        return self.row_filter.matcher(self.now(), self.store.stall_seconds)
 
     def _reindex(self, sort: bool) -> None:
         """After the index changed: sort it if asked, find every key's row again, keep
