@@ -210,3 +210,30 @@ async def test_a_filter_changes_the_row_count_without_laying_the_screen_out() ->
         assert table.row_count == 2 and not table.show_vertical_scrollbar and layouts
         table.set_filter(RowFilter())
         await until(pilot, lambda: table.show_vertical_scrollbar and scrollbar.window_virtual_size == 101)
+
+
+async def test_clearing_the_filter_draws_again_only_what_changed_or_ticked(store: RolloutStore) -> None:
+    """The rows a cleared filter brings back keep what they drew, unless their rollout
+    changed meanwhile (shown or not) or a tick moved their clocks on since."""
+    app = TableApp(store)
+    async with app.run_test(size=(140, 30)):
+        table = app.query_one(RolloutsTable)
+        table.rebuild()
+        draw(table)
+        table.set_filter(RowFilter.parse("variant:cand"))
+        draw(table)
+        hidden = "baseline/run0/0"
+        store.failed(hidden, "boom")
+        table.sync(store.take_changes().rollouts)
+        drawn: list[str] = []
+        row_strip = table._row_strip
+        table._row_strip = lambda key, layer: drawn.append(key) or row_strip(key, layer)  # type: ignore[method-assign]
+        table.set_filter(RowFilter())
+        lines = draw(table)
+        assert table.row_count == 14 and set(drawn) == {hidden, table.selected_key}
+        assert "error" in lines[1 + table.get_row_index(hidden)]
+        drawn.clear()
+        table.tick()
+        draw(table)
+        live = {key for key in table.ordered_keys if not store.rollouts[key].status.finished}
+        assert set(drawn) == live | {table.selected_key} and hidden not in drawn

@@ -164,8 +164,13 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._cursor_row = 0
         self._cursor_key: str | None = None
         self._columns, self._widths, self._pads = self._layout(FULL_WIDTH)
-        self._strips: dict[str, Strip] = {}
-        """Each drawn row without the cursor, full width; dropped when its rollout changes."""
+        self._strips: dict[str, tuple[Strip, int]] = {}
+        """Each drawn row without the cursor, full width, and the `_second` it was drawn
+        in; dropped when its rollout changes, and a live row's (its clocks move) drawn
+        again after the next `tick`. Kept through filter changes: the rows a cleared
+        filter brings back are mostly drawn already."""
+        self._second = 0
+        """How many `tick`s so far."""
         self._styles: dict[tuple[Style, str | None], Style] = {}
         self._base_style: Style | None = None
         self.rows_drawn = 0
@@ -252,6 +257,8 @@ class RolloutsTable(ScrollView, can_focus=True):
     def rebuild(self) -> None:
         """The index from scratch, one pass over the store: a filter change or the
         first draw, never a delta."""
+        for key in self._dirty:
+            self._strips.pop(key, None)
         self._dirty.clear()
         rollouts = self.store.rollouts
         if self.row_filter:
@@ -259,7 +266,6 @@ class RolloutsTable(ScrollView, can_focus=True):
             self._keys = [key for key, rollout in rollouts.items() if wanted(rollout)]
         else:
             self._keys = list(rollouts)
-        self._strips.clear()
         self._reindex(sort=True)
 
     def _refine(self) -> None:
@@ -291,20 +297,18 @@ class RolloutsTable(ScrollView, can_focus=True):
         for key in self._dirty:
             rollout = rollouts.get(key)
             shown = key in rows
+            strips.pop(key, None)  # shown or not: a filter may bring it back
             if rollout is None or not wanted(rollout):
                 if shown:
                     gone.add(key)
             elif shown:
                 redraw = redraw or key in visible
-                strips.pop(key, None)
                 self._resort = self._resort or self.sort_column is not None
             else:
                 added.append(key)
         self._dirty.clear()
         if gone:
             self._keys = [key for key in self._keys if key not in gone]
-            for key in gone:
-                strips.pop(key, None)
         if added:
             self._keys.extend(added)
             self._resort = self._resort or self.sort_column is not None
@@ -316,13 +320,9 @@ class RolloutsTable(ScrollView, can_focus=True):
     def tick(self) -> None:
         """Once a second: advance elapsed/activity on the running rows on screen, and
         re-sort if sorted values changed since (never more often, so rows hold still)."""
-        running = False
+        self._second += 1
         rollouts = self.store.rollouts
-        for key in self._visible_keys():
-            rollout = rollouts.get(key)
-            if rollout is not None and not rollout.status.finished:
-                self._strips.pop(key, None)
-                running = True
+        running = any((rollout := rollouts.get(key)) is not None and not rollout.status.finished for key in self._visible_keys())
         if self.sort_column in TICKING and running:
             self._resort = True
         if self._resort:
@@ -496,8 +496,21 @@ class RolloutsTable(ScrollView, can_focus=True):
             if row == self._cursor_row and key == self._cursor_key:
                 strip = self._row_strip(key, "cursor")
             else:
-                strip = self._strips.get(key) or self._strips.setdefault(key, self._row_strip(key, None))
+                strip = self._kept_strip(key)
         return strip.crop_extend(x, x + width, self._base())
+
+    def _kept_strip(self, key: str) -> Strip:
+        kept = self._strips.get(key)
+        if kept is not None and (kept[1] == self._second or self._settled(key)):
+            return kept[0]
+        strip = self._row_strip(key, None)
+        self._strips[key] = (strip, self._second)
+        return strip
+
+    def _settled(self, key: str) -> bool:
+        """Nothing in its row moves with the clock (it finished, or is gone)."""
+        rollout = self.store.rollouts.get(key)
+        return rollout is None or rollout.status.finished
 
     def _header_strip(self) -> Strip:
         style = self._style(Style(), "header")
