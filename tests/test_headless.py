@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import os
@@ -17,6 +18,7 @@ from polling import MARGIN, alive, wait_until
 from core.session import headless
 from core.session.config import load_config
 from core.session.engine import Engine
+from tui.launch import main as launch
 
 
 def test_a_variant_settles_after_its_rollouts_lines(tmp_path, monkeypatch):
@@ -65,3 +67,24 @@ def test_ctrl_c_cancels_prints_the_summary_and_exits_130(tmp_path):
     assert sum(line.startswith("stuck/") and " cancelled" in line for line in lines) == 2
     assert lines[-1] == "stuck: cancelled; 2 cancelled; mean reward n/a"
     wait_until(lambda: not any(map(alive, (record["supervisor_pid"], record["child_pid"]))), what="the server gone")
+
+
+def test_the_command_runs_headless_with_the_collector_it_paused_on_again(tmp_path, monkeypatch, capsys):
+    """`tracewatch` keeps the collector off while it starts; a headless run has no first
+    screen to turn it back on at, so it does as it begins."""
+    config = write_config(tmp_path, [demo_variant("baseline", ["normal"])])
+    monkeypatch.setenv("TRACEWATCH_HOME", str(tmp_path / "home"))
+    collecting: list[bool] = []
+    run = headless.run_headless
+
+    async def run_headless(*args, **kwargs):
+        collecting.append(gc.isenabled())
+        return await run(*args, **kwargs)
+
+    monkeypatch.setattr(headless, "run_headless", run_headless)
+    try:
+        assert launch([str(config), "--headless", "--no-record"]) == 0
+    finally:
+        gc.enable()
+    assert collecting == [True]
+    assert "baseline: done" in capsys.readouterr().out

@@ -53,14 +53,19 @@ def test_a_screen_freezes_its_startup_only_under_the_policy() -> None:
         assert gc.get_freeze_count() >= frozen + 2 * len(widgets)
 
 
-def test_a_collector_paused_for_startup_is_back_with_the_policy_and_startup_frozen() -> None:
+def test_a_collector_paused_for_startup_is_back_with_the_first_screen_and_startup_frozen() -> None:
     try:
         pause_collection()
-        startup = [{"module": [index]} for index in range(10_000)]
-        assert not gc.isenabled()
         with FreezeAfterSlowCollections():
+            startup = [{"widget": [index]} for index in range(10_000)]
+            assert not gc.isenabled()  # installing the policy leaves it off until the first screen
+            freeze_startup()
             assert gc.isenabled()
             assert gc.get_freeze_count() >= 2 * len(startup)
+        pause_collection()
+        with FreezeAfterSlowCollections():
+            pass  # a start that never drew its screen (it failed)
+        assert gc.isenabled()
     finally:
         gc.enable()
 

@@ -274,6 +274,7 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool) -> int:
     if args.headless:
         from core.session.headless import run_headless
 
+        resume_collection()  # no first screen to wait for: startup ends here
         try:
             return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
         except KeyboardInterrupt:  # before the runner took Ctrl-C over: nothing had started

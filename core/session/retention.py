@@ -34,12 +34,10 @@ class FreezeAfterSlowCollections:
         self._started = 0.0
 
     def install(self) -> FreezeAfterSlowCollections:
-        """Freeze what exists now (startup state), then after each slow collection; the
-        collector is on from here (`pause_collection` kept it off while a program started)."""
+        """Freeze what exists now (startup state), then after each slow collection."""
         if self not in gc.callbacks:
             gc.freeze()
             gc.callbacks.append(self)
-        gc.enable()
         return self
 
     def uninstall(self) -> None:
@@ -51,9 +49,11 @@ class FreezeAfterSlowCollections:
 
     def __exit__(self, *exc: object) -> None:
         """Uninstalled, and what it froze back in the collector's walks: a program
-        that runs sessions one after another in one process (tests) collects each."""
+        that runs sessions one after another in one process (tests) collects each.
+        The collector is on after, even if a paused start never got to resume it."""
         self.uninstall()
         gc.unfreeze()
+        gc.enable()
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -65,10 +65,11 @@ class FreezeAfterSlowCollections:
 
 def pause_collection() -> None:
     """Called first by the `tracewatch` command (`tui.launch`): the modules, the config,
-    the engine and the queued rollouts it makes before its session runs live as long as
-    the program, and collections walking them as they were made took 50-60 ms of its
-    launch (10%; a full collection among them). Installing the policy freezes them and
-    turns the collector back on; a command without a session calls `resume_collection`."""
+    the engine, the queued rollouts and the app's widgets it makes before its first
+    screen live as long as the program, and collections walking them as they were made
+    took 60-80 ms of its launch (10-15%; a full collection among them). The app turns
+    the collector back on once that screen is drawn (`freeze_startup`); a headless run
+    or a command without a session as it begins (`resume_collection`)."""
     gc.disable()
 
 
@@ -86,6 +87,8 @@ def freeze_startup() -> None:
     once it is first drawn, so its widgets, styles and compiled CSS are never walked
     (measured: the first full collection after the app's start walked 54k of them,
     97 ms, the longest pause of a run). A program that did not install it (a test
-    running many apps in one process) keeps every collection as it was."""
+    running many apps in one process) keeps every collection as it was. The collector
+    is on after it (`pause_collection`)."""
     if any(isinstance(callback, FreezeAfterSlowCollections) for callback in gc.callbacks):
         gc.freeze()
+    resume_collection()
