@@ -49,7 +49,8 @@ CARD_EVERY = 4
 SETTLE = 0.08
 """A move this soon after the last one waits until the cursor rests this long before
 its transcript is laid out: a held arrow key (a move every 30-50 ms) repaints the
-cursor on each row but lays out only the last; a single move lays out at once."""
+cursor on each row but lays out only the last; a single move lays out at once. A move
+the filter made waits until the typing rests as long (each keystroke puts it off)."""
 
 class TracewatchApp(App[None]):
     CSS_PATH = "app.tcss"
@@ -64,6 +65,7 @@ class TracewatchApp(App[None]):
         self.selected: str | None = None
         self._settle: Timer | None = None
         self._moved = 0.0
+        self._typed = 0.0
         self._ticks = 0
         self._next_second = 0.0
         self._dirty_variants: set[str] = set()
@@ -265,13 +267,25 @@ class TracewatchApp(App[None]):
             # The cursor's move reaches the screen first: laying out a long transcript
             # takes tens of ms, and a held arrow key must not wait on each one.
             moved, self._moved = self._moved, time.monotonic()
-            if self._settle is not None:
-                self._settle.stop()
-                self._settle = None
-            if self._moved - moved < SETTLE:
-                self._settle = self.set_timer(SETTLE, partial(self._show_selected, key))
+            if self._moved - moved < SETTLE or self._moved - self._typed < SETTLE:
+                self._show_when_settled()
             else:
+                self._stop_settle()
                 self.call_after_refresh(self._show_selected, key)
+
+    def _show_when_settled(self) -> None:
+        """The selected rollout's transcript once nothing moved for SETTLE."""
+        self._stop_settle()
+        self._settle = self.set_timer(SETTLE, partial(self._settled, self.selected))
+
+    def _settled(self, key: str | None) -> None:
+        self._settle = None
+        self._show_selected(key)
+
+    def _stop_settle(self) -> None:
+        if self._settle is not None:
+            self._settle.stop()
+            self._settle = None
 
     def _show_selected(self, key: str | None) -> None:
         if key == self.selected and self.is_running:
@@ -311,6 +325,9 @@ class TracewatchApp(App[None]):
         self.screen.set_focus(field)
 
     def _apply_filter(self, text: str) -> None:
+        self._typed = time.monotonic()
+        if self._settle is not None:
+            self._show_when_settled()
         row_filter = RowFilter.parse(text)
         self.table.set_filter(row_filter)
         self.trace_pane.set_hidden(self.table.pinned)
