@@ -99,10 +99,13 @@ class RowFilter:
                 if not ok:
                     return False
             if words:
-                text = rollout.search_text
+                text, ids = rollout.search_text, None
                 for word in words:
-                    if word not in text and not any(word in trace.lower() for trace in rollout.trace_ids):
-                        return False
+                    if word not in text:
+                        if ids is None:
+                            ids = " ".join(rollout.trace_ids).lower()
+                        if word not in ids:
+                            return False
             return True
 
         return matches

@@ -39,6 +39,7 @@ class Status(StrEnum):
 
 
 _FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
+_LIVE = (Status.RUNNING, Status.CANCELLING)
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ class Rollout:
         return "idle", self.idle(now)
 
     def stalled(self, now: float, threshold: float) -> bool:
-        if self.status not in (Status.RUNNING, Status.CANCELLING):
+        if self.status not in _LIVE:
             return False
         return self.idle(now) > threshold
 
@@ -621,10 +622,12 @@ class RolloutStore:
         a second took a tenth of a loaded machine's second)."""
         now = now if now is not None else self.clock()
         running = stalled = 0
-        for key in self._live:
-            rollout = self.rollouts[key]
-            running += rollout.status is Status.RUNNING
-            stalled += rollout.stalled(now, self.stall_seconds)
+        rollouts, threshold = self.rollouts, self.stall_seconds
+        for key in self._live:  # `Rollout.stalled` inlined: its call was half the pass
+            rollout = rollouts[key]
+            status = rollout.status
+            running += status is Status.RUNNING
+            stalled += status in _LIVE and now - (rollout.last_delta_at or rollout.started_at or now) > threshold
         return running, stalled
 
     def _touch(self, rollout: Rollout) -> None:
