@@ -69,6 +69,8 @@ class Trace:
     def __init__(self, store: RolloutStore, key: str = "r", trace: str = "t1") -> None:
         self.store, self.key, self.id = store, new_rollout(store, key), trace
         self.nodes = 0
+        self.after: Callable[[], None] | None = None
+        """Called after each delta (a transcript drawing it as it lands)."""
         store.apply(key, {"trace": trace, "open": {"version": 1, "id": trace}})
 
     @property
@@ -77,6 +79,8 @@ class Trace:
 
     def apply(self, **delta) -> None:
         self.store.apply(self.key, {"trace": self.id, **delta})
+        if self.after is not None:
+            self.after()
 
     def add(self, *nodes: dict, calls: list[dict] | None = None) -> None:
         self.apply(nodes=list(nodes), **({"calls": calls} if calls else {}))
@@ -289,7 +293,6 @@ async def test_a_new_node_renders_only_its_own_block():
         trace.turn()
     async with showing(trace) as (app, pilot, transcript):
         await pilot.pause()
-        assert transcript.blocks_rendered == 60
         blocks, headers = transcript.blocks_rendered, transcript.headers_rendered
 
         trace.add(node("tool", "one more", trace.nodes - 1, tool_call_id="x"))
@@ -360,7 +363,13 @@ async def test_two_thousand_turns_render_and_scroll():
     for _ in range(2000):
         trace.turn("output " * 30)
     async with showing(trace) as (app, pilot, transcript):
-        await until(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y > 19000)
+        await until(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y)
+        assert screen_lines(transcript)[-2].startswith("▎ answer 3999")
+        transcript.focus()
+        await pilot.press("home")  # the top of the whole trace: all of it laid out
+        await until(pilot, lambda: transcript.scroll_y == 0 and transcript.max_scroll_y > 19000)
+        top = screen_lines(transcript)
+        assert top[0].startswith("── turn 1 ─") and top[1].startswith("▎ tool  #0 · bash")
         transcript.scroll_to(y=transcript.max_scroll_y // 2, animate=False, immediate=True)
         await pilot.pause()
         assert any(line.startswith("▎ output") for line in screen_lines(transcript))
@@ -448,3 +457,62 @@ async def test_the_outcome_closes_the_transcript() -> None:
         at = next(i for i, line in enumerate(lines) if line.startswith("━━ outcome · reward 1.00 · ok · agent_completed"))
         tail = "\n".join(lines[at:])
         assert "correct  0.50 × 2" in tail and "reason: off by one ␛[31m[bold]x[/bold]" in tail and "turns 3" in tail
+
+
+
+def varied_turns(trace: Trace) -> None:
+    """Turns of one to three nodes, failed calls between nodes and after the last,
+    calls landing with their node and after it, trace errors, a pending preview."""
+    trace.add(node("system", "be brief", None), node("user", "go", 0))
+    for turn in range(70):
+        n = trace.nodes
+        if turn % 9 == 4:
+            trace.apply(calls=[call(None, {"error": "RateLimit", "message": f"slow down {turn}"})])
+        trace.add(node("assistant", f"step {turn}\nthinking", n - 1, sampled=True), calls=[call(n)] if turn % 3 else None)
+        if turn % 3 == 0:
+            trace.apply(calls=[call(n)])  # the call lands after its node
+        if turn % 4:
+            trace.add(node("tool", f"output {turn}", n, tool_call_id=f"c{turn}"))
+        if turn % 7 == 0:
+            trace.add(node("user", f"nudge {turn}", trace.nodes - 1))
+    trace.apply(calls=[call(None, {"error": "Timeout", "message": "gave up"})])
+    trace.apply(errors=[{"error": "Crash", "message": "the env fell over"}])
+    trace.apply(pending=[{"role": "user", "content": "next question"}])
+
+
+async def test_a_long_trace_lays_out_its_newest_turns_then_the_rest_as_they_are_needed():
+    """Shown at once, a long trace lays out two screens of its newest turns; scrolling
+    up lays out earlier ones above without moving the view, and the whole is what the
+    live path draws delta by delta (turn numbers, failed and late calls included)."""
+    store = RolloutStore(clock=lambda: 50.0)
+    app = TranscriptApp(clock=lambda: 100.0)
+    async with app.run_test(size=SIZE) as pilot:
+        transcript = app.query_one(Transcript)
+        streamed = Trace(store, "streamed")
+        transcript.show(streamed.key, streamed.state)
+        streamed.after = transcript.refresh_trace
+        varied_turns(streamed)
+        expected = all_lines(transcript)
+
+        shown = Trace(store, "shown")
+        varied_turns(shown)
+        transcript.show(shown.key, shown.state)
+        await pilot.pause()
+        newest = all_lines(transcript)
+        assert 2 * SIZE[1] <= len(newest) < len(expected) // 4
+        assert newest == expected[-len(newest) :]
+        assert transcript.scroll_y == transcript.max_scroll_y
+
+        while transcript.virtual_size.height < len(expected):
+            transcript.scroll_to(y=0, animate=False, immediate=True)
+            view = screen_lines(transcript)
+            await until(pilot, lambda: transcript.scroll_y > 0 or transcript.virtual_size.height == len(expected))
+            assert screen_lines(transcript) == view
+        assert all_lines(transcript) == expected
+
+        transcript.show(streamed.key, streamed.state)
+        transcript.show(shown.key, shown.state)
+        transcript.search("output 1")  # a search sees every line, not only those laid out
+        matches = sum("output 1" in line for line in expected)
+        assert matches > 5 and transcript.search_status == f"1/{matches}"
+        assert transcript.plain_lines() == expected

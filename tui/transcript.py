@@ -7,12 +7,18 @@ lines, then wrapped to the widget width. A flat list of wrapped lines is what
 long the trace is. A tick's `refresh_trace` compares the trace with what is drawn and
 renders only what is new: appended nodes, the one header whose model call arrived
 late, the replaced pending block.
+
+Switching to a trace lays out its newest nodes, enough for two screens, and the
+earlier ones a chunk at a time as the view scrolls up to them, as a chat loads its
+history: each arrow key over the rollouts table shows another trace, and laying out
+all of a long one each time took most of the app's time while a fast source streamed
+(issue 13). Search, the Home key and `plain_lines` lay out the rest first.
 """
 
 from __future__ import annotations
 
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +57,8 @@ Line = tuple[tuple[Seg, ...], int, Seg, str | None]
 
 FOLLOW_SLACK = 2
 """Within this many lines of the bottom the view counts as at the bottom."""
+CHUNK = 16
+"""Nodes laid out at a time above the first one laid out."""
 
 
 class _Block:
@@ -148,6 +156,10 @@ class Transcript(ScrollView, can_focus=True):
         self._lines: list[Line] = []
         self._node_blocks: dict[int, int] = {}
         self._committed = 0
+        self._first_node = 0
+        """Nodes before this one are not laid out yet (`_lay_out_above`)."""
+        self._first_failed = 0
+        """Nor are the failed calls before this one (they precede the first node)."""
         self._errors = 0
         self._nodes_done = self._calls_done = self._failed_done = 0
         self._turn = 0
@@ -172,7 +184,10 @@ class Transcript(ScrollView, can_focus=True):
         self._reset()
         self.following, self.new_since_left = True, 0
         set_virtual_size(self, Size(self._width, 0))
+        if trace_state is not None and len(trace_state.sampled) == len(trace_state.nodes):
+            self._start_at(trace_state, max(0, len(trace_state.nodes) - CHUNK))
         self.refresh_trace()
+        self._lay_out_enough()
         self.refresh()
 
     def refresh_trace(self) -> None:
@@ -199,6 +214,11 @@ class Transcript(ScrollView, can_focus=True):
         else:
             self.action_jump_end()
 
+    def action_scroll_home(self) -> None:
+        """Home: the top of the whole trace."""
+        self._lay_out_all()
+        super().action_scroll_home()
+
     def action_jump_end(self) -> None:
         """Go to the bottom and follow from there."""
         self.following, self.new_since_left = True, 0
@@ -216,6 +236,75 @@ class Transcript(ScrollView, can_focus=True):
 
     # -- from trace to blocks --------------------------------------------------------
 
+    def _start_at(self, state: TraceState, first: int) -> None:
+        """Lay out from node `first` on; what precedes it waits (`_lay_out_above`)."""
+        self._first_node = self._nodes_done = first
+        self._first_failed = self._failed_done = bisect_left(state.failed_calls, (first,))
+        self._turn = state.turns_before(first)
+        self._after_sampled = first == 0 or bool(state.sampled[first - 1])
+        self._calls_done = len(state.record.get("calls") or ())  # drawn with their nodes
+
+    def _lay_out_enough(self) -> None:
+        """Two screens' worth of lines, or all of them while a search is on (a search
+        must see every line)."""
+        if self._query:
+            self._lay_out_all()
+        while self._first_node and len(self._lines) < 2 * self.size.height:
+            self._lay_out_above()
+
+    def _lay_out_all(self) -> None:
+        self._lay_out_above(self._first_node)
+
+    def _lay_out_near_top(self) -> None:
+        """The view scrolled up to within a screen of the first line laid out."""
+        while self._first_node and self.scroll_offset.y < self.size.height:
+            self._lay_out_above()
+
+    def _lay_out_above(self, count: int = CHUNK) -> int:
+        """Lay out the `count` nodes (and failed calls) just above the first one laid
+        out, the view kept on the line it shows; returns how many lines were added."""
+        state = self._state
+        first = self._first_node
+        if state is None or not first:
+            return 0
+        start = max(0, first - count)
+        failed, done = state.failed_calls, bisect_left(state.failed_calls, (start,))
+        turn = state.turns_before(start)
+        blocks: list[_Block] = []
+        nodes: dict[int, int] = {}
+        for index, node in enumerate(state.nodes[start:first], start):
+            while done < self._first_failed and failed[done][0] <= index:
+                call = state.call(failed[done][1])
+                blocks.append(self._block("failed", call, [], failed_lines(call)))
+                done += 1
+            opens = index == 0 or state.sampled[index - 1]
+            turn += bool(opens)
+            nodes[index] = len(blocks)
+            blocks.append(self._node_block(index, node, turn if opens else None))
+        lines: list[Line] = []
+        starts: list[int] = []
+        for block in blocks:
+            self._wrap_block(block)
+            starts.append(len(lines))
+            lines.extend(block.lines)
+        added, count = len(lines), len(blocks)
+        self._blocks[0:0] = blocks
+        self._starts = starts + [at + added for at in self._starts]
+        self._lines[0:0] = lines
+        self._node_blocks = nodes | {index: at + count for index, at in self._node_blocks.items()}
+        self._committed += count
+        if self._cursor is not None:
+            self._cursor += count
+        self._first_node, self._first_failed = start, bisect_left(failed, (start,))
+        self._cache.clear()
+        set_virtual_size(self, Size(self._width, len(self._lines)))
+        if self.following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        elif added:
+            self.scroll_to(y=self.scroll_offset.y + added, animate=False, immediate=True)
+        self.refresh()
+        return added
+
     def _sync(self, state: TraceState) -> int:
         """Append what is new, re-head nodes whose call arrived late, replace the
         pending block; return how many messages were added."""
@@ -232,7 +321,11 @@ class Transcript(ScrollView, can_focus=True):
             while self._failed_done < len(failed) and failed[self._failed_done][0] <= index:
                 added += self._add_failed(state.call(failed[self._failed_done][1]))
             self._node_blocks[index] = self._committed
-            added += self._add_committed(self._node_block(index, node))
+            turn = None
+            if self._after_sampled:
+                self._turn += 1
+                turn = self._turn
+            added += self._add_committed(self._node_block(index, node, turn))
             self._after_sampled = bool(node.get("sampled"))
         self._nodes_done = len(nodes)
         while self._failed_done < len(failed):
@@ -273,12 +366,9 @@ class Transcript(ScrollView, can_focus=True):
         self._failed_done += 1
         return self._add_committed(self._block("failed", call, [], failed_lines(call)))
 
-    def _node_block(self, index: int, node: dict) -> _Block:
-        """A node's block; the first node after a sampled one opens a turn."""
-        turn = None
-        if self._after_sampled:
-            self._turn += 1
-            turn = self._turn
+    def _node_block(self, index: int, node: dict, turn: int | None) -> _Block:
+        """A node's block; `turn` when it opens one (the first node after a sampled
+        one does)."""
         block = self._block("node", (index, node, turn), [], node_body(node.get("message") or {}))
         block.head = self._node_head(block)
         return block
@@ -426,6 +516,7 @@ class Transcript(ScrollView, can_focus=True):
         """Mark every line holding `query` (any case) and go to the first from the top
         of the view; an empty query clears the marks."""
         self._query = query.lower()
+        self._lay_out_enough()
         self._find()
         self._match_at = -1
         if self._matches:
@@ -490,6 +581,7 @@ class Transcript(ScrollView, can_focus=True):
     def plain_lines(self) -> list[str]:
         """Every line as drawn at the current width, on screen or not, without styles:
         the whole transcript for a reader that is not the screen."""
+        self._lay_out_all()
         width = self.scrollable_content_region.width
         return [self._strip(line, width, False).text for line in self._lines]
 
@@ -541,6 +633,8 @@ class Transcript(ScrollView, can_focus=True):
             self.following, self.new_since_left = True, 0
         elif new_value < old_value:
             self.following = False
+            if self._first_node and new_value < self.size.height:
+                self.call_later(self._lay_out_near_top)
 
     # -- events and keys -------------------------------------------------------------
 
@@ -555,6 +649,7 @@ class Transcript(ScrollView, can_focus=True):
         anchor = self._block_at(round(self.scroll_y))
         self._width = width
         self._rewrap()
+        self._lay_out_enough()
         if self._query:
             self._find()
         if self.following or anchor is None:
@@ -597,6 +692,8 @@ class Transcript(ScrollView, can_focus=True):
         """Move the block cursor; from none, start at the message in view."""
         if not self._blocks:
             return
+        if self._cursor is not None and self._cursor + step < 0:
+            self._lay_out_above()
         if self._cursor is None:
             top = self._block_at(self.scroll_offset.y)
             bottom = self._block_at(min(len(self._lines), self.scroll_offset.y + self.scrollable_content_region.height) - 1)

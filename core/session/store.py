@@ -72,6 +72,7 @@ class TraceState:
         "pending_since",
         "tools_since",
         "revision",
+        "sampled",
     )
 
     def __init__(self, trace_id: str, record: dict[str, Any]) -> None:
@@ -86,6 +87,9 @@ class TraceState:
         self.pending_since: float | None = None
         self.tools_since: float | None = None
         self.revision = 0
+        self.sampled = bytearray()
+        """One byte per node, 1 where the node was sampled: a view can number the
+        turns before any node without decoding the nodes (`turns_before`)."""
 
     @property
     def nodes(self) -> list[dict[str, Any]]:
@@ -101,6 +105,11 @@ class TraceState:
         """The model call that sampled node `node`, if one did."""
         index = self.calls_by_node.get(node)
         return None if index is None else self.call(index)
+
+    def turns_before(self, node: int) -> int:
+        """How many turns the nodes before `node` open: the first node opens one, and
+        so does each node after a sampled one."""
+        return 1 + self.sampled.count(1, 0, node - 1) if node > 0 else 0
 
     @property
     def pending(self) -> list[dict[str, Any]]:
@@ -493,7 +502,9 @@ class RolloutStore:
         nodes = delta.get("nodes")
         if nodes:
             for node in nodes:
-                if node.get("sampled"):
+                sampled = bool(node.get("sampled"))
+                state.sampled.append(sampled)
+                if sampled:
                     state.turns += 1
                     message = node.get("message") or {}
                     state.tools_since = now if message.get("tool_calls") else None
