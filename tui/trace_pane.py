@@ -73,7 +73,7 @@ class TracePane(Vertical):
     @on(Transcript.SearchMoved)
     def _show_search(self) -> None:
         if self.rollout is not None and not self._gone:
-            self._title_line.update(self._title(self.rollout), layout=False)
+            self._show_title(self.rollout)
 
     @property
     def transcript(self) -> Transcript:
@@ -101,7 +101,7 @@ class TracePane(Vertical):
         if hidden != self.hidden:
             self.hidden = hidden
             if self.rollout is not None and not self._gone:
-                self._title_line.update(self._title(self.rollout), layout=False)
+                self._show_title(self.rollout)
 
     def refresh_trace(self, changed: set[tuple[str, str]] | None) -> None:
         """Follow what changed in the shown rollout: new traces reach the switcher; the
@@ -118,11 +118,18 @@ class TracePane(Vertical):
         if ids != self._trace_ids:
             self._trace_ids = ids
             self._fill_switcher(rollout)
-        title.update(self._title(rollout), layout=False)
+        self._show_title(rollout)
         if self.trace_id not in rollout.traces:
             self._pick(next(iter(ids), None))
         elif changed is None or (rollout.key, self.trace_id) in changed:
             self.transcript.refresh_trace()
+
+    def _show_title(self, rollout: Rollout) -> None:
+        """Redrawn only when it says something else: most ticks of a streaming
+        rollout do not change it."""
+        text = self._title(rollout)
+        if text != self._title_line.content:
+            self._title_line.update(text, layout=False)
 
     def _title(self, rollout: Rollout) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis", end="")
