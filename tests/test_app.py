@@ -121,6 +121,18 @@ async def test_the_rollouts_a_start_queues_are_on_the_first_screen() -> None:
     assert rows == 3 and drawn >= 3
 
 
+async def test_the_views_draw_with_the_apps_palette_in_the_theme_shown() -> None:
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot)
+        dark = app.palette
+        assert app.timing.palette is dark and app.compare.palette is dark
+        app.theme = "textual-light"
+        await until(pilot, lambda: app.palette is not dark)
+        assert app.timing.palette is app.palette and app.compare.palette is app.palette
+        assert (app.palette.primary, app.palette.error) != (dark.primary, dark.error)
+
+
 async def test_filter_narrows_the_table() -> None:
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(120, 40)) as pilot:

@@ -19,7 +19,7 @@ from textual.widget import Widget
 
 from core.session.compare import COUNT_COLUMNS, Comparison, cell_text, compare_store, count_texts
 from core.session.store import RolloutStore
-from tui.format import PALETTE_CLASSES, Palette, safe
+from tui.format import Palette, safe
 from tui.keys import bindings
 
 Task = tuple[int, str]
@@ -89,7 +89,6 @@ class CompareView(Widget, can_focus=True):
     cursor is a task, not a row number: rows are added as tasks finish."""
 
     DEFAULT_CSS = "CompareView { height: auto; }"
-    COMPONENT_CLASSES = PALETTE_CLASSES
     BINDINGS = bindings("compare")
 
     class TaskChosen(Message):
@@ -103,14 +102,12 @@ class CompareView(Widget, can_focus=True):
         super().__init__(**kwargs)
         self.store = store
         self.palette: Palette
+        """The app's (`TracewatchApp._set_palette`), set before the first render."""
         self.cursor_task: Task | None = None
         self._comparison: Comparison | None = None
         self._version = -1
         self._next = 0.0
         """When (monotonic) `follow` may compute again: see COST_SHARE."""
-
-    def on_mount(self) -> None:
-        self.palette = Palette(self)
 
     @property
     def comparison(self) -> Comparison:

@@ -19,8 +19,8 @@ PHASE_NAMES = (*ROLLOUT_PHASES, *AGENT_PARTS, "stalled")
 rollout stands."""
 TONES = ("muted", "warning", "error", "success", "primary")
 PALETTE_CLASSES = {f"phase--{name}" for name in PHASE_NAMES} | {f"tone--{name}" for name in TONES}
-"""The component classes a widget that draws with a `Palette` declares; their looks
-are CSS, in app.tcss."""
+"""The component classes a `Palette` is read from; their looks are CSS, in app.tcss.
+The rollouts table declares them and the app shares its palette with the other views."""
 
 
 def clock(seconds: float | None) -> str:

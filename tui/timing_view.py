@@ -10,7 +10,7 @@ from textual.widget import Widget
 
 from core.session.store import DURATION_KEYS, Rollout, RolloutStore
 from core.wire.protocol import AGENT_PARTS, PHASES
-from tui.format import PALETTE_CLASSES, Palette, safe
+from tui.format import Palette, safe
 
 LABEL_WIDTH = 11
 DURATION_WIDTH = 9
@@ -108,18 +108,15 @@ class TimingView(Widget):
     """Redrawn when the selected rollout changes, and each second while it runs."""
 
     DEFAULT_CSS = "TimingView { height: auto; }"
-    COMPONENT_CLASSES = PALETTE_CLASSES
 
     def __init__(self, store: RolloutStore, **kwargs) -> None:
         super().__init__(**kwargs)
         self.store = store
         self.palette: Palette
+        """The app's (`TracewatchApp._set_palette`), set before the first render."""
         self.rollout: Rollout | None = None
         self.trace_id: str | None = None
         self.now = 0.0
-
-    def on_mount(self) -> None:
-        self.palette = Palette(self)
 
     def show(self, rollout: Rollout | None, trace_id: str | None, now: float) -> None:
         self.rollout, self.trace_id, self.now = rollout, trace_id, now
