@@ -347,3 +347,44 @@ async def test_headless_proxy_prints_the_same_rollout_lines_as_attach_and_record
         assert re.search(rf"px/\d \[normal {i}\] done · reward 1 · \d+ turns · \d+ tokens · [\d.]+s", out), out
     assert "px: done; 2 done; mean reward 1.000" in out
     assert sorted(r.status for r in OpenedRecording(recording).store.rollouts.values()) == [Status.DONE, Status.DONE]
+
+
+def children(pid: int) -> list[int]:
+    """The live children of a process, from /proc."""
+    found: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as listing:
+            found += [int(child) for child in listing.read().split()]
+    return found
+
+
+async def test_sigterm_stops_a_headless_proxy_mid_stream_and_leaves_no_process(upstream) -> None:
+    """SIGTERM ends a headless proxy as Ctrl-C does (exit 143, the summary printed)
+    while deltas stream through it, and its forwarding process goes with it."""
+    listen = free_address()
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--name", "px", "--headless", "--no-record"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    client = EnvClient(listen)
+    deltas: list[dict] = []
+    runs: list[asyncio.Future] = []
+    try:
+        await client.wait_for_server_startup(timeout=WAIT)
+        (forwarding,) = wait_until(lambda: children(proxy.pid), WAIT, "the forwarding process")
+        scale = [{**task(i, "scale"), "turns": 200, "tokens": 2000} for i in range(16)]
+        runs = [asyncio.ensure_future(client.run(t, {}, "demo-model", SAMPLING, deltas.append)) for t in scale]
+        await eventually(lambda: len(deltas) > 50, WAIT, "deltas streaming through the proxy")
+        proxy.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(proxy.communicate, timeout=WAIT)
+    finally:
+        for run in runs:
+            run.cancel()
+        await client.close()
+        if proxy.poll() is None:
+            proxy.kill()
+            proxy.wait()
+    assert proxy.returncode == 143, out + err
+    assert "SIGTERM: cancelling every run and stopping every server" in out
+    assert re.search(r"^px: done; .*\d+ failed", out, re.MULTILINE), out
+    wait_until(lambda: pid_gone(forwarding), WAIT, "the forwarding process gone with the proxy")

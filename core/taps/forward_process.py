@@ -31,6 +31,10 @@ from core.taps.zmtp import ZmtpStream
 
 COPY_QUEUE = 1000
 """Chunks (of at most 64 kB) queued on each side for the app before copies are dropped."""
+CLOSE_LINGER_MS = 200
+"""How long the copies still queued at the stop may take to reach the app. A second
+(the sending default) held the stop that long whenever the app was behind, and the
+app reads what is already queued for half a second at most anyway."""
 STATUS_EVERY = 0.25
 STATUS, CLOSED, RESUMED = b"status", b"closed", b"resumed"
 
@@ -92,7 +96,7 @@ class PushingForwarder(Forwarder):
     def close(self) -> None:
         self._status_at = 0.0
         self._tick()
-        self._push.close()
+        self._push.close(linger=CLOSE_LINGER_MS)
         self._push_context.term()
 
 

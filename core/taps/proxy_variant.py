@@ -2,10 +2,10 @@
 go on to the env server unchanged, and every run that passes through is shown.
 
 Forwarding runs in a process of its own (`core.taps.forward_process`) and never
-waits for us; here, on the app's loop, copies of the frames are read in batches and fed to the same assembly, store and recording as a run
-we dispatch. The server is not ours, so the variant offers no cancel; a rollout's
-cancel is a real `cancel` sent upstream, and the driver gets verifiers' own aborted
-reply.
+waits for us; here, on the app's loop, copies of the frames are read a slice of time
+at a time and fed to the same assembly, store and recording as a run we dispatch. The
+server is not ours, so the variant offers no cancel; a rollout's cancel is a real
+`cancel` sent upstream, and the driver gets verifiers' own aborted reply.
 """
 
 from __future__ import annotations
@@ -23,8 +23,16 @@ from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
 from core.taps.tap_variant import TapVariant
 from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack
 
-BATCH = 2000
-"""Copies handled before the loop gets a turn (the screen must stay responsive)."""
+TURN_SECONDS = 0.02
+"""The longest copies are read before the loop gets a turn. Counted in copies (2,000 a
+turn), a backlog of large deltas held the loop for seconds under load, and a SIGTERM,
+the screen and the stop itself waited behind it."""
+TURN_COPIES = 2000
+"""Copies counted (not read) at a time when a stop leaves some unread."""
+STOP_READING = 0.5
+"""At a stop, how long the copies still queued are read (from the stop's start, so
+while the forwarding process exits too); the rest are counted, not read (the drivers
+got every frame; the runs still open end at the stop anyway)."""
 IDLE_WAIT = 0.02
 CARD_EVERY = 0.25
 """The card's counters are redrawn at most this often."""
@@ -113,17 +121,22 @@ class ProxyVariant(TapVariant):
         forwarder = self.forwarder
         if forwarder is None or not self.state.active:
             return
+        ends = time.monotonic() + STOP_READING  # the copies are read while the process stops, too
         await asyncio.to_thread(forwarder.stop)
         if self._main is not None:
             self._main.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
-        while self._drain(forwarder, BATCH):  # what was forwarded before it stopped
-            pass
+        while time.monotonic() < ends and self._drain(forwarder, TURN_SECONDS):  # what was forwarded before it stopped
+            await asyncio.sleep(0)
+        unread = 0
+        while copies := forwarder.take(TURN_COPIES):
+            unread += len(copies)
         forwarder.close()
         self.runs.end_all("the proxy stopped before the run replied (the driver lost its route)")
-        if forwarder.dropped:
-            self.reason = f"the view dropped {forwarder.dropped:,} frame copies (the drivers got every frame)"
+        lost = [f"dropped {forwarder.dropped:,}"] * bool(forwarder.dropped) + [f"left {unread:,} unread at the stop"] * bool(unread)
+        if lost:
+            self.reason = f"the view {' and '.join(lost)} frame copies (the drivers got every frame)"
         self._say(f"stopped: {counters_line(forwarder)}")
         self._event("exited", detail=counters_line(forwarder))
         self._set(VariantState.DONE)
@@ -151,18 +164,22 @@ class ProxyVariant(TapVariant):
 
     async def _watch(self, forwarder: ForwardingProcess) -> None:
         while True:
-            handled = self._drain(forwarder, BATCH)
+            handled = self._drain(forwarder, TURN_SECONDS)
             self._check(forwarder)
-            await asyncio.sleep(0 if handled >= BATCH else IDLE_WAIT)
+            await asyncio.sleep(0 if handled else IDLE_WAIT)
 
-    def _drain(self, forwarder: ForwardingProcess, limit: int) -> int:
-        copies = forwarder.take(limit)
-        for copy in copies:
-            try:
-                self._read(copy)
-            except Exception as error:  # one odd frame must not stop the view of the rest
-                self._say(f"a frame could not be read: {error!r}")
-        return len(copies)
+    def _drain(self, forwarder: ForwardingProcess, seconds: float) -> int:
+        """Read the queued copies for up to `seconds`; how many were read."""
+        ends = time.monotonic() + seconds
+        handled = 0
+        while time.monotonic() < ends and (copies := forwarder.take(1)):  # one chunk's copies at a time
+            for copy in copies:
+                try:
+                    self._read(copy)
+                except Exception as error:  # one odd frame must not stop the view of the rest
+                    self._say(f"a frame could not be read: {error!r}")
+            handled += len(copies)
+        return handled
 
     def _read(self, copy: Copy) -> None:
         if len(copy.frames) != 3:
