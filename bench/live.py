@@ -13,10 +13,11 @@ client runs in its own process, so peak memory is its own:
 
 Reported: deltas/s (against verifiers'), keypress-to-repaint latency p50/p95/max
 (under load and idle), repaints/s, table staleness (a delta's arrival to its row being
-drawn, rows on screen), peak RSS growth / bytes received, the longest GC pause (wall
-time) and the most CPU a collection took.
+drawn, rows on screen), peak RSS growth / bytes received and the RSS growth once the
+stream has ended (finished rollouts may have left memory: `core.recordings.eviction`),
+the longest GC pause (wall time) and the most CPU a collection took.
 
-    .venv/bin/python bench/live.py [--rollouts 256 --turns 200 --tokens 100]
+    .venv/bin/python bench/live.py [--rollouts 256 --turns 200 --tokens 100 --concurrent 64]
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ KEY_EVERY = 0.1
 LOST_KEY = 5.0
 """A key press not answered on screen within this long counts as this long."""
 IDLE_KEYS = 30
+SETTLE = 1.5
+"""Seconds after the stream before the RSS at its end is read: finished rollouts leave
+memory within one eviction pass (0.5 s) of their records reaching the disk (0.2 s)."""
 
 
 def scale_task(index: int, turns: int, tokens: int) -> dict:
@@ -215,61 +219,69 @@ def wire_bytes(frames: Path, rollouts: int) -> tuple[int, int]:
     return sum(sum(map(len, r["deltas"])) + len(r["reply"]) for r in chosen), sum(len(r["deltas"]) for r in chosen)
 
 
-def write_config(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> Path:
-    """A config attaching to the source with every rollout in flight at once."""
+def write_config(address: str, rollouts: int, turns: int, tokens: int, directory: Path, concurrent: int | None = None) -> Path:
+    """A config attaching to the source with `concurrent` rollouts in flight at once (all, by default)."""
     tasks = directory / "tasks.jsonl"  # as a config of thousands of tasks names them
     tasks.write_text("".join(json.dumps(scale_task(i, turns, tokens)) + "\n" for i in range(rollouts)))
     config = directory / "tracewatch.toml"
     config.write_text(
         f'[[variants]]\nname = "scale"\nattach = "{address}"\ntasks = {json.dumps(str(tasks))}\nmodel = "bench"\n'
-        f"max_concurrent = {rollouts}\n"
+        f"max_concurrent = {concurrent or rollouts}\n"
     )
     return config
 
 
-def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> Any:
+def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: Path, concurrent: int | None = None) -> Any:
     from core.recordings.recorder import Recorder
     from core.session.config import load_config
     from core.session.engine import Engine
 
-    config = write_config(address, rollouts, turns, tokens, directory)
+    config = write_config(address, rollouts, turns, tokens, directory, concurrent)
     recorder = Recorder(directory / "bench.twrec")
     return Engine(load_config(config), recorder=recorder, session_dir=directory / "session")
 
 
-async def measure_verifiers(address: str, rollouts: int, turns: int, tokens: int) -> dict:
+async def measure_verifiers(address: str, rollouts: int, turns: int, tokens: int, concurrent: int) -> dict:
     from verifiers.v1.configs.client import EvalClientConfig
     from verifiers.v1.serve import EnvClient as VerifiersClient
     from verifiers.v1.types import SamplingConfig as VerifiersSampling
 
     client = VerifiersClient(address)
     await client.wait_for_server_startup(timeout=60)
+    slots = asyncio.Semaphore(concurrent)
+
+    async def run(index: int) -> Any:
+        async with slots:
+            return await client.run(EvalClientConfig(), "bench", VerifiersSampling(), scale_task(index, turns, tokens))
+
     start = time.perf_counter()
-    runs = (
-        client.run(EvalClientConfig(), "bench", VerifiersSampling(), scale_task(i, turns, tokens)) for i in range(rollouts)
-    )
-    await asyncio.gather(*runs)
+    episodes = await asyncio.gather(*(run(i) for i in range(rollouts)))
     seconds = time.perf_counter() - start
+    await asyncio.sleep(SETTLE)
+    end = rss_bytes()
+    del episodes
     await client.close()
-    return {"seconds": seconds}
+    return {"seconds": seconds, "rss_end": end}
 
 
-async def measure_headless(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> dict:
-    engine = engine_for(address, rollouts, turns, tokens, directory)
+async def measure_headless(address: str, rollouts: int, turns: int, tokens: int, directory: Path, concurrent: int) -> dict:
+    engine = engine_for(address, rollouts, turns, tokens, directory, concurrent)
     start = time.perf_counter()
     await engine.start()
     await engine.wait()
     seconds = time.perf_counter() - start
+    await asyncio.sleep(SETTLE)
+    end = rss_bytes()
     await engine.shutdown()
-    return {"seconds": seconds, "deltas": sum(r.deltas for r in engine.store.rollouts.values())}
+    return {"seconds": seconds, "deltas": sum(r.deltas for r in engine.store.rollouts.values()), "rss_end": end}
 
 
-async def measure_app(address: str, rollouts: int, turns: int, tokens: int, directory: Path) -> dict:
+async def measure_app(address: str, rollouts: int, turns: int, tokens: int, directory: Path, concurrent: int) -> dict:
     from textual import events
 
     from tui.app import TracewatchApp
 
-    engine = engine_for(address, rollouts, turns, tokens, directory)
+    engine = engine_for(address, rollouts, turns, tokens, directory, concurrent)
     app = TracewatchApp(engine)
     store = engine.store
     displays: list[float] = []
@@ -337,6 +349,7 @@ async def measure_app(address: str, rollouts: int, turns: int, tokens: int, dire
         await pilot.pause(0.5)
         await press_keys(lambda: False, most=IDLE_KEYS)
         idle = latencies[:]
+        end = rss_bytes()  # the idle keys took longer than SETTLE
         await engine.shutdown()
     return {
         "seconds": seconds,
@@ -345,10 +358,11 @@ async def measure_app(address: str, rollouts: int, turns: int, tokens: int, dire
         "keys_idle": idle,
         "repaints_per_second": repaints / seconds,
         "staleness": stale,
+        "rss_end": end,
     }
 
 
-def measure(mode: str, frames: Path, rollouts: int, turns: int, tokens: int) -> dict:
+def measure(mode: str, frames: Path, rollouts: int, turns: int, tokens: int, concurrent: int) -> dict:
     if mode == "verifiers":
         import verifiers.v1.serve  # noqa: F401 - imports are not the client's cost
     else:
@@ -365,15 +379,16 @@ def measure(mode: str, frames: Path, rollouts: int, turns: int, tokens: int) -> 
         with tempfile.TemporaryDirectory() as scratch:
             directory = Path(scratch)
             if mode == "verifiers":
-                result = asyncio.run(measure_verifiers(source.address, rollouts, turns, tokens))
+                result = asyncio.run(measure_verifiers(source.address, rollouts, turns, tokens, concurrent))
             elif mode == "headless":
-                result = asyncio.run(measure_headless(source.address, rollouts, turns, tokens, directory))
+                result = asyncio.run(measure_headless(source.address, rollouts, turns, tokens, directory, concurrent))
             else:
-                result = asyncio.run(measure_app(source.address, rollouts, turns, tokens, directory))
+                result = asyncio.run(measure_app(source.address, rollouts, turns, tokens, directory, concurrent))
         result["source_cpu"] = source.cpu_seconds()
     finally:
         source.close()
     result.update(rss_growth=peak_rss_bytes() - before, gc_longest=pauses.longest, gc_cpu=pauses.most_cpu)
+    result["rss_end_growth"] = result.pop("rss_end") - before
     return result
 
 
@@ -393,6 +408,7 @@ def summary(values: list[float]) -> str:
 def run_mode(mode: str, frames: Path, args: argparse.Namespace) -> dict:
     argv = [sys.executable, __file__, "--measure", mode, "--frames", str(frames)]
     argv += ["--rollouts", str(args.rollouts), "--turns", str(args.turns), "--tokens", str(args.tokens)]
+    argv += ["--concurrent", str(args.concurrent or args.rollouts)]
     output = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
     if output.returncode:
         raise SystemExit(f"{mode} failed:\n{output.stderr[-4000:]}")
@@ -407,16 +423,21 @@ def report(args: argparse.Namespace) -> None:
         received, deltas = wire_bytes(frames, args.rollouts)
         print(
             f"{args.rollouts} scale rollouts x {args.turns} turns x {args.tokens} tokens/node: "
-            f"{deltas:,} deltas, {received / 1e6:,.1f} MB on the wire (captured in {time.perf_counter() - started:.0f} s); "
+            f"{deltas:,} deltas, {received / 1e6:,.1f} MB on the wire (captured in {time.perf_counter() - started:.0f} s), "
+            f"{args.concurrent or args.rollouts} at a time; "
             f"{os.cpu_count()} cores"
         )
         results = {mode: run_mode(mode, frames, args) for mode in args.clients.split(",")}
     base = deltas / results["verifiers"]["seconds"] if "verifiers" in results else float("nan")
-    print(f"\n{'client':<12}{'deltas/s':>10}{'vs verifiers':>14}{'RSS growth/wire':>17}{'longest GC':>12}{'GC CPU max':>12}{'source CPU':>12}")
+    print(
+        f"\n{'client':<12}{'deltas/s':>10}{'vs verifiers':>14}{'RSS growth/wire':>17}{'at end':>8}"
+        f"{'longest GC':>12}{'GC CPU max':>12}{'source CPU':>12}"
+    )
     for mode, result in results.items():
         rate = deltas / result["seconds"]
         print(
             f"{mode:<12}{rate:>10,.0f}{rate / base:>13.2f}x{result['rss_growth'] / received:>16.2f}x"
+            f"{result['rss_end_growth'] / received:>7.2f}x"
             f"{result['gc_longest'] * 1e3:>9.1f} ms{result['gc_cpu'] * 1e3:>9.1f} ms"
             f"{result['source_cpu'] / result['seconds']:>11.0%}"
             + (f"  INCOMPLETE: {result['deltas']:,} deltas" if result.get("deltas", deltas) != deltas else "")
@@ -439,6 +460,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=256)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--concurrent", type=int, help="rollouts in flight at once (default: all)")
     parser.add_argument("--clients", default="verifiers,headless,app", help="which clients to measure (default: %(default)s)")
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--measure", help=argparse.SUPPRESS)
@@ -447,7 +469,7 @@ def main() -> None:
     if args.serve:
         serve(args.serve)
     elif args.measure:
-        print(json.dumps(measure(args.measure, args.frames, args.rollouts, args.turns, args.tokens)))
+        print(json.dumps(measure(args.measure, args.frames, args.rollouts, args.turns, args.tokens, args.concurrent or args.rollouts)))
     else:
         report(args)
 

@@ -8,13 +8,16 @@ which is all the table, the cards, compare, the stats and the headless summary r
 Selecting it, showing it side by side or exporting it reads its records back
 (`read_records`, the opened recording's reader) and rebuilds it as a replay does
 (`apply_record`), so it shows exactly what it showed before. The newest finished
-rollouts stay, up to `HELD_BYTES`, so browsing what just ended reads nothing back.
+rollouts (or those last looked at) stay, up to `HELD_BYTES`, so browsing what just
+ended reads nothing back.
 Without a recording, or once it failed, nothing leaves: it could not come back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import ctypes
+import ctypes.util
+from collections.abc import Callable, Collection
 
 from core.recordings.apply import RecordedVariant, apply_record
 from core.recordings.format import Damage
@@ -25,6 +28,31 @@ from core.session.store import Rollout, RolloutStore
 HELD_BYTES = 32 << 20
 """The packed traces of finished rollouts kept in memory, newest first, besides those in
 view: a few dozen 200-turn rollouts, well under the wire bytes of a training run."""
+
+
+GIVE_BACK_AFTER = 16 << 20
+"""Packed bytes that left memory before the freed blocks are given back to the system."""
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, if the C library is glibc."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def give_back_freed_memory() -> None:
+    """Return the pages of freed blocks to the system. A rollout's traces are many
+    blocks of a few kB between blocks that stay (other rollouts' summaries and
+    spans), and glibc gives back only the top of its heap on its own: measured, with
+    217 of 256 rollouts gone the RSS stayed at the wire size. It releases the GIL
+    (ctypes), so a worker thread runs it while the loop goes on."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 class TracesUnavailable(ValueError):
@@ -46,7 +74,7 @@ class Eviction:
 
     def run(self, in_view: Collection[str]) -> int:
         """One pass: the oldest finished rollouts not in view leave while those held
-        pass the budget; how many left."""
+        pass the budget; the packed bytes that left."""
         if self.recorder.error is not None:
             return 0
         replied = self.recorder.replied
@@ -60,15 +88,19 @@ class Eviction:
                 break
             if key in in_view or not self.store.rollouts[key].status.finished or self.recorder.spans_on_disk(key) is None:
                 continue
-            self.held_bytes -= self.held.pop(key)
+            size = self.held.pop(key)
+            self.held_bytes -= size
             self.store.unload(key)
             self.evicted.add(key)
-            left += 1
+            left += size
         return left
 
     def load(self, key: str) -> None:
         """An evicted rollout's traces back in the store; if they cannot be read, its
-        `unavailable` says why (and the next look tries again)."""
+        `unavailable` says why (and the next look tries again). One held is now the
+        newest: the last to leave."""
+        if key in self.held:
+            self.held[key] = self.held.pop(key)
         if key not in self.evicted:
             return
         rollout = self.store.rollouts[key]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.paths import claim_session, new_session_dir, private_dir, prune_sessions, sessions_root, write_private
-from core.recordings.eviction import Eviction
+from core.recordings.eviction import GIVE_BACK_AFTER, Eviction, give_back_freed_memory
 from core.recordings.export import episode_json, partial_episode
 from core.session.config import AnyVariantConfig, Config
 from core.session.contracts import ReplayControls, SessionView, VariantState, VariantView
@@ -192,9 +192,13 @@ class Engine(Session):
             self._evicting = asyncio.get_running_loop().create_task(self._evict(self.eviction))
 
     async def _evict(self, eviction: Eviction) -> None:
+        freed = 0
         while True:
             await asyncio.sleep(EVICT_EVERY)
-            eviction.run(self.in_view)
+            freed += eviction.run(self.in_view)
+            if freed >= GIVE_BACK_AFTER:
+                freed = 0
+                await asyncio.to_thread(give_back_freed_memory)
 
     def load(self, key: str) -> None:
         if self.eviction is not None:
