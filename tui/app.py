@@ -269,11 +269,9 @@ class TracewatchApp(App[None]):
     def _select(self, key: str | None) -> None:
         if key != self.selected:
             self.selected = key
-            self.engine.select(key)
-            if (rollout := self._rollout()) is not None and rollout.unavailable:
-                self.notify(safe(rollout.unavailable), title="Its traces cannot be shown", severity="error")
-            # The cursor's move reaches the screen first: laying out a long transcript
-            # takes tens of ms, and a held arrow key must not wait on each one.
+            # The cursor's move reaches the screen first: reading a rollout's traces
+            # back (`engine.select`) and laying out a long transcript take tens of ms
+            # each, and a held arrow key must not wait on them for every row it passes.
             moved, self._moved = self._moved, time.monotonic()
             if self._moved - moved < SETTLE or self._moved - self._typed < SETTLE:
                 self._show_when_settled()
@@ -290,6 +288,13 @@ class TracewatchApp(App[None]):
         self._settle = None
         self._show_selected(key)
 
+    def _select_in_engine(self, key: str | None) -> None:
+        """The session loads the rollout's traces (from a recording, if they left
+        memory) and keeps them while it is selected; it says why if it cannot."""
+        self.engine.select(key)
+        if (rollout := self._rollout()) is not None and rollout.unavailable:
+            self.notify(safe(rollout.unavailable), title="Its traces cannot be shown", severity="error")
+
     def _stop_settle(self) -> None:
         if self._settle is not None:
             self._settle.stop()
@@ -297,6 +302,7 @@ class TracewatchApp(App[None]):
 
     def _show_selected(self, key: str | None) -> None:
         if key == self.selected and self.is_running:
+            self._select_in_engine(key)
             self.trace_pane.show(self._rollout())
             self._show_timing(self.store.clock())
 
@@ -509,6 +515,7 @@ class TracewatchApp(App[None]):
         if self.selected is None:
             self.notify("Select a rollout first.", severity="warning")
         else:
+            self._select_in_engine(self.selected)  # the cursor may not have rested on it yet
             self._export(self.selected)
 
     @work(thread=True, group="export")
