@@ -64,6 +64,33 @@ async def test_a_delta_redraws_only_its_row(store: RolloutStore) -> None:
         assert "error" in lines[1 + table.get_row_index(key)]
 
 
+async def test_a_delta_repaints_only_its_line_on_screen(store: RolloutStore) -> None:
+    """The compositor is asked again for the changed row's line only: not the other
+    rows, the header or the scrollbar (a whole repaint draws all of them)."""
+    app = TableApp(store)
+    async with app.run_test(size=(140, 12)) as pilot:
+        table = app.query_one(RolloutsTable)
+        table.rebuild()
+        await until(pilot, lambda: "candidate" in "".join(draw(table)))
+        await pilot.pause()
+        asked: list[int] = []
+        render_line = table.render_line
+
+        def recording(y: int):
+            asked.append(y)
+            return render_line(y)
+
+        table.render_line = recording  # type: ignore[method-assign]
+        key = table.ordered_keys[3]
+        store.failed(key, "boom")
+        table.sync(store.take_changes().rollouts)
+        line = 1 + table.get_row_index(key)
+        await until(pilot, lambda: line in asked)
+        await pilot.pause()
+        assert set(asked) == {line}
+        assert "error" in render_line(line).text
+
+
 async def test_a_burst_of_new_rows_joins_in_one_sync(store: RolloutStore) -> None:
     app = TableApp(store)
     async with app.run_test(size=(140, 30)):

@@ -20,7 +20,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -284,16 +284,17 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     def sync(self, keys: Iterable[str] = ()) -> None:
         """Bring the changed rollouts' rows up to date: rows join or leave the index
-        as the filter says, changed rows on screen are redrawn."""
+        as the filter says; only the changed rows on screen are repainted (a whole
+        repaint also redraws every unchanged row and the scrollbar)."""
         self.mark(keys)
         if not self._dirty:
             return
         wanted = self._wanted()
         rollouts, rows, strips = self.store.rollouts, self._rows, self._strips
-        visible = set(self._visible_keys())
+        top, height = int(self.scroll_y), self._body_height()
+        redraw: list[Region] = []
         gone: set[str] = set()
         added: list[str] = []
-        redraw = False
         for key in self._dirty:
             rollout = rollouts.get(key)
             shown = key in rows
@@ -302,7 +303,8 @@ class RolloutsTable(ScrollView, can_focus=True):
                 if shown:
                     gone.add(key)
             elif shown:
-                redraw = redraw or key in visible
+                if 0 <= (line := rows[key] - top) < height:
+                    redraw.append(Region(0, line + 1, self.size.width, 1))  # under the header
                 self._resort = self._resort or self.sort_column is not None
             else:
                 added.append(key)
@@ -315,7 +317,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         if gone or added:
             self._reindex(sort=False)
         elif redraw:
-            self.refresh()
+            self.refresh(*redraw)
 
     def tick(self) -> None:
         """Once a second: advance elapsed/activity on the running rows on screen, and
