@@ -91,6 +91,33 @@ async def test_a_delta_repaints_only_its_line_on_screen(store: RolloutStore) -> 
         assert "error" in render_line(line).text
 
 
+async def test_a_cursor_move_repaints_its_two_lines_and_a_scroll_all(store: RolloutStore) -> None:
+    app = TableApp(store)
+    async with app.run_test(size=(140, 12)) as pilot:
+        table = app.query_one(RolloutsTable)
+        table.rebuild()
+        table.focus()
+        await until(pilot, lambda: "candidate" in "".join(draw(table)))
+        await pilot.pause()
+        asked: list[int] = []
+        render_line = table.render_line
+
+        def recording(y: int):
+            asked.append(y)
+            return render_line(y)
+
+        table.render_line = recording  # type: ignore[method-assign]
+        await pilot.press("down")
+        await until(pilot, lambda: 2 in asked)
+        await pilot.pause()
+        assert set(asked) == {1, 2} and table.cursor_row == 1
+        asked.clear()
+        height = table.scrollable_content_region.height
+        await pilot.press(*["down"] * (height - 2))  # past the last row on screen: it scrolls
+        await until(pilot, lambda: table.scroll_y > 0 and set(asked) >= set(range(height)))
+        assert table.cursor_row - table.scroll_y + 1 == height - 1  # the cursor on the last line
+
+
 async def test_a_burst_of_new_rows_joins_in_one_sync(store: RolloutStore) -> None:
     app = TableApp(store)
     async with app.run_test(size=(140, 30)):

@@ -291,8 +291,7 @@ class RolloutsTable(ScrollView, can_focus=True):
             return
         wanted = self._wanted()
         rollouts, rows, strips = self.store.rollouts, self._rows, self._strips
-        top, height = int(self.scroll_y), self._body_height()
-        redraw: list[Region] = []
+        redraw: list[int] = []
         gone: set[str] = set()
         added: list[str] = []
         for key in self._dirty:
@@ -303,8 +302,7 @@ class RolloutsTable(ScrollView, can_focus=True):
                 if shown:
                     gone.add(key)
             elif shown:
-                if 0 <= (line := rows[key] - top) < height:
-                    redraw.append(Region(0, line + 1, self.size.width, 1))  # under the header
+                redraw.append(rows[key])
                 self._resort = self._resort or self.sort_column is not None
             else:
                 added.append(key)
@@ -317,7 +315,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         if gone or added:
             self._reindex(sort=False)
         elif redraw:
-            self.refresh(*redraw)
+            self._repaint_rows(redraw)
 
     def tick(self) -> None:
         """Once a second: advance elapsed/activity on the running rows on screen, and
@@ -368,13 +366,26 @@ class RolloutsTable(ScrollView, can_focus=True):
         self.refresh()
 
     def _move_cursor(self, row: int) -> None:
+        """A move that does not scroll repaints the cursor's old and new lines only."""
+        old, top = self._cursor_row, int(self.scroll_y)
         self._cursor_row = max(0, min(row, len(self._keys) - 1))
         key = self._keys[self._cursor_row] if self._keys else None
         if key != self._cursor_key:
             self._cursor_key = key
             self.post_message(self.RowHighlighted(self, key))
         self._scroll_to_cursor()
-        self.refresh()
+        if int(self.scroll_y) == top:
+            self._repaint_rows((old, self._cursor_row))
+        else:
+            self.refresh()
+
+    def _repaint_rows(self, rows: Iterable[int]) -> None:
+        """Repaint these rows' lines where they are on screen, not the whole table: a
+        whole repaint renders every line on screen and the scrollbar again."""
+        top, height, width = int(self.scroll_y), self._body_height(), self.size.width
+        lines = [Region(0, row - top + 1, width, 1) for row in rows if 0 <= row - top < height]  # under the header
+        if lines:
+            self.refresh(*lines)
 
     def _scroll_to_cursor(self) -> None:
         if not self.is_mounted:
