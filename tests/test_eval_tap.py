@@ -16,7 +16,7 @@ from interop.fake_model import MODEL, FakeModel
 from polling import eventually
 
 from core.recordings.replay import OpenedRecording, OpenedRun
-from core.session.config import Config
+from core.session.config import Config, build_config
 from core.session.contracts import VariantState
 from core.session.engine import Engine
 from core.session.store import Status
@@ -98,7 +98,10 @@ async def test_the_eval_streams_live_and_its_run_dir_shows_on_the_card(model, ev
 
 async def test_cancelling_the_eval_sigterms_it_and_it_ends_cancelled(model, eval_env, monkeypatch) -> None:
     monkeypatch.setenv("TW_EVALSET_HANG", "1")
-    engine = Engine(Config.for_eval(vf_eval(model, eval_env / "out", rollouts=1), "ev"), session_dir=eval_env / "s")
+    # vf-eval's own teardown after SIGTERM took over the default 10 s grace on a loaded
+    # box (then SIGKILL, exit 137); the grace is what is not under test here
+    patient = {"name": "ev", "eval": vf_eval(model, eval_env / "out", rollouts=1), "grace_seconds": WAIT}
+    engine = Engine(build_config({"variants": [patient]}, "test", eval_env), session_dir=eval_env / "s")
     await engine.start()
     variant = engine.variants["ev"]
     try:
@@ -106,7 +109,7 @@ async def test_cancelling_the_eval_sigterms_it_and_it_ends_cancelled(model, eval
         await eventually(lambda: any(r.status is Status.RUNNING for r in engine.store.rollouts.values()), WAIT, "the hanging rollout shown")
         assert variant.rollout_cancel_unavailable and not engine.cancel_rollout(next(iter(engine.store.rollouts)))
         variant.cancel()
-        await asyncio.wait_for(variant.wait(), WAIT)
+        await asyncio.wait_for(variant.wait(), 2 * WAIT)
     finally:
         await engine.shutdown()
     assert variant.state is VariantState.CANCELLED
