@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from demo_launch import launch, stop
-from polling import eventually
+from polling import eventually, until
 from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
@@ -25,6 +25,7 @@ from core.session.engine import Engine
 from core.session.store import Status
 from core.taps.relay_viewer import RelayViewer
 from tracewatch_relay import Relay, RelayedClient
+from tui.app import TracewatchApp
 
 WAIT = 60.0
 SAMPLING = SamplingConfig(temperature=0.5)
@@ -131,3 +132,43 @@ def test_the_relay_imports_only_the_standard_library_pyzmq_and_msgpack() -> None
     names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert names - set(sys.stdlib_module_names) <= {"zmq", "msgpack"}
+
+
+BACKLOG = 50_000
+"""Deltas of one run in flight: more than a viewer reads in a stop's half second, fewer
+than the relay queues for a viewer (`VIEWER_QUEUE`)."""
+
+
+async def test_a_viewer_behind_a_backlog_of_large_deltas_quits_on_q_and_counts_what_it_left(viewers, tmp_path) -> None:
+    """`tracewatch tap` reads a backlog of large deltas (all of a run in flight, sent
+    when it connects) a slice of time at a time, so `q` is answered in the middle of it;
+    the quit reads what is queued for a bounded while and counts the rest: no delta is
+    both recorded and counted, and those recorded came in order."""
+    relay = Relay("tcp://127.0.0.1:0")
+    try:
+        on_delta = relay.begin({"id": "big", "prompt": "p"}, model="m")
+        on_delta({"trace": "t", "open": {"id": "t"}})
+        for i in range(BACKLOG):
+            on_delta({"trace": "t", "set": {"i": i, "text": "x" * 200}})
+        early = await viewers(relay.address, "early")
+        await eventually(lambda: sum(r.deltas for r in early.store.rollouts.values()) == 1 + BACKLOG, WAIT, "the relay sent the whole run")
+        engine = Engine(Config.for_relay(relay.address, "late"), session_dir=tmp_path / "late")
+        viewer = engine.variants["late"]
+        assert isinstance(viewer, RelayViewer)
+        app = TracewatchApp(engine)
+        async with app.run_test(size=(120, 40)) as pilot:
+            rollout = await until(pilot, lambda: next(iter(engine.store.rollouts.values()), None), "the run in flight shown", WAIT)
+            await until(pilot, lambda: rollout.deltas > 1, "the backlog being read", WAIT)
+            await pilot.press("q")
+            await asyncio.wait_for(viewer.wait(), WAIT)
+    finally:
+        relay.close()
+    assert relay.dropped == 0 and viewer.dropped == 0
+    assert viewer.state is VariantState.DONE and rollout.status.finished
+    read = rollout.deltas - 1  # the opening delta came first
+    assert read + viewer.unread <= BACKLOG
+    assert rollout.assembly.traces["t"]["i"] == read - 1  # the last one read, in order
+    if viewer.unread:
+        assert viewer.reason == f"the viewer left {viewer.unread:,} relay messages unread at the stop (the runs themselves go on)"
+    else:
+        assert viewer.reason is None

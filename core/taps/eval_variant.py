@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
@@ -27,13 +28,15 @@ from core.session.store import RolloutStore
 from core.session.variant_life import CapturedChild
 from core.supervision.capture import tail_lines
 from core.supervision.child import ChildError, SupervisedChild
+from core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
 from core.taps.tap_variant import TapVariant
 from core.wire.protocol import unpack
 
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
 ADDRESS_VAR = "TRACEWATCH_TAP"
 RECEIVE_QUEUE = 100_000
-BATCH = 2000
+QUIET_AFTER_EXIT = 0.3
+"""After the eval exits, what it sent last is awaited until this long passes without a message."""
 EXITED_AT_ONCE = 5.0
 """An eval that ends this soon after its start, without a rollout, "exited at once"."""
 
@@ -74,6 +77,9 @@ class EvalVariant(TapVariant, CapturedChild):
         self.run_dir: str | None = None
         self.outcome_text: str | None = None
         self.dropped = 0
+        self.unread = 0
+        """Tap messages still queued when a cancel's bounded read ended (counted, not read)."""
+        self._cancelled_at = math.inf
         self._child: SupervisedChild | None = None
         self._starts = 0
 
@@ -111,6 +117,8 @@ class EvalVariant(TapVariant, CapturedChild):
         if not self.can_start:
             return
         self.reason = self.outcome_text = None
+        self.unread = 0
+        self._cancelled_at = math.inf
         self.escalation = []
         self._kill_now = False
         self._starts += 1
@@ -125,6 +133,7 @@ class EvalVariant(TapVariant, CapturedChild):
         if not self.can_cancel:
             return
         self._set(VariantState.CANCELLING)
+        self._cancelled_at = time.monotonic()
         self._stopping = asyncio.get_running_loop().create_task(self._stop(self.grace_seconds))
 
     def cancel_rollout(self, key: str) -> bool:
@@ -138,13 +147,14 @@ class EvalVariant(TapVariant, CapturedChild):
         pull.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         pull.setsockopt(zmq.LINGER, 0)
         port = pull.bind_to_random_port("tcp://127.0.0.1")
-        receiver = asyncio.get_running_loop().create_task(self._receive(pull))
+        queue = SocketQueue(pull)
+        receiver = asyncio.get_running_loop().create_task(queue.read_forever(self._handle))
         started = time.monotonic()
         try:
             child = await self._launch(f"tcp://127.0.0.1:{port}")
             self._set(VariantState.RUNNING)
             code = await asyncio.to_thread(child.wait)
-            await self._drain_after_exit(pull)
+            await self._read_after_exit(queue, receiver)
             if self.state is VariantState.CANCELLING:
                 return  # `_stop` reports how it ended
             outcome = child.outcome()
@@ -187,22 +197,16 @@ class EvalVariant(TapVariant, CapturedChild):
         self._event("started", pid=pid, argv=list(self.argv))
         return self._child
 
-    async def _receive(self, pull: zmq.asyncio.Socket) -> None:
-        while True:
-            # a queued message is answered without a loop round trip: yield now and then
-            for _ in range(BATCH):
-                self._handle(await pull.recv_multipart())
-            await asyncio.sleep(0)
-
-    async def _drain_after_exit(self, pull: zmq.asyncio.Socket) -> None:
-        """What the eval sent just before it exited is still on its way."""
-        await asyncio.sleep(0)
-        while True:
-            try:
-                frames = await asyncio.wait_for(pull.recv_multipart(), 0.3)
-            except TimeoutError:
-                return
-            self._handle(frames)
+    async def _read_after_exit(self, queue: SocketQueue, receiver: asyncio.Task[None]) -> None:
+        """What the eval sent just before it exited is still on its way: an eval that
+        ended by itself is read to its last message, a cancelled one for
+        `STOP_SECONDS` from its exit or from the cancel, whichever came later (a cancel
+        during this read brings the end forward); what is left then is counted."""
+        receiver.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await receiver
+        exited = time.monotonic()
+        self.unread = await queue.read_at_stop(self._handle, lambda: max(exited, self._cancelled_at) + STOP_SECONDS, QUIET_AFTER_EXIT)
 
     def _handle(self, frames: list[bytes]) -> None:
         if len(frames) != 4:
@@ -235,6 +239,8 @@ class EvalVariant(TapVariant, CapturedChild):
         self.outcome_text = f"exit code {outcome.exit_code} · {outcome.status}"
         self._event("exited", code=outcome.exit_code, status=str(outcome.status))
         self.runs.end_all("cancelled with the eval", cancelled=True)
+        if self.unread:
+            self.reason = f"the view {left_unread(self.unread, 'tap messages')} (its runs end cancelled anyway)"
         self._set(VariantState.CANCELLED)
 
     # -- bookkeeping ---------------------------------------------------------------

@@ -18,21 +18,14 @@ from typing import Any
 
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore, Status
+from core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread, read_for, read_until
 from core.taps.forward_process import ForwardingProcess
 from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
 from core.taps.tap_variant import TapVariant
 from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack
 
-TURN_SECONDS = 0.02
-"""The longest copies are read before the loop gets a turn. Counted in copies (2,000 a
-turn), a backlog of large deltas held the loop for seconds under load, and a SIGTERM,
-the screen and the stop itself waited behind it."""
 TURN_COPIES = 2000
 """Copies counted (not read) at a time when a stop leaves some unread."""
-STOP_READING = 0.5
-"""At a stop, how long the copies still queued are read (from the stop's start, so
-while the forwarding process exits too); the rest are counted, not read (the drivers
-got every frame; the runs still open end at the stop anyway)."""
 IDLE_WAIT = 0.02
 CARD_EVERY = 0.25
 """The card's counters are redrawn at most this often."""
@@ -121,22 +114,21 @@ class ProxyVariant(TapVariant):
         forwarder = self.forwarder
         if forwarder is None or not self.state.active:
             return
-        ends = time.monotonic() + STOP_READING  # the copies are read while the process stops, too
+        # read from the stop's start, so while the process stops too; the rest are counted
+        # (the drivers got every frame; the runs still open end at the stop anyway)
+        ends = time.monotonic() + STOP_SECONDS
         await asyncio.to_thread(forwarder.stop)
         if self._main is not None:
             self._main.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
-        while time.monotonic() < ends and self._drain(forwarder, TURN_SECONDS):  # what was forwarded before it stopped
-            await asyncio.sleep(0)
-        unread = 0
-        while copies := forwarder.take(TURN_COPIES):
-            unread += len(copies)
+        await read_until(lambda: ends, lambda: forwarder.take(1), self._read_or_say)  # what was forwarded before it stopped
+        unread = count_left(lambda: forwarder.take(TURN_COPIES))
         forwarder.close()
         self.runs.end_all("the proxy stopped before the run replied (the driver lost its route)")
-        lost = [f"dropped {forwarder.dropped:,}"] * bool(forwarder.dropped) + [f"left {unread:,} unread at the stop"] * bool(unread)
+        lost = [f"dropped {forwarder.dropped:,} frame copies"] * bool(forwarder.dropped) + [left_unread(unread, "frame copies")] * bool(unread)
         if lost:
-            self.reason = f"the view {' and '.join(lost)} frame copies (the drivers got every frame)"
+            self.reason = f"the view {' and '.join(lost)} (the drivers got every frame)"
         self._say(f"stopped: {counters_line(forwarder)}")
         self._event("exited", detail=counters_line(forwarder))
         self._set(VariantState.DONE)
@@ -164,22 +156,15 @@ class ProxyVariant(TapVariant):
 
     async def _watch(self, forwarder: ForwardingProcess) -> None:
         while True:
-            handled = self._drain(forwarder, TURN_SECONDS)
+            handled = read_for(TURN_SECONDS, lambda: forwarder.take(1), self._read_or_say)  # one chunk's copies at a time
             self._check(forwarder)
             await asyncio.sleep(0 if handled else IDLE_WAIT)
 
-    def _drain(self, forwarder: ForwardingProcess, seconds: float) -> int:
-        """Read the queued copies for up to `seconds`; how many were read."""
-        ends = time.monotonic() + seconds
-        handled = 0
-        while time.monotonic() < ends and (copies := forwarder.take(1)):  # one chunk's copies at a time
-            for copy in copies:
-                try:
-                    self._read(copy)
-                except Exception as error:  # one odd frame must not stop the view of the rest
-                    self._say(f"a frame could not be read: {error!r}")
-            handled += len(copies)
-        return handled
+    def _read_or_say(self, copy: Copy) -> None:
+        try:
+            self._read(copy)
+        except Exception as error:  # one odd frame must not stop the view of the rest
+            self._say(f"a frame could not be read: {error!r}")
 
     def _read(self, copy: Copy) -> None:
         if len(copy.frames) != 3:

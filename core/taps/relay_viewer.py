@@ -18,10 +18,10 @@ import zmq.asyncio
 
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore
+from core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
 from core.taps.tap_variant import TapVariant
 
 WELCOME_TIMEOUT = 5.0
-BATCH = 2000
 NOT_OURS = "a relay only publishes: the runs belong to the program that drives them"
 
 
@@ -39,6 +39,12 @@ def check_relay_address(address: str, timeout: float = 2.0) -> None:
         raise RelayError(f"nothing serves a relay at {address} ({error}): start the driver with its Relay there first") from None
 
 
+def _bye(dealer: zmq.asyncio.Socket) -> None:
+    """Tell the relay to send us no more (again is harmless)."""
+    with contextlib.suppress(zmq.ZMQError):
+        dealer.send_multipart([b"bye"], zmq.NOBLOCK)
+
+
 class RelayViewer(TapVariant):
     cancel_unavailable = NOT_OURS
     rollout_cancel_unavailable = NOT_OURS
@@ -52,6 +58,9 @@ class RelayViewer(TapVariant):
         super().__init__(name, store, recorder)
         self.address = address
         self.dropped = 0
+        self.unread = 0
+        """Relay messages still queued when the stop's bounded read ended (counted, not read)."""
+        self._stop_by = 0.0
 
     @property
     def can_start(self) -> bool:
@@ -70,6 +79,7 @@ class RelayViewer(TapVariant):
     def start(self) -> None:
         if self.can_start:
             self.reason = None
+            self.unread = 0
             self._set(VariantState.STARTING)
             self._main = asyncio.get_running_loop().create_task(self._view(), name=f"relay {self.name}")
 
@@ -80,11 +90,15 @@ class RelayViewer(TapVariant):
         return False
 
     async def stop(self) -> None:
+        """Stop viewing: what is queued is read for `STOP_SECONDS` at most, the rest counted."""
         if self._main is not None and not self._main.done():
+            self._stop_by = time.monotonic() + STOP_SECONDS
             self._main.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
         self.runs.end_all("the viewer stopped before the run ended (the run itself goes on)")
+        if self.unread:
+            self.reason = f"the viewer {left_unread(self.unread, 'relay messages')} (the runs themselves go on)"
         if self.state.active:
             self._set(VariantState.DONE)
 
@@ -108,13 +122,15 @@ class RelayViewer(TapVariant):
             self.server_started_at = time.time()
             self._say(f"connected to the relay at {self.address}")
             self._set(VariantState.RUNNING)
-            while True:
-                for _ in range(BATCH):
-                    self._handle(await dealer.recv_multipart())
-                await asyncio.sleep(0)
+            queue = SocketQueue(dealer)
+            try:
+                await queue.read_forever(self._handle)
+            except asyncio.CancelledError:  # the stop: the relay sends no more; what it sent is read for a while
+                _bye(dealer)
+                self.unread = await queue.read_at_stop(self._handle, lambda: self._stop_by, quiet=0)
+                raise
         finally:
-            with contextlib.suppress(zmq.ZMQError):
-                dealer.send_multipart([b"bye"], zmq.NOBLOCK)
+            _bye(dealer)
             dealer.close(linger=100)
             context.term()
 
