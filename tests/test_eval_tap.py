@@ -188,3 +188,83 @@ def test_the_injected_tap_imports_only_the_standard_library_pyzmq_msgpack_and_ve
     names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert names - set(sys.stdlib_module_names) <= {"zmq", "msgpack", "verifiers"}
     assert not names & {"core", "tui"}
+
+
+
+FLOOD = 150_000
+"""Deltas a stand-in eval sends: more than its tap queues (100,000)."""
+FLOODING_EVAL = f"""
+import os, signal, sys
+import msgpack, zmq
+
+
+class Cancelled(Exception):
+    pass
+
+
+def cancelled(*_):
+    raise Cancelled
+
+
+signal.signal(signal.SIGTERM, cancelled)
+context = zmq.Context()
+push = context.socket(zmq.PUSH)
+push.setsockopt(zmq.SNDHWM, 0)  # every delta is kept until it is sent
+push.connect(os.environ["TRACEWATCH_TAP"])
+deltas = [msgpack.packb({{"trace": "t", "set": {{"i": i, "text": "x" * 200}}}}) for i in range({FLOOD})]
+try:
+    push.send_multipart([b"begin", b"0", msgpack.packb({{"task_data": {{"id": "big", "prompt": "p"}}, "model": "m"}}), b"0"])
+    push.send_multipart([b"delta", b"0", msgpack.packb({{"trace": "t", "open": {{"id": "t"}}}}), b"0"])
+    if sys.argv[1:] == ["flood-when-cancelled"]:
+        try:
+            signal.pause()
+        except Cancelled:
+            pass
+    for delta in deltas:  # packed first: sent faster than they are read
+        push.send_multipart([b"delta", b"0", delta, b"0"])
+finally:
+    push.close(linger=60_000)  # the exit waits until every delta is on its way
+    context.term()
+sys.exit(130 if sys.argv[1:] else 0)
+"""
+
+
+async def flooding_eval(tmp_path: Path, *args: str) -> tuple[Engine, EvalVariant]:
+    engine = Engine(Config.for_eval([sys.executable, "-c", FLOODING_EVAL, *args], "ev"), session_dir=tmp_path / "s")
+    await engine.start()
+    variant = engine.variants["ev"]
+    assert isinstance(variant, EvalVariant)
+    return engine, variant
+
+
+async def test_an_eval_that_ends_by_itself_is_read_to_its_last_delta(tmp_path) -> None:
+    engine, variant = await flooding_eval(tmp_path)
+    try:
+        await asyncio.wait_for(engine.wait(), WAIT)
+    finally:
+        await engine.shutdown()
+    (rollout,) = engine.store.rollouts.values()
+    assert variant.state is VariantState.DONE and variant.reason is None and variant.unread == 0
+    assert rollout.deltas == 1 + FLOOD and rollout.assembly.traces["t"]["i"] == FLOOD - 1
+
+
+async def test_cancelling_an_eval_that_floods_as_it_exits_reads_for_a_while_and_counts_the_rest(tmp_path) -> None:
+    """The eval sends its deltas only once cancelled, all at once, so it exits with
+    up to a tap queue of them unread: whatever the machine's speed, those read are
+    recorded in order, those left are counted and named, and none is both."""
+    engine, variant = await flooding_eval(tmp_path, "flood-when-cancelled")
+    try:
+        rollout = await eventually(lambda: next(iter(engine.store.rollouts.values()), None), WAIT, "the run shown")
+        await eventually(lambda: rollout.deltas == 1, WAIT, "the run open")
+        variant.cancel()
+        await asyncio.wait_for(variant.wait(), WAIT)
+    finally:
+        await engine.shutdown()
+    assert variant.state is VariantState.CANCELLED and rollout.status is Status.CANCELLED
+    read = rollout.deltas - 1  # the opening delta came first
+    assert read + variant.unread <= FLOOD
+    assert rollout.assembly.traces["t"]["i"] == read - 1  # the last one read, in order
+    if variant.unread:
+        assert variant.reason == f"the view left {variant.unread:,} tap messages unread at the stop (its runs end cancelled anyway)"
+    else:
+        assert variant.reason is None

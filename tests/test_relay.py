@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -172,3 +174,38 @@ async def test_a_viewer_behind_a_backlog_of_large_deltas_quits_on_q_and_counts_w
         assert viewer.reason == f"the viewer left {viewer.unread:,} relay messages unread at the stop (the runs themselves go on)"
     else:
         assert viewer.reason is None
+
+
+async def test_sigterm_stops_a_headless_tap_behind_a_backlog_with_its_summary() -> None:
+    """`tracewatch tap --headless` answers SIGTERM while it reads a run in flight of
+    many deltas: exit 143, the run ended, the summary printed (with what it left unread,
+    if it left any)."""
+    relay = Relay("tcp://127.0.0.1:0")
+    tap = None
+    try:
+        on_delta = relay.begin({"id": "big", "prompt": "p"}, model="m")
+        on_delta({"trace": "t", "open": {"id": "t"}})
+        for i in range(BACKLOG):
+            on_delta({"trace": "t", "set": {"i": i, "text": "x" * 200}})
+        tap = subprocess.Popen(
+            [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert tap.stdout is not None
+        first = await asyncio.wait_for(asyncio.to_thread(tap.stdout.readline), WAIT)
+        while not first.startswith("v/"):  # the run in flight shown: its deltas are being read
+            first = await asyncio.wait_for(asyncio.to_thread(tap.stdout.readline), WAIT)
+        tap.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(tap.communicate, timeout=WAIT)
+    finally:
+        relay.close()
+        if tap is not None and tap.poll() is None:
+            tap.kill()
+            tap.wait()
+    assert tap.returncode == 143, out + err
+    assert "SIGTERM: cancelling every run and stopping every server" in out
+    assert re.search(r"^v/0 \[.*\] (failed|cancelled) .*the viewer stopped before the run ended", out, re.MULTILINE), out
+    summary = re.search(r"^v: done; [^\n]*", out, re.MULTILINE)
+    assert summary, out
+    left = re.search(r"the viewer left ([\d,]+) relay messages unread at the stop \(the runs themselves go on\)$", summary[0])
+    assert left is None or int(left[1].replace(",", "")) <= BACKLOG
