@@ -83,7 +83,8 @@ class SocketQueue:
 
     async def read_at_stop(self, handle: Callable[[list[bytes]], None], ends: Callable[[], float], quiet: float) -> int:
         """Read what is queued, and what arrives until `quiet` seconds pass without a
-        message, until `ends()`; count what is left then. How many were left unread."""
+        message, until `ends()`; count what is queued then (what is still on its way
+        is neither). How many were left unread."""
         while time.monotonic() < ends():
             await read_until(ends, self.take, handle)
             if not await self.wait(min(quiet, max(0.0, ends() - time.monotonic()))):
