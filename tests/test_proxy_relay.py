@@ -76,11 +76,12 @@ def receive(sock: zmq.Socket, count: int, what: str) -> list[list[bytes]]:
 
 def requests(server: zmq.Socket, peer: bytes, count: int, what: str) -> list[list[bytes]]:
     """What `peer` sent the server; the proxy's health probes (its own connection)
-    are answered as an env server would."""
+    are answered as an env server would, those waiting now even when `count` is 0 (a
+    probe may come after the peer's request, and only an answer makes it healthy)."""
     got: list[list[bytes]] = []
 
     def more() -> bool:
-        while len(got) < count and server.poll(0):
+        while len(got) < max(count, 1) and server.poll(0):
             sender, *frames = server.recv_multipart()
             if sender == peer:
                 got.append(frames)

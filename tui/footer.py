@@ -4,7 +4,9 @@ Textual's `Footer` unmounts and mounts every key on each bindings signal. Focus 
 between the table and the filter sends two (the filter hides the printable keys): a
 rebuild took 0.1-0.4 s of a loaded machine per `/` or Escape, and the cleared filter
 waited on it to reach the screen (bench/scale5k.py). Here a key the footer has drawn
-is hidden or shown again in place; only a key it never drew rebuilds it.
+is hidden or shown again in place; only a key it never drew rebuilds it, and a rebuild
+already on its way (it reads the bindings as they are when it runs) is not asked twice:
+at start two signals came before the first rebuild ran, and the keys were built twice.
 
 Below `COMPACT_BELOW` columns the keys drop their padding, so an 80-column terminal
 shows every one.
@@ -24,6 +26,8 @@ COMPACT_BELOW = 100
 
 
 class SteadyFooter(Footer):
+    _rebuild_queued = False
+
     def on_resize(self, event: events.Resize) -> None:
         self.compact = event.size.width < COMPACT_BELOW  # each key restyles in place
 
@@ -39,7 +43,14 @@ class SteadyFooter(Footer):
                         key._disabled = not enabled
                         key.set_class(not enabled, "-disabled")
                 return
+        if self._rebuild_queued:
+            return
         super().bindings_changed(screen)
+        self._rebuild_queued = screen.app.app_focus and self.is_attached and screen is self.screen
+
+    async def recompose(self) -> None:
+        self._rebuild_queued = False
+        await super().recompose()
 
     def _keys_shown(self, screen: Screen) -> dict[tuple[str, str, str], bool]:
         """The keys `compose` would draw now, each with whether it is enabled."""
