@@ -70,7 +70,9 @@ async def seen(pilot: Any, app: TracewatchApp, key: str, exports: Path) -> dict[
     lines = {}
     for trace_id, trace in rollout.traces.items():
         if pane.trace_id != trace_id:
-            pane.switcher.value = trace_id
+            # a switcher just mounted has no options to pick from until it has composed
+            switcher = await until(pilot, lambda: pane.switcher if pane.switcher is not None and pane.switcher.is_mounted else None)
+            switcher.value = trace_id
         await until(pilot, lambda trace=trace: pane.transcript._state is trace and pane.transcript._lines)
         lines[trace_id] = list(pane.transcript._lines)
     exported = app.engine.export_episode(key, exports).read_bytes()
