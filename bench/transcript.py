@@ -1,12 +1,14 @@
 """How the transcript scales with a 2,000-turn trace (~20,000 lines).
 
 Times, inside a headless Textual app, against baselines measured in the same run:
-- initial render (`show`) vs the same content built as one Rich Text and rendered
-  at the widget width (what a Static / RichLog of the whole transcript costs);
+- switching to the trace (`show`: its newest nodes, two screens' worth, are laid
+  out; the rest as the view scrolls up), and the same followed by Home (every line
+  laid out), vs the same content built as one Rich Text and rendered at the widget
+  width (what a Static / RichLog of the whole transcript costs);
 - appending one turn (`refresh_trace`) vs a full re-render of the transcript (what
-  a widget that redraws per delta costs);
-- `render_line` for a screenful after a scroll jump (cold strip cache) vs rendering
-  every line (a view that is not virtualised).
+  a widget that redraws per delta costs: show and Home);
+- `render_line` for a screenful after a scroll jump, every line laid out (cold strip
+  cache), vs rendering every line (a view that is not virtualised).
 
 Run: python bench/transcript.py
 """
@@ -85,11 +87,16 @@ async def main() -> None:
         await pilot.pause()
         width, height = widget.scrollable_content_region.size
 
-        def full_render() -> None:
+        def switch() -> None:
             widget.show(None, None)
             widget.show(key, state)
 
-        initial = timed(full_render, 5)
+        def full_render() -> None:
+            switch()
+            widget.action_scroll_home()
+
+        initial = timed(switch, 5)
+        whole = timed(full_render, 5)
         lines = widget.virtual_size.height
         text = as_one_text(widget)
         console = Console(width=width, file=open("/dev/null", "w"), color_system="truecolor")
@@ -114,7 +121,8 @@ async def main() -> None:
 
     print(f"transcript bench: {TURNS} turns, {lines:,} lines, {width}x{height}")
     rows = [
-        ("initial render (show)", initial, "one Rich Text rendered", one_text),
+        ("switch to the trace (show)", initial, "one Rich Text rendered", one_text),
+        ("show, then Home (every line)", whole, "one Rich Text rendered", one_text),
         ("append one turn (refresh_trace)", append, "full re-render", full),
         ("screenful after scroll jump", screenful, "render every line", every),
     ]
