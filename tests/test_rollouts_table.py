@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 from polling import until
+from textual.strip import Strip
 from tui_standin import TableApp, feed
 
 from core.session.store import RolloutStore
@@ -64,6 +66,20 @@ async def test_a_delta_redraws_only_its_row(store: RolloutStore) -> None:
         assert "error" in lines[1 + table.get_row_index(key)]
 
 
+def record_lines(table: RolloutsTable) -> tuple[list[int], Callable[[int], Strip]]:
+    """From now on, every line the compositor asks the table for (and the table's own
+    `render_line`, to draw one without recording it)."""
+    asked: list[int] = []
+    render_line = table.render_line
+
+    def recording(y: int) -> Strip:
+        asked.append(y)
+        return render_line(y)
+
+    table.render_line = recording  # type: ignore[method-assign]
+    return asked, render_line
+
+
 async def test_a_delta_repaints_only_its_line_on_screen(store: RolloutStore) -> None:
     """The compositor is asked again for the changed row's line only: not the other
     rows, the header or the scrollbar (a whole repaint draws all of them)."""
@@ -73,14 +89,7 @@ async def test_a_delta_repaints_only_its_line_on_screen(store: RolloutStore) -> 
         table.rebuild()
         await until(pilot, lambda: "candidate" in "".join(draw(table)))
         await pilot.pause()
-        asked: list[int] = []
-        render_line = table.render_line
-
-        def recording(y: int):
-            asked.append(y)
-            return render_line(y)
-
-        table.render_line = recording  # type: ignore[method-assign]
+        asked, render_line = record_lines(table)
         key = table.ordered_keys[3]
         store.failed(key, "boom")
         table.sync(store.take_changes().rollouts)
@@ -99,14 +108,7 @@ async def test_a_cursor_move_repaints_its_two_lines_and_a_scroll_all(store: Roll
         table.focus()
         await until(pilot, lambda: "candidate" in "".join(draw(table)))
         await pilot.pause()
-        asked: list[int] = []
-        render_line = table.render_line
-
-        def recording(y: int):
-            asked.append(y)
-            return render_line(y)
-
-        table.render_line = recording  # type: ignore[method-assign]
+        asked, render_line = record_lines(table)
         await pilot.press("down")
         await until(pilot, lambda: 2 in asked)
         await pilot.pause()
