@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from demo_sessions import demo_variant, write_config
 from polling import until
-from test_app import notices, select
+from test_app import notices, screen_text, select
 from test_compare import open_side_by_side
 
 from core.recordings import recorder as recorder_module
@@ -130,6 +130,11 @@ async def test_a_rollout_whose_recording_is_gone_says_why_and_exports_nothing(tm
         await until(pilot, lambda: any("cannot be shown" in notice and "No such file" in notice for notice in notices(app)))
         assert "left memory" in str(app.trace_pane._title_line.render())
         assert rollout.turns > 0 and rollout.status.value == "done"  # its row keeps its summary
+        app.clear_notifications()
+        await pilot.press("2")  # the timing tab (the trace's title now hidden) says why too
+        await until(pilot, lambda: "No such file" in screen_text(app), "the timing tab giving the reason")
+        assert "select a rollout" not in screen_text(app)
+        await pilot.press("1")
         with pytest.raises(TracesUnavailable, match="No such file"):
             engine.export_episode(key)
         await pilot.press("e")

@@ -134,6 +134,10 @@ class TimingView(Widget):
                 horizon = rollout.ended_at if rollout.status.finished and rollout.ended_at else self.now
                 typical = self.store.stats(rollout.variant).phases if self.size.width < NARROW else None
                 body = waterfall(trace.timing, horizon, self.size.width, palette, typical)
+            elif rollout.unavailable:  # its traces left memory and could not be read back
+                body = Text(safe(rollout.unavailable), style=palette.error)
+            else:
+                body = Text("no trace yet", style=palette.muted)
         if isinstance(body, Text):
             body.end = "\n"  # the waterfall ends without one; the caption needs a blank line above
         caption = Text("\nphase p50 / p95 per variant (finished rollouts)", style="bold")
