@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tui_standin import TableApp
+from tui_standin import TableApp, queued_and_running
 
 from core.session.store import Rollout, RolloutStore, Status
 from tui.rollout_filter import RowFilter
@@ -133,12 +133,7 @@ async def test_narrowing_keystrokes_match_a_full_scan() -> None:
 
 
 async def test_typing_a_narrower_filter_looks_only_at_the_rows_shown_or_at_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    store = RolloutStore()
-    for index in range(40):
-        key = f"v/{index}"
-        store.add_rollout("v", index, {"name": f"task {index}"}, key=key)
-        if index % 2:
-            store.started(key, f"req-{key}")
+    store = queued_and_running(40, running_every=2)
     app = TableApp(store)
     async with app.run_test(size=(140, 30)):
         table = app.query_one(RolloutsTable)

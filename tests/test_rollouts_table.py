@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from polling import until
 from textual.strip import Strip
-from tui_standin import TableApp, feed
+from tui_standin import TableApp, feed, queued_and_running
 
 from core.session.store import RolloutStore
 from tui.rollout_filter import RowFilter
@@ -235,12 +235,7 @@ async def test_a_filter_changes_the_row_count_without_laying_the_screen_out() ->
     """The table's content height follows its rows through the scrollbar alone (a
     layout of the screen at every keystroke cost 10-40 ms at 5,000 rollouts); the
     screen is laid out only when the scrollbar appears or goes."""
-    store = RolloutStore()
-    for index in range(100):
-        key = f"v/{index}"
-        store.add_rollout("v", index, {"name": f"task {index}"}, key=key)
-        if index % 4:
-            store.started(key, f"req-{key}")
+    store = queued_and_running(100, running_every=4)
     app = TableApp(store)
     async with app.run_test(size=(140, 30)) as pilot:
         table = app.query_one(RolloutsTable)

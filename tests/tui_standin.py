@@ -60,6 +60,18 @@ def feed(store: RolloutStore, variant: str, copies: int = 1, finish: bool = True
     return list(keys.values())
 
 
+
+def queued_and_running(count: int, running_every: int) -> RolloutStore:
+    """`count` rollouts of variant `v` (`v/0`, `v/1`, ...), each one whose index is not
+    a multiple of `running_every` started, the rest queued."""
+    store = RolloutStore()
+    for index in range(count):
+        key = f"v/{index}"
+        store.add_rollout("v", index, {"name": f"task {index}"}, key=key)
+        if index % running_every:
+            store.started(key, f"req-{key}")
+    return store
+
 class StandInVariant:
     """A `VariantView` that records the commands it is given."""
 
