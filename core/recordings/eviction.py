@@ -16,7 +16,6 @@ Without a recording, or once it failed, nothing leaves: it could not come back.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from collections.abc import Callable, Collection
 
 from core.recordings.apply import RecordedVariant, apply_record
@@ -35,10 +34,11 @@ GIVE_BACK_AFTER = 16 << 20
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's `malloc_trim`, if the C library is glibc."""
+    """glibc's `malloc_trim`, if the C library is glibc: looked up among the symbols
+    the process has loaded (`find_library` would run `ldconfig` at every start)."""
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
         return None
 
 
@@ -83,6 +83,8 @@ class Eviction:
                 self._hold(key)
         self._replies_seen = len(replied)
         left = 0
+        if self.held_bytes <= self.budget:
+            return left
         for key in list(self.held):
             if self.held_bytes <= self.budget:
                 break

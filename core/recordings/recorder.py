@@ -202,18 +202,19 @@ class Recorder:
                 raise ValueError(f"recording {self.path} is closed")
             if self.error is not None:
                 return
+            size = sum(map(len, parts))
             if id is not None:
                 spans = self._spans.get(id)
                 if spans is None:
                     spans = self._spans[id] = RolloutSpans()
                 spans.offsets.append(self._start + self._appended)
-                spans.lengths.append(sum(map(len, parts)))
+                spans.lengths.append(size)
             if not self._buffer:
                 self._since = time.monotonic()
                 self._cond.notify_all()
             for data in parts:
                 self._buffer += data
-                self._appended += len(data)
+            self._appended += size
             if len(self._buffer) >= self.max_batch:
                 self._cond.notify_all()
 

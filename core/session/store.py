@@ -221,9 +221,13 @@ class Rollout:
 
     def summary(self) -> RolloutFacts:
         """What its row shows, as facts that outlive its traces."""
+        return RolloutFacts(self._trace_phase, self.turns, self.tokens, self.reward, self.errors, self.trace_ids)
+
+    @property
+    def _trace_phase(self) -> str | None:
+        """Its primary trace's phase, or the one kept when its traces left memory."""
         primary = self.primary
-        phase = primary.phase if primary is not None else self.facts.phase if self.facts else None
-        return RolloutFacts(phase, self.turns, self.tokens, self.reward, self.errors, self.trace_ids)
+        return primary.phase if primary is not None else self.facts.phase if self.facts else None
 
     @property
     def turns(self) -> int:
@@ -253,8 +257,7 @@ class Rollout:
     def phase(self) -> str:
         if self.status in (Status.QUEUED, Status.CANCELLED, Status.CANCELLING):
             return self.status.value
-        primary = self.primary
-        phase = primary.phase if primary is not None else self.facts.phase if self.facts else None
+        phase = self._trace_phase
         if phase is None:
             return "failed" if self.status is Status.FAILED else "starting"
         return "error" if self.status is Status.FAILED else phase
@@ -464,7 +467,7 @@ class RolloutStore:
         """An unfinished rollout's status as a recording's index last saw it."""
         rollout = self.rollouts[key]
         rollout.status = status
-        if status in (Status.RUNNING, Status.CANCELLING):
+        if status in _LIVE:
             self._live.add(key)
         self._touch(rollout)
         self._bump(rollout)

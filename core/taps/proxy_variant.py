@@ -126,7 +126,11 @@ class ProxyVariant(TapVariant):
         unread = count_left(lambda: forwarder.take(TURN_COPIES))
         forwarder.close()
         self.runs.end_all("the proxy stopped before the run replied (the driver lost its route)")
-        lost = [f"dropped {forwarder.dropped:,} frame copies"] * bool(forwarder.dropped) + [left_unread(unread, "frame copies")] * bool(unread)
+        lost = []
+        if forwarder.dropped:
+            lost.append(f"dropped {forwarder.dropped:,} frame copies")
+        if unread:
+            lost.append(left_unread(unread, "frame copies"))
         if lost:
             self.reason = f"the view {' and '.join(lost)} (the drivers got every frame)"
         self._say(f"stopped: {counters_line(forwarder)}")
