@@ -32,7 +32,8 @@ class SteadyFooter(Footer):
         self.compact = event.size.width < COMPACT_BELOW  # each key restyles in place
 
     def bindings_changed(self, screen: Screen) -> None:
-        if self._bindings_ready and screen.app.app_focus and self.is_attached and screen is self.screen:
+        live = bool(screen.app.app_focus and self.is_attached and screen is self.screen)
+        if self._bindings_ready and live:
             drawn = {(key.key, key.action, key.description): key for key in self.query_children(FooterKey)}
             shown = self._keys_shown(screen)
             if drawn and shown.keys() <= drawn.keys():
@@ -46,7 +47,7 @@ class SteadyFooter(Footer):
         if self._rebuild_queued:
             return
         super().bindings_changed(screen)
-        self._rebuild_queued = screen.app.app_focus and self.is_attached and screen is self.screen
+        self._rebuild_queued = live
 
     async def recompose(self) -> None:
         self._rebuild_queued = False

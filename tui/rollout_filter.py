@@ -40,13 +40,18 @@ class RowFilter:
     def __bool__(self) -> bool:
         return bool(self.variants or self.statuses or self.phases or self.words)
 
+    @property
+    def asks_stalled(self) -> bool:
+        """A status value is a prefix of `stalled` (which time alone can turn true)."""
+        return any("stalled".startswith(value) for value in self.statuses)
+
     def narrows(self, wider: RowFilter) -> bool:
         """Every rollout this filter lets through, `wider` lets through too, now and at
         any earlier moment: then the rows `wider` shows can be refined rather than the
         store scanned again. Each field keeps `wider`'s constraint or tightens it (a value
         that contains one of `wider`'s), every bare word of `wider` is inside one of
         ours, and `wider` never asks for `stalled`, the one test time alone can turn true."""
-        if any("stalled".startswith(value) for value in wider.statuses):
+        if wider.asks_stalled:
             return False
         return (
             _tightens(self.variants, wider.variants, _contains)
@@ -78,7 +83,7 @@ class RowFilter:
         search per value and a joined, lowered text per row."""
         variants, phases, words = self.variants, self.phases, self.words
         statuses = frozenset(status for status in Status if _any_in(self.statuses, status.value))
-        stalled = any("stalled".startswith(value) for value in self.statuses)
+        stalled = self.asks_stalled
         by_variant: dict[str, bool] = {}
         by_phase: dict[str, bool] = {}
 
@@ -122,7 +127,7 @@ class RowFilter:
     def _meaning(self, variants: tuple[str, ...]) -> tuple[object, ...] | None:
         """What the filter lets through: per field the values it accepts (None: every
         one), and its words less those inside another; None if it asks for `stalled`."""
-        if any("stalled".startswith(value) for value in self.statuses):
+        if self.asks_stalled:
             return None
         return (
             _accepted(self.variants, variants, str.lower),
