@@ -26,7 +26,7 @@ from core.session.contracts import VariantState
 from core.session.engine import Engine
 from core.session.store import Rollout, Status
 from tui.app import TracewatchApp
-from tui.format import reward_text
+from tui.numbers import reward_text
 from tui.screens import ConfirmScreen, QuitScreen
 from tui.transcript import FOLLOW_SLACK, Transcript
 from tui.variants_panel import _STEP as STEP_LABELS

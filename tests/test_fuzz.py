@@ -198,7 +198,7 @@ def read_everything(store: RolloutStore, now: float) -> None:
 
 
 class _Palette:
-    """Enough of tui.format.Palette for a waterfall off screen."""
+    """Enough of tui.palette.Palette for a waterfall off screen."""
 
     def __getattr__(self, name: str) -> str:
         return ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -30,9 +31,11 @@ from core.session.store import Rollout, Status
 from tui.compare_view import CompareView
 from tui.filter_field import FilterField
 from tui.footer import SteadyFooter
-from tui.format import Palette, clock, home_short, safe
 from tui.keys import KEYS, bindings, hide_writes
+from tui.literal import safe
 from tui.logs_view import LogsView
+from tui.numbers import clock
+from tui.palette import Palette
 from tui.rollout_filter import RowFilter
 from tui.rollouts_table import RolloutsTable
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
@@ -51,6 +54,14 @@ SETTLE = 0.08
 its transcript is laid out: a held arrow key (a move every 30-50 ms) repaints the
 cursor on each row but lays out only the last; a single move lays out at once. A move
 the filter made waits until the typing rests as long (each keystroke puts it off)."""
+
+def home_short(path: Path) -> str:
+    """A path with the home folder as `~`: shorter in a toast or a status line."""
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
 
 class TracewatchApp(App[None]):
     CSS_PATH = "app.tcss"

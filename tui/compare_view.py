@@ -19,8 +19,9 @@ from textual.widget import Widget
 
 from core.session.compare import COUNT_COLUMNS, Comparison, cell_text, compare_store, count_texts
 from core.session.store import RolloutStore
-from tui.format import Palette, safe
 from tui.keys import bindings
+from tui.literal import safe
+from tui.palette import Palette
 
 Task = tuple[int, str]
 HEADER_ROWS = 1

@@ -19,8 +19,8 @@ from textual.strip import Strip
 from textual.widgets import Select
 
 from core.session.contracts import VariantView
-from tui.format import safe, size_text
-from tui.text import wrap
+from tui.literal import safe, wrap
+from tui.numbers import size_text
 from tui.virtual_size import set_virtual_size
 
 TAIL_LINES = 300

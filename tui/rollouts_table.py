@@ -26,8 +26,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.session.store import ROLLOUT_PHASES, Rollout, RolloutStore, Status
-from tui.format import PALETTE_CLASSES, Palette, clock, reward_text, safe
 from tui.keys import bindings
+from tui.literal import safe
+from tui.numbers import clock, reward_text
+from tui.palette import PALETTE_CLASSES, Palette
 from tui.rollout_filter import RowFilter
 from tui.virtual_size import set_virtual_size
 

@@ -13,8 +13,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from tui.format import safe
 from tui.keys import WHERE, Key
+from tui.literal import safe
 
 
 class HelpScreen(ModalScreen[None]):

@@ -16,8 +16,9 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from core.session.store import Rollout, RolloutStore
-from tui.format import reward_text, safe
 from tui.keys import bindings
+from tui.literal import safe
+from tui.numbers import reward_text
 from tui.transcript import Transcript
 
 Task = tuple[int, str]

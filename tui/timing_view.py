@@ -10,7 +10,8 @@ from textual.widget import Widget
 
 from core.session.store import DURATION_KEYS, Rollout, RolloutStore
 from core.wire.protocol import AGENT_PARTS, PHASES
-from tui.format import Palette, safe
+from tui.literal import safe
+from tui.palette import Palette
 
 LABEL_WIDTH = 11
 DURATION_WIDTH = 9

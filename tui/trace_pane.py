@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.widgets import Input, Select, Static
 
 from core.session.store import Rollout, TraceState
-from tui.format import safe
+from tui.literal import safe
 from tui.transcript import Transcript
 
 

@@ -34,7 +34,7 @@ from textual.strip import Strip
 
 from core.session.store import TraceState
 from tui.keys import bindings
-from tui.text import wrap
+from tui.literal import wrap
 from tui.transcript_lines import (
     ROLES,
     Logical,

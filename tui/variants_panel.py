@@ -13,7 +13,9 @@ from textual.widgets import Button, Static
 
 from core.session.contracts import VariantState, VariantView
 from core.session.store import RolloutStore, Status
-from tui.format import Palette, clock, safe
+from tui.literal import safe
+from tui.numbers import clock
+from tui.palette import Palette
 
 _STEP = {"cancel-runs": "cancel sent to runs", "sigterm": "SIGTERM sent", "sigkill": "SIGKILL sent"}
 """A step's short label on the card; its full detail goes to the card's tooltip, so the
