@@ -1,5 +1,5 @@
-"""Issue 11 item 17: one table of keys (`tui.keys.KEYS`) behind the bindings, the
-command palette, the help screen and the README; each checked against it here."""
+"""One table of keys (`tui.keys.KEYS`) behind the bindings, the command palette, the
+help screen and docs/keys.md; each checked against it here."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from polling import until
 from textual.widgets import Static
 from tui_standin import make_engine
 
+from tui import keys_doc
 from tui.app import TracewatchApp
 from tui.compare_view import CompareView
 from tui.keys import KEYS, WHERE
@@ -18,7 +19,7 @@ from tui.screens import HelpScreen
 from tui.side_by_side import SideBySideScreen
 from tui.transcript import Transcript
 
-README = Path(__file__).parent.parent / "README.md"
+KEYS_PAGE = Path(__file__).parent.parent / "docs" / "keys.md"
 WIDGETS = {
     "app": TracewatchApp,
     "replay": TracewatchApp,
@@ -48,11 +49,17 @@ def test_every_binding_is_in_the_table() -> None:
         assert not missing, f"{where} binds keys the help does not list: {missing}"
 
 
-def test_the_readme_key_table_is_the_key_table() -> None:
-    rows = ["| key | action |", "|---|---|"]
-    for where in WHERE:
-        rows += [f"| `{key.shown}` | {key.help} |" for key in KEYS if key.where == where]
-    assert "\n".join(rows) in README.read_text()
+def test_the_keys_page_is_generated_from_the_key_table() -> None:
+    assert KEYS_PAGE.read_text() == keys_doc.render(), "docs/keys.md is stale: run `python -m tui.keys_doc > docs/keys.md`"
+
+
+def test_the_keys_page_lists_every_key_under_its_place() -> None:
+    page = KEYS_PAGE.read_text()
+    for where, heading in WHERE.items():
+        section = page.partition(f"## {heading}\n")[2].partition("\n## ")[0]
+        for key in KEYS:
+            if key.where == where:
+                assert f"| `{key.shown}` | {key.local_help} |" in section, f"{key.shown} missing under {heading}"
 
 
 @pytest.mark.parametrize("width", [80, 160])

@@ -1,6 +1,6 @@
-"""Every key, once: the bindings, the command palette, the help screen and the
-README's key table are all read from `KEYS` (tests/test_keys.py holds them to it), so
-a key cannot exist in one and be missing or different in another."""
+"""Every key, once: the bindings, the command palette, the help screen and docs/keys.md
+are all read from `KEYS` (the key tests hold them to it), so a key cannot exist in one
+and be missing or different in another."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class Key:
     title: str
     """The command palette's entry."""
     help: str
-    """The help screen's and the README's description."""
+    """The command palette's description; the help screen and docs/keys.md show `local_help`."""
     where: str = "app"
     """Which widget binds it: app, table, transcript, compare (the Compare tab), sides
     (the side-by-side traces), or replay (app keys that only a replay enables)."""
@@ -36,7 +36,7 @@ class Key:
 
     @property
     def local_help(self) -> str:
-        """The description under its place's heading: without the README's "table: "."""
+        """The description under its place's heading: without the "table: " that the palette needs."""
         place, colon, rest = self.help.partition(": ")
         return rest if colon and self.where != "app" and place in ("table", "trace", "compare", "side by side", "replays") else self.help
 

@@ -1,0 +1,46 @@
+"""docs/keys.md, written from `tui.keys.KEYS` so the page cannot drift from the bindings:
+`python -m tui.keys_doc > docs/keys.md` (a test holds the committed page to this text)."""
+
+from __future__ import annotations
+
+from tui.keys import KEYS, WHERE
+
+INTRO = """\
+# Keys
+
+Every key tracewatch binds, by where it works: the same table the bindings, the command
+palette (`ctrl+p`) and the help screen (`?`) are read from (`tui/keys.py`). This page is
+generated from it: `python -m tui.keys_doc > docs/keys.md`.
+
+The footer shows the main keys; below 100 columns it drops the space around them, so an
+80-column terminal shows every one. A replay or an opened recording leaves `s`, `x` and
+`c` off it (pressed, they say the session is read-only) for its own keys.
+
+The mouse works too: click rows (a Compare tab task opens its traces side by side),
+column headers (to sort), tabs, a card's buttons and the "+N new" badge.
+"""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render() -> str:
+    """The page: one table per place a key works, in the help screen's order."""
+    parts = [INTRO]
+    for where, heading in WHERE.items():
+        keys = [key for key in KEYS if key.where == where]
+        if not keys:
+            continue
+        rows = [f"## {heading}", "", "| key | action |", "|---|---|"]
+        rows += [f"| `{_cell(key.shown)}` | {_cell(key.local_help)} |" for key in keys]
+        parts.append("\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+def main() -> None:
+    print(render(), end="")
+
+
+if __name__ == "__main__":
+    main()
