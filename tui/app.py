@@ -124,8 +124,8 @@ class TracewatchApp(App[None]):
         self._add_cards()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         # Started here rather than in a worker, so the rollouts it queues at once are
-        # on the first screen (drawn from the next tick, the first row came 80 ms
-        # after it); a start returns at once (it queues and creates tasks). One that
+        # on the first screen (drawn from the next tick, the first row would come a
+        # tick and a layout later); a start returns at once (it queues and creates tasks). One that
         # fails leaves the app up to show why.
         try:
             await self.engine.start()
@@ -152,8 +152,8 @@ class TracewatchApp(App[None]):
         """One palette for every view that draws with one, read from the table's
         component classes (app.tcss decides the colours). Each class a widget declares
         is styled again at each restyle of it (20 classes, three restyles before the
-        first screen): declared on the timing and compare views too, they cost 0.31 s
-        -> 0.25 s from the app's construction to its first row (loaded box, medians of 10)."""
+        first screen): declared on the timing and compare views too, they would delay
+        the first row (docs/performance.md)."""
         self.palette = Palette(self.table)
         self.table.set_palette(self.palette)
         self.timing.palette = self.compare.palette = self.palette

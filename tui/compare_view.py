@@ -29,9 +29,9 @@ HEADER_ROWS = 1
 
 
 COST_SHARE = 20
-"""A comparison waits this many times the last one's cost after it (a 5,000-rollout
-store's takes about 27 ms: twice a second at most; a small one's: every tick), so a
-stream of endings never has the tab take more than a twentieth of the loop."""
+"""A comparison waits this many times the last one's cost after it (a large store's
+is computed a few times a second at most, a small one's every tick), so a stream of
+endings never has the tab take more than a twentieth of the loop."""
 
 
 TASK_WIDTH = (10, 32)

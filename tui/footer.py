@@ -2,11 +2,11 @@
 
 Textual's `Footer` unmounts and mounts every key on each bindings signal. Focus moving
 between the table and the filter sends two (the filter hides the printable keys): a
-rebuild took 0.1-0.4 s of a loaded machine per `/` or Escape, and the cleared filter
-waited on it to reach the screen (bench/scale5k.py). Here a key the footer has drawn
-is hidden or shown again in place; only a key it never drew rebuilds it, and a rebuild
-already on its way (it reads the bindings as they are when it runs) is not asked twice:
-at start two signals came before the first rebuild ran, and the keys were built twice.
+rebuild on each `/` or Escape is slow, and the cleared filter waits on it to reach the
+screen (docs/performance.md). Here a key the footer has drawn is hidden or shown again
+in place; only a key it never drew rebuilds it, and a rebuild already on its way (it
+reads the bindings as they are when it runs) is not asked twice: at start two signals
+come before the first rebuild runs, and the keys would be built twice.
 
 Below `COMPACT_BELOW` columns the keys drop their padding, so an 80-column terminal
 shows every one.

@@ -11,8 +11,8 @@ late, the replaced pending block.
 Switching to a trace lays out its newest nodes, enough for two screens, and the
 earlier ones a chunk at a time as the view scrolls up to them, as a chat loads its
 history: each arrow key over the rollouts table shows another trace, and laying out
-all of a long one each time took most of the app's time while a fast source streamed
-(issue 13). Search, the Home key and `plain_lines` lay out the rest first.
+all of a long one each time took most of the app's time while a fast source streamed.
+Search, the Home key and `plain_lines` lay out the rest first.
 """
 
 from __future__ import annotations

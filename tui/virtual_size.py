@@ -1,8 +1,8 @@
 """A scrolled view's content size, changed without laying the screen out.
 
 Textual's `virtual_size` is a layout property: each change lays the whole screen out
-and repaints every widget (10-40 ms with 5,000 rollouts on a loaded box,
-bench/scale5k.py). A view whose own size does not follow its content (fixed or
+and repaints every widget, a cost that grows with the rollouts on screen
+(docs/performance.md). A view whose own size does not follow its content (fixed or
 fractional height and width) only needs its scrollbars told; they lay the screen out
 themselves when one appears or goes, which does change the view's region. The table
 (a filter keystroke changes its row count), the transcript and the logs (lines added

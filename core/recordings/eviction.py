@@ -1,8 +1,8 @@
 """Finished rollouts leave memory while the session is recorded, and come back from the
-recording when a view needs their traces (issue 13).
+recording when a view needs their traces.
 
-A live session used to hold every rollout's traces to the end, about their wire size
-each. Once a finished rollout's records are all on disk (the recorder keeps where each
+Holding every rollout's traces to the end costs about their wire size each, for the
+whole session. Once a finished rollout's records are all on disk (the recorder keeps where each
 one went, `RolloutSpans`), its traces may go: the store keeps its summary (`unload`),
 which is all the table, the cards, compare, the stats and the headless summary read.
 Selecting it, showing it side by side or exporting it reads its records back
@@ -48,8 +48,8 @@ _TRIM = _malloc_trim()
 def give_back_freed_memory() -> None:
     """Return the pages of freed blocks to the system. A rollout's traces are many
     blocks of a few kB between blocks that stay (other rollouts' summaries and
-    spans), and glibc gives back only the top of its heap on its own: measured, with
-    217 of 256 rollouts gone the RSS stayed at the wire size. It releases the GIL
+    spans), and glibc gives back only the top of its heap on its own, so without this the
+    RSS stays where it was (docs/performance.md). It releases the GIL
     (ctypes), so a worker thread runs it while the loop goes on."""
     if _TRIM is not None:
         _TRIM(0)

@@ -1,27 +1,10 @@
-"""The recording format: every stream the app watched, kept on disk to replay or export later.
+"""The recording format: its constants, and what a reader checks in each record.
 
-A recording is a msgpack stream: one map per record, concatenated, after a versioned
-header map `{"format": "tracewatch-recording", "version": 1, "created", "meta"}`.
-Each record has `k` (its kind) and `t` (arrival epoch time):
-
-- `rollout`: `id` (our rollout key, e.g. "baseline/3"), `variant`, `task_index`,
-  `task_data`, `rollout_index`: a rollout was announced;
-- `request`: `id`, `request_id`: the wire id of a run of that rollout;
-- `delta`: `id`, `d`: one delta exactly as received;
-- `reply`: `id`, `r`: the run's reply (`success`, `error`, `head`, `traces`), or a
-  reply the app made up for a run that ended without one; `end`: how the rollout
-  ended, `{"status": "done" | "failed" | "cancelled", "reason"}` (absent in
-  recordings made before it; `core.recordings.ending` reads both);
-- `event`: `variant`, `kind` (started, healthy, cancelling, exited, failed, ...)
-  plus that event's own fields (pid, code, reason, ...).
-
-Readers ignore kinds and fields they do not know, so later versions can add them
-without a version bump; the version changes only when a reader of this one would
-misread the file.
-
-Appends only pack into memory; a writer thread puts batches on disk at most
-`flush_interval` after their first record, so a crash loses at most that last batch
-and the asyncio loop never waits on the disk.
+A recording is a msgpack stream of maps after a versioned header; each record has `k`
+(its kind: rollout, request, delta, reply, event) and `t` (arrival epoch time). The
+format, every kind's fields and what readers may rely on are described once, in
+docs/recording-format.md. Readers ignore kinds and fields they do not know, so the
+version changes only when a reader of this one would misread a file.
 """
 
 from __future__ import annotations

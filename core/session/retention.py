@@ -1,8 +1,8 @@
 """Keeping retained rollout data out of the garbage collector's walks.
 
 A session keeps every rollout it saw until it ends, so most of the heap is data that
-never becomes garbage; yet each full collection walks all of it (measured: 0.26-2.3 s
-pauses at 256-512 rollouts, issue 13). After a full collection that took long, every
+never becomes garbage; yet each full collection walks all of it, a pause that grows
+with the session (docs/performance.md). After a full collection that took long, every
 object left is alive by definition: `gc.freeze()` moves them into the permanent
 generation, so later full collections walk only what arrived since. The cost: an
 object frozen here that later becomes part of a garbage cycle is never collected
@@ -10,8 +10,7 @@ object frozen here that later becomes part of a garbage cycle is never collected
 cycles); that is why the freeze waits for a slow collection instead of running often.
 What exists when the policy is installed (imported modules, the config, the session)
 is frozen at once, as CPython's documentation suggests after startup: otherwise the
-first full collection walks all of it (measured: 180 ms for the app's 100k startup
-objects on a loaded 2-core box, the longest pause of a whole run).
+first full collection walks all of it, the longest pause of a whole run.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def pause_collection() -> None:
     """Called first by the `tracewatch` command (`tui.launch`): the modules, the config,
     the engine, the queued rollouts and the app's widgets it makes before its first
     screen live as long as the program, and collections walking them as they were made
-    took 60-80 ms of its launch (10-15%; a full collection among them). The app turns
+    are a noticeable share of its launch (a full collection among them). The app turns
     the collector back on once that screen is drawn (`freeze_startup`); a headless run
     or a command without a session as it begins (`resume_collection`)."""
     gc.disable()
@@ -85,8 +84,8 @@ def resume_collection() -> None:
 def freeze_startup() -> None:
     """Freeze what exists now, if the program installed the policy: a screen calls it
     once it is first drawn, so its widgets, styles and compiled CSS are never walked
-    (measured: the first full collection after the app's start walked 54k of them,
-    97 ms, the longest pause of a run). A program that did not install it (a test
+    (otherwise the first full collection after the app's start walks them all, the
+    longest pause of a run). A program that did not install it (a test
     running many apps in one process) keeps every collection as it was. The collector
     is on after it (`pause_collection`)."""
     if any(isinstance(callback, FreezeAfterSlowCollections) for callback in gc.callbacks):

@@ -49,8 +49,8 @@ QUEUE_CHUNK = 1000
 show at once, and the screen stays live while the rest are queued."""
 
 START_CHUNK = 64
-"""Runs started per turn of the event loop: starting 5,000 at once held the loop (and
-the screen, the first rows) for 1.7 s; a turn of 64 costs tens of milliseconds."""
+"""Runs started per turn of the event loop: starting thousands at once holds the loop
+(and the screen, the first rows) for as long as they all take to start."""
 
 CANCEL_REPLY_WAIT = 2.0
 """How long a cancel waits for the aborted run's reply (or a variant cancel for its

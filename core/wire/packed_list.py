@@ -1,10 +1,9 @@
 """A trace's committed nodes and model calls kept as msgpack bytes, one per item,
 decoded when read.
 
-Decoded, a node is a dozen dicts, lists and strings (about 2.5 kB for a 100-token
-node, 1.5 kB on the wire) and a call four dicts, and every full garbage collection
-walks each of them. Kept as its bytes an item costs about its wire size and is nothing
-for the collector to walk (issue 13). Committed items never change but for a `links`
+Decoded, a node is a dozen dicts, lists and strings (more memory than its wire size)
+and a call four dicts, and every full garbage collection walks each of them. Kept as
+its bytes an item costs about its wire size and is nothing for the collector to walk. Committed items never change but for a `links`
 or `routing_repairs` delta, which packs the node again. A reader (the transcript on
 screen, an export, a compare) gets each item decoded as a delta's nodes are
 (`unpack_node`: long token arrays stay `Packed`), equal to the item that was appended.
