@@ -18,9 +18,10 @@ from tui_standin import StandInEngine, StandInVariant, load_fixture, make_engine
 from core.recordings.export import episode_json
 from core.session.store import Rollout, RolloutStore
 from tui.app import TracewatchApp
+from tui.columns import BY_KEY, COLUMNS
 from tui.keys import KEYS
 from tui.rollout_filter import RowFilter
-from tui.rollouts_table import COLUMNS, RolloutsTable, fit
+from tui.rollouts_table import RolloutsTable, fit
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.timing_view import TimingView
 
@@ -228,8 +229,8 @@ async def test_header_click_and_key_sort() -> None:
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(160, 40)) as pilot:
         rows = await started(pilot)
-        before = [key for key, _, _ in COLUMNS].index("tokens")
-        x = sum(width + 2 for _, _, width in COLUMNS[:before]) + 2
+        before = [column.key for column in COLUMNS].index("tokens")
+        x = sum(column.width + 2 for column in COLUMNS[:before]) + 2
         await pilot.click(RolloutsTable, offset=(x, 0))  # the Tokens header
         await until(pilot, lambda: rows.sort_column == "tokens")
         tokens = [int(rows.cell_text(key, "tokens").replace(",", "")) for key in rows.ordered_keys]
@@ -536,13 +537,13 @@ async def test_every_column_shows_its_sort_arrow_both_ways(width: int) -> None:
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(width, 40)) as pilot:
         rows = await started(pilot)
-        for column, label, _ in COLUMNS:
-            if column not in rows.columns_shown:  # a narrow table leaves some out
+        for column in COLUMNS:
+            if column.key not in rows.columns_shown:  # a narrow table leaves some out
                 continue
             for reverse, arrow in ((False, "▲"), (True, "▼")):
-                rows.sort_by(column, reverse=reverse)
+                rows.sort_by(column.key, reverse=reverse)
                 header = rows._header_strip().text
-                assert f"{label}{arrow}" in header or f"…{arrow}" in header, header
+                assert f"{column.header}{arrow}" in header or f"…{arrow}" in header, header
                 assert header.count(arrow) == 1 and "▲▼".replace(arrow, "") not in header
 
 
@@ -574,7 +575,7 @@ async def test_a_stalled_rollouts_activity_shows_its_duration() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         rows = await started(pilot)
         key = next(k for k in rows.ordered_keys if engine.store.rollouts[k].stalled(engine.store.clock(), 0.0))
-        width = next(w for k, _, w in COLUMNS if k == "activity")
+        width = BY_KEY["activity"].width
         shown = fit(rows.cell_text(key, "activity"), width)
         assert re.match(r"⚠ \d+:\d\d ", shown), shown
 

@@ -11,8 +11,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from core.session.store import ROLLOUT_PHASES, Rollout, Status
+from tui.columns import COLUMNS
 
-FIELDS = ("variant", "status", "phase")
+FIELDS = (*(column.key for column in COLUMNS if column.filtered), "status")
+"""The `name:VALUE` fields: the columns marked `filtered`, and a rollout's status
+(which the Phase column shows only in part)."""
 STATUSES = (*(status.value for status in Status), "stalled")
 
 

@@ -25,74 +25,23 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.session.store import ROLLOUT_PHASES, Rollout, RolloutStore, Status
+from core.session.store import Rollout, RolloutStore
+from tui.columns import BY_KEY, COLUMNS, Cell
 from tui.keys import bindings
-from tui.literal import safe
-from tui.numbers import clock, reward_text
 from tui.palette import PALETTE_CLASSES, Palette
 from tui.rollout_filter import RowFilter
 from tui.virtual_size import set_virtual_size
 
-COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("variant", "Variant", 10),
-    ("task", "Task", 24),
-    ("number", "#", 4),
-    ("phase", "Phase", 10),
-    ("activity", "Activity", 16),
-    ("turns", "Turns", 5),
-    ("tokens", "Tokens", 7),
-    ("reward", "Reward", 6),
-    ("elapsed", "Elapsed", 7),
-    ("errors", "Errors", 6),
-    ("trace", "Trace", 9),
-)
-"""What a glance needs first (what runs, where it is, what it does now) on the left, so
-an 80-column terminal shows it without scrolling; the trace id, a cross-reference, last."""
-COLUMN_KEYS = tuple(key for key, _, _ in COLUMNS)
+COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 PADDING = 1
 """Blank cells each side of a column's text."""
-FULL_WIDTH = sum(width + 2 * PADDING for _, _, width in COLUMNS)
+FULL_WIDTH = sum(column.width + 2 * PADDING for column in COLUMNS)
 """Narrower than this, the table lays its columns out by `PRIORITY`: a one-cell gap
 between columns, the Task column as wide as what is left (at least `TASK_NARROW`), and
 the columns that do not fit left out rather than behind a horizontal scrollbar."""
 TASK_NARROW = 12
-PRIORITY = ("variant", "phase", "activity", "reward", "elapsed", "errors", "task", "number", "turns", "tokens", "trace")
-"""Which columns a narrow table keeps first: what runs, where it is, what it does now,
-how it ended, how long, whether it failed; the cross-references last."""
-TICKING = ("elapsed", "activity")
-
-_PHASE_ORDER = {p: i for i, p in enumerate(ROLLOUT_PHASES)}
-
-Cell = tuple[str, Style]
-
-
-def sort_value(column: str, rollout: Rollout, now: float) -> Any:
-    match column:
-        case "variant":
-            return rollout.variant
-        case "task":
-            return rollout.task_label.lower()
-        case "number":
-            return (rollout.run, rollout.rollout_index)
-        case "trace":
-            return next(iter(rollout.trace_ids), "")
-        case "phase":
-            return _PHASE_ORDER.get(rollout.phase, len(_PHASE_ORDER))
-        case "reward":
-            return (rollout.reward is not None, rollout.reward or 0.0)
-        case "elapsed":
-            return rollout.elapsed(now)
-        case "activity":
-            return rollout.activity(now)[1]
-        case _:
-            return getattr(rollout, column)
-
-
-def rollout_number(rollout: Rollout) -> str:
-    """Which of its task's rollouts this is (1-based), after its run when the variant
-    was started again: `2:1` is the second run's first; two rows of one task differ."""
-    number = str(rollout.rollout_index + 1)
-    return number if rollout.run == 1 else f"{rollout.run}:{number}"
+PRIORITY = tuple(column.key for column in sorted(COLUMNS, key=lambda column: column.priority))
+TICKING = frozenset(column.key for column in COLUMNS if column.ticks)
 
 
 def fit(text: str, width: int) -> str:
@@ -215,7 +164,7 @@ class RolloutsTable(ScrollView, can_focus=True):
     def header_label(self, column: str) -> str:
         """A column's header as drawn: its label, and in the sorted column the order's
         arrow (▲ ascending, ▼ reversed) in the cell after it, so no width cuts it."""
-        label = next(label for key, label, _ in COLUMNS if key == column)
+        label = BY_KEY[column].header
         left, right = (" " * pad for pad in self._pads)
         width = self._widths[self._columns.index(column)] - len(left) - len(right)
         if column != self.sort_column:
@@ -356,8 +305,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         """After the index changed: sort it if asked, find every key's row again, keep
         the cursor on its rollout (or, when that one left, at its place)."""
         if sort and self.sort_column is not None:
-            column, now, rollouts = self.sort_column, self.now(), self.store.rollouts
-            self._keys.sort(key=lambda key: sort_value(column, rollouts[key], now), reverse=self.sort_reverse)
+            value, now, rollouts = BY_KEY[self.sort_column].sort, self.now(), self.store.rollouts
+            self._keys.sort(key=lambda key: value(rollouts[key], now), reverse=self.sort_reverse)
         self._rows = {key: row for row, key in enumerate(self._keys)}
         set_virtual_size(self, Size(sum(self._widths), len(self._keys) + 1))
         row = self._rows.get(self._cursor_key) if self._cursor_key is not None else None
@@ -467,8 +416,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         """The columns shown, each one's width on screen (its padding included), and
         the padding (left, right): every column from `FULL_WIDTH` up, else by `PRIORITY`."""
         if width >= FULL_WIDTH:
-            return COLUMN_KEYS, [w + 2 * PADDING for _, _, w in COLUMNS], (PADDING, PADDING)
-        wanted = {key: (TASK_NARROW if key == "task" else w) + 1 for key, _, w in COLUMNS}
+            return COLUMN_KEYS, [column.width + 2 * PADDING for column in COLUMNS], (PADDING, PADDING)
+        wanted = {column.key: (TASK_NARROW if column.key == "task" else column.width) + 1 for column in COLUMNS}
         chosen: set[str] = set()
         used = 0
         for key in PRIORITY:
@@ -557,44 +506,5 @@ class RolloutsTable(ScrollView, can_focus=True):
         return cached
 
     def _cells(self, rollout: Rollout, now: float, columns: tuple[str, ...]) -> dict[str, Cell]:
-        palette = self.palette
-        plain = Style()
-        cells: dict[str, Cell] = {}
-        for column in columns:
-            match column:
-                case "variant":
-                    cells[column] = (safe(rollout.variant), plain)
-                case "task":
-                    cells[column] = (safe(rollout.task_label), plain)
-                case "number":
-                    cells[column] = (rollout_number(rollout), palette.muted)
-                case "trace":
-                    ids = rollout.trace_ids
-                    # "+N" more traces must fit the column: a shorter id makes room for it
-                    text = (ids[0][:8] if len(ids) == 1 else f"{ids[0][:6]} +{len(ids) - 1}") if ids else ""
-                    cells[column] = (safe(text), palette.muted)
-                case "phase":
-                    cells[column] = (rollout.phase, palette.phase(rollout.phase))
-                case "turns":
-                    cells[column] = (str(rollout.turns), plain)
-                case "tokens":
-                    cells[column] = (f"{rollout.tokens:,}", plain)
-                case "reward":
-                    cells[column] = (reward_text(rollout.reward), plain)
-                case "elapsed":
-                    cells[column] = (clock(rollout.elapsed(now)) if rollout.started_at else "", plain)
-                case "activity":
-                    cells[column] = self._activity(rollout, now, palette)
-                case "errors":
-                    errors = rollout.errors
-                    cells[column] = (str(errors) if errors else "", palette.error if errors else plain)
-        return cells
-
-    def _activity(self, rollout: Rollout, now: float, palette: Palette) -> Cell:
-        label, seconds = rollout.activity(now)
-        if rollout.status.finished or rollout.status is Status.QUEUED:
-            return label, palette.muted
-        if rollout.stalled(now, self.store.stall_seconds):
-            # the duration first: a narrow column cuts the label, never the time
-            return f"⚠ {clock(seconds)} {label}", palette.warning + Style(reverse=True)
-        return f"{label} {clock(seconds)}", palette.phase("agent") if label == "generating" else Style()
+        palette, stall = self.palette, self.store.stall_seconds
+        return {key: BY_KEY[key].cell(rollout, now, palette, stall) for key in columns}

@@ -1,0 +1,128 @@
+"""Every rollouts-table column, once: the table's layout, its cells, sorting, which
+columns tick with the clock and the filter's fields are all read from `COLUMNS`, so a
+column is one record here, not a header in one place and a cell or a sort in another."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.style import Style
+
+from core.session.store import ROLLOUT_PHASES, Rollout, Status
+from tui.literal import safe
+from tui.numbers import clock, reward_text
+from tui.palette import Palette
+
+Cell = tuple[str, Style]
+"""A cell's text (before it is fitted to the column) and its style."""
+CellOf = Callable[[Rollout, float, Palette, float], Cell]
+"""A rollout's cell at `now`, in a palette, with the store's stall threshold in seconds."""
+
+PLAIN = Style()
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    width: int
+    """Cells of text, padding left out."""
+    priority: int
+    """Its rank when a narrow table cannot show every column: 1 is kept first."""
+    sort: Callable[[Rollout, float], Any]
+    """What `o` and a header click sort rows by, given the rollout and `now`."""
+    cell: CellOf
+    ticks: bool = False
+    """Its cell moves with the clock while the rollout runs: a table sorted by it
+    sorts again each second."""
+    filtered: bool = False
+    """The filter has a `key:VALUE` field for it."""
+
+
+def rollout_number(rollout: Rollout) -> str:
+    """Which of its task's rollouts this is (1-based), after its run when the variant
+    was started again: `2:1` is the second run's first; two rows of one task differ."""
+    number = str(rollout.rollout_index + 1)
+    return number if rollout.run == 1 else f"{rollout.run}:{number}"
+
+
+def _trace(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cell:
+    ids = rollout.trace_ids
+    # "+N" more traces must fit the column: a shorter id makes room for it
+    text = (ids[0][:8] if len(ids) == 1 else f"{ids[0][:6]} +{len(ids) - 1}") if ids else ""
+    return safe(text), palette.muted
+
+
+def _activity(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cell:
+    label, seconds = rollout.activity(now)
+    if rollout.status.finished or rollout.status is Status.QUEUED:
+        return label, palette.muted
+    if rollout.stalled(now, stall):
+        # the duration first: a narrow column cuts the label, never the time
+        return f"⚠ {clock(seconds)} {label}", palette.warning + Style(reverse=True)
+    return f"{label} {clock(seconds)}", palette.phase("agent") if label == "generating" else PLAIN
+
+
+def _errors(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cell:
+    errors = rollout.errors
+    return (str(errors), palette.error) if errors else ("", PLAIN)
+
+
+_PHASE_ORDER = {phase: i for i, phase in enumerate(ROLLOUT_PHASES)}
+
+COLUMNS: tuple[Column, ...] = (
+    Column(
+        "variant", "Variant", 10, 1,
+        sort=lambda r, now: r.variant,
+        cell=lambda r, now, palette, stall: (safe(r.variant), PLAIN),
+        filtered=True,
+    ),
+    Column(
+        "task", "Task", 24, 7,
+        sort=lambda r, now: r.task_label.lower(),
+        cell=lambda r, now, palette, stall: (safe(r.task_label), PLAIN),
+    ),
+    Column(
+        "number", "#", 4, 8,
+        sort=lambda r, now: (r.run, r.rollout_index),
+        cell=lambda r, now, palette, stall: (rollout_number(r), palette.muted),
+    ),
+    Column(
+        "phase", "Phase", 10, 2,
+        sort=lambda r, now: _PHASE_ORDER.get(r.phase, len(_PHASE_ORDER)),
+        cell=lambda r, now, palette, stall: (r.phase, palette.phase(r.phase)),
+        filtered=True,
+    ),
+    Column("activity", "Activity", 16, 3, sort=lambda r, now: r.activity(now)[1], cell=_activity, ticks=True),
+    Column(
+        "turns", "Turns", 5, 9,
+        sort=lambda r, now: r.turns,
+        cell=lambda r, now, palette, stall: (str(r.turns), PLAIN),
+    ),
+    Column(
+        "tokens", "Tokens", 7, 10,
+        sort=lambda r, now: r.tokens,
+        cell=lambda r, now, palette, stall: (f"{r.tokens:,}", PLAIN),
+    ),
+    Column(
+        "reward", "Reward", 6, 4,
+        sort=lambda r, now: (r.reward is not None, r.reward or 0.0),
+        cell=lambda r, now, palette, stall: (reward_text(r.reward), PLAIN),
+    ),
+    Column(
+        "elapsed", "Elapsed", 7, 5,
+        sort=lambda r, now: r.elapsed(now),
+        cell=lambda r, now, palette, stall: (clock(r.elapsed(now)) if r.started_at else "", PLAIN),
+        ticks=True,
+    ),
+    Column("errors", "Errors", 6, 6, sort=lambda r, now: r.errors, cell=_errors),
+    Column("trace", "Trace", 9, 11, sort=lambda r, now: next(iter(r.trace_ids), ""), cell=_trace),
+)
+"""Left to right: what a glance needs first (what runs, where it is, what it does now)
+on the left, so an 80-column terminal shows it without scrolling; the trace id, a
+cross-reference, last. By priority a narrow table keeps what runs, where it is, what it
+does now, how it ended, how long, whether it failed; the cross-references last."""
+
+BY_KEY = {column.key: column for column in COLUMNS}
