@@ -12,6 +12,7 @@ import stat
 import time
 from pathlib import Path
 
+from core.errors import TracewatchError
 from core.recordings.format import SUFFIX
 
 
@@ -99,7 +100,7 @@ def prune_sessions(keep: int, root: Path | None = None) -> list[Path]:
     return deleted
 
 
-class PrivatePathError(OSError):
+class PrivatePathError(TracewatchError, OSError):
     """A folder that cannot be made private safely; the message names it."""
 
 

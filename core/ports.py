@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import socket
 
+from core.errors import TracewatchError
+
 LOOPBACK = "127.0.0.1"
 
 PORT_ATTEMPTS = 5
@@ -43,7 +45,7 @@ def port_taken(port: int) -> bool:
         return False
 
 
-class PortsTaken(RuntimeError):
+class PortsTaken(TracewatchError, RuntimeError):
     """Every port tried was taken by another process before our server bound it."""
 
     def __init__(self, ports: list[int]) -> None:

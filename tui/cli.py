@@ -11,16 +11,16 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from core.errors import TracewatchError
 from core.paths import default_recording_path
-from core.recordings.format import SUFFIX, RecordingError
+from core.recordings.format import SUFFIX
 from core.recordings.recorder import Recorder
-from core.recordings.run_dir import RunDirError
 from core.session.config import Config, load_config
 from core.session.config_errors import ConfigError, Problem
 from core.session.engine import Engine, Session
 from core.session.retention import FreezeAfterSlowCollections, resume_collection
 from core.session.store import Rollout
-from core.taps.forwarder import ForwarderError, check_proxy_addresses
+from core.taps.forwarder import check_proxy_addresses
 from core.taps.relay_viewer import check_relay_address
 
 COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare")
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep is not None:
                 config = config.model_copy(update={"keep_sessions": args.keep})
             engine = Engine(config, recorder=_recorder(args, {"argv": argv}))
-    except (ConfigError, RecordingError, RunDirError, ForwarderError, OSError) as error:
+    except (TracewatchError, OSError) as error:  # a message written for the user: no traceback
         print(f"tracewatch: {error}", file=sys.stderr)
         return 2
     if args.export_dir is not None:

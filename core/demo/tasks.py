@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.demo.content import PROBLEMS, Problem
+from core.errors import TracewatchError
 
 SCENARIOS = ("normal", "slow", "failing", "transient", "stuck", "retried", "multi-agent", "scale")
 
@@ -43,7 +44,7 @@ MAX_TURNS = 100_000
 MAX_TOKENS = 1_000_000
 
 
-class TaskDataError(ValueError):
+class TaskDataError(TracewatchError, ValueError):
     """A task_data the demo cannot play; the run replies failed with this text."""
 
 

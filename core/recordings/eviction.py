@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Collection
 
+from core.errors import TracewatchError
 from core.recordings.apply import RecordedVariant, apply_record
 from core.recordings.format import Damage
 from core.recordings.index import read_records
@@ -55,7 +56,7 @@ def give_back_freed_memory() -> None:
         _TRIM(0)
 
 
-class TracesUnavailable(ValueError):
+class TracesUnavailable(TracewatchError, ValueError):
     """A rollout's traces left memory and cannot be read back; the message says why."""
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgpack
 
+from core.errors import TracewatchError
 from core.wire.protocol import UNPACK_OPTIONS
 
 FORMAT = "tracewatch-recording"
@@ -31,7 +32,7 @@ MAGIC = msgpack.packb("format") + msgpack.packb(FORMAT)
 recognisably ours."""
 
 
-class RecordingError(ValueError):
+class RecordingError(TracewatchError, ValueError):
     """The file is not a recording this version can read."""
 
 

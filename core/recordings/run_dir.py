@@ -23,11 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import TracewatchError
+
 TRACES_FILE = "traces.jsonl"
 RESOLVED_CONFIGS = Path("configs") / "resolved"
 
 
-class RunDirError(ValueError):
+class RunDirError(TracewatchError, ValueError):
     """The path is neither a verifiers run directory nor a traces JSONL file."""
 
 

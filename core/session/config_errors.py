@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, get_args
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from core.errors import TracewatchError
 from core.text import short_repr
 
 
@@ -26,7 +27,7 @@ class Problem(NamedTuple):
         return f"{self.source}: {self.path}: {self.message}" if self.path else f"{self.source}: {self.message}"
 
 
-class ConfigError(ValueError):
+class ConfigError(TracewatchError, ValueError):
     """Every problem found in one config; its str lists them one per line."""
 
     def __init__(self, problems: list[Problem]) -> None:

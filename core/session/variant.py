@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from core.errors import TracewatchError
 from core.paths import private_dir
 from core.ports import LOOPBACK, PORT_ATTEMPTS, PortsTaken, free_port, port_taken
 from core.session.config import VariantConfig
@@ -60,11 +61,11 @@ CANCEL_ANSWER_WAIT = 10.0
 """How long a rollout cancel waits for the server to answer the cancel itself."""
 
 
-class AttachFailed(RuntimeError):
+class AttachFailed(TracewatchError, RuntimeError):
     """What listens at an attached address is not an env server."""
 
 
-class ServerExited(RuntimeError):
+class ServerExited(TracewatchError, RuntimeError):
     pass
 
 

@@ -16,10 +16,12 @@ import stat
 from datetime import datetime
 from pathlib import Path
 
+from core.errors import TracewatchError
+
 _CHUNK = 1 << 20
 
 
-class CaptureError(OSError):
+class CaptureError(TracewatchError, OSError):
     """A capture file or directory that cannot be used safely; the message names it."""
 
 

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from core.errors import TracewatchError
 from core.paths import private_dir
 from core.supervision import capture, supervisor
 
@@ -52,7 +53,7 @@ Status = Literal["exited", "failed", "cancelled", "killed"]
 EventCallback = Callable[[str, dict[str, Any]], None]
 
 
-class ChildError(RuntimeError):
+class ChildError(TracewatchError, RuntimeError):
     """A supervised child used out of order, or one that could not be started."""
 
 

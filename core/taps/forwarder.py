@@ -24,6 +24,7 @@ from typing import Any
 
 import zmq
 
+from core.errors import TracewatchError
 from core.taps.zmtp import ZmtpStream
 from core.wire.protocol import KIND_REPLY, CancelRequest, HealthRequest, request_payload, unpack
 
@@ -40,7 +41,7 @@ TO_SERVER = "up"
 TO_DRIVER = "down"
 
 
-class ForwarderError(RuntimeError):
+class ForwarderError(TracewatchError, RuntimeError):
     """The proxy cannot run as asked (the listen address is taken, ...)."""
 
 

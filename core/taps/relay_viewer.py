@@ -16,6 +16,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from core.errors import TracewatchError
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore
 from core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
@@ -25,7 +26,7 @@ WELCOME_TIMEOUT = 5.0
 NOT_OURS = "a relay only publishes: the runs belong to the program that drives them"
 
 
-class RelayError(OSError):
+class RelayError(TracewatchError, OSError):
     """Nothing serves a relay at the address."""
 
 

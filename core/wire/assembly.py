@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from core.errors import TracewatchError
 from core.text import short_repr
 from core.wire.delta_checks import DeltaValueError, check_delta
 from core.wire.packed_list import PackedList, pack_node
@@ -26,7 +27,7 @@ KNOWN_KEYS = frozenset(
 )
 
 
-class AssemblyError(RuntimeError):
+class AssemblyError(TracewatchError, RuntimeError):
     """A delta or reply that cannot be applied to the episode as assembled so far."""
 
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import zmq
 import zmq.asyncio
 
+from core.errors import TracewatchError
 from core.wire.assembly import AssemblyError, EpisodeAssembly
 from core.wire.delta_checks import DeltaValueError, check_nesting
 from core.wire.protocol import (
@@ -62,7 +63,7 @@ long as the source keeps ahead of it. A few ms keeps a key's round trip short wh
 the per-yield overhead stays a small part of each batch."""
 
 
-class RunFailed(RuntimeError):
+class RunFailed(TracewatchError, RuntimeError):
     """The server replied that the run did not succeed."""
 
     def __init__(self, error: str | None) -> None:
@@ -74,7 +75,7 @@ class RunFailed(RuntimeError):
         return is_aborted(self.error)
 
 
-class ServerGone(ConnectionError):
+class ServerGone(TracewatchError, ConnectionError):
     """The run can never get its reply: the server died or the client closed."""
 
 

@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from core.errors import TracewatchError
 from core.text import short_repr
 from core.wire.protocol import AGENT_PARTS, LIST_FIELDS, PACKED_FIELDS, PHASES, Packed
 
@@ -43,11 +44,11 @@ NOT_SCALARS = frozenset({*LIST_FIELDS, "pending"})
 """Fields `set` may not overwrite: they are appended to, or replaced by their own key."""
 
 
-class DeltaValueError(ValueError):
+class DeltaValueError(TracewatchError, ValueError):
     """A value in a delta that readers cannot use; the message names where."""
 
 
-class _Invalid(Exception):
+class _Invalid(TracewatchError):
     """A bad value found below the delta; `check_delta` adds which trace it is in."""
 
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from core.errors import TracewatchError
 from core.text import short_repr
 
 KIND_DELTA = b"delta"
@@ -307,7 +308,7 @@ def request_payload(request: Request) -> bytes:
     return pack(request.model_dump(mode="json"))
 
 
-class MalformedReply(RuntimeError):
+class MalformedReply(TracewatchError, RuntimeError):
     """A reply that is not the shape verifiers' protocol gives it: the request it
     answers fails with this, never with a validation traceback."""
 
