@@ -14,6 +14,7 @@ import msgpack
 from core.recordings.ending import recorded_ending
 from core.recordings.format import Damage
 from core.recordings.reader import Scan, read_header
+from core.run.times import times_of
 from core.session.store import Ending, RolloutFacts, Status, episode_reward, trace_phase
 from core.wire.delta_checks import DeltaValueError, check_scalars
 from core.wire.protocol import UNPACK_OPTIONS
@@ -104,9 +105,10 @@ class RolloutSummary:
         """What the store would show once this rollout's records are loaded."""
         traces = list(self._traces.values())
         primary = traces[0] if traces else None
-        phase = None
+        phase = times = None
         if primary is not None:
             phase = trace_phase(primary.scalars.get("timing") or {}, primary.scalars.get("ok"), primary.errors > 0)
+            times = times_of(primary.scalars.get("timing"))
         return RolloutFacts(
             phase=phase,
             turns=sum(trace.turns for trace in traces),
@@ -114,6 +116,7 @@ class RolloutSummary:
             reward=self.reward,
             errors=sum(trace.errors for trace in traces),
             trace_ids=tuple(self._traces),
+            times=times,
         )
 
     def _add(self, offset: int, length: int, record: dict[str, Any]) -> None:

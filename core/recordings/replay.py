@@ -247,7 +247,7 @@ class OpenedRecording(Session):
             self.variants.setdefault(variant, RecordedVariant(variant))
             rollout = self.store.add_rollout(
                 variant, announce.get("task_index", 0), announce.get("task_data") or {},
-                announce.get("rollout_index", 0), key=key, run=run_of(announce),
+                announce.get("rollout_index", 0), key=key, run=run_of(announce), t=summary.first_t,
             )
             rollout.facts = summary.facts
             rollout.started_at = summary.started_t

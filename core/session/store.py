@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 import time
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
+from core.run.series import Occupancy, Outcome, RunSeries
+from core.run.times import RolloutTimes, call_interval, times_of
 from core.wire.assembly import EpisodeAssembly
 from core.wire.protocol import AGENT_PARTS, PHASES
 
@@ -73,6 +76,7 @@ class TraceState:
         "tools_since",
         "revision",
         "sampled",
+        "call_spans",
     )
 
     def __init__(self, trace_id: str, record: dict[str, Any]) -> None:
@@ -90,6 +94,9 @@ class TraceState:
         self.sampled = bytearray()
         """One byte per node, 1 where the node was sampled: a view can number the
         turns before any node without decoding the nodes (`turns_before`)."""
+        self.call_spans: array[float] = array("d")
+        """Its model calls' (start, end), flat: the run's timeline reads them without
+        decoding the calls."""
 
     @property
     def nodes(self) -> list[dict[str, Any]]:
@@ -149,6 +156,8 @@ class RolloutFacts:
     reward: float | None = None
     errors: int = 0
     trace_ids: tuple[str, ...] = ()
+    times: RolloutTimes | None = None
+    """Its first trace's timing spans and model calls (None: no trace opened)."""
 
 
 @dataclass
@@ -179,6 +188,10 @@ class Rollout:
     unavailable: str | None = None
     """Why its traces cannot be shown: they left memory and reading them back failed."""
     _assembly: EpisodeAssembly | None = field(default=None, repr=False)
+    _times: tuple[str, int, RolloutTimes] | None = field(default=None, repr=False, compare=False)
+    _occupancy: Occupancy | None = field(default=None, repr=False, compare=False)
+    """Its times as the run's series last counted them (`RolloutStore._account`)."""
+    _outcome: Outcome | None = field(default=None, repr=False, compare=False)
 
     @property
     def assembly(self) -> EpisodeAssembly:
@@ -221,7 +234,18 @@ class Rollout:
 
     def summary(self) -> RolloutFacts:
         """What its row shows, as facts that outlive its traces."""
-        return RolloutFacts(self._trace_phase, self.turns, self.tokens, self.reward, self.errors, self.trace_ids)
+        return RolloutFacts(self._trace_phase, self.turns, self.tokens, self.reward, self.errors, self.trace_ids, self.times)
+
+    @property
+    def times(self) -> RolloutTimes | None:
+        """Where its first trace's time went; read again only when that trace changed."""
+        primary = self.primary
+        if primary is None:
+            return self.facts.times if self.facts else None
+        cached = self._times
+        if cached is None or cached[0] != primary.id or cached[1] != primary.revision:
+            cached = self._times = (primary.id, primary.revision, times_of(primary.timing, primary.call_spans))
+        return cached[2]
 
     @property
     def _trace_phase(self) -> str | None:
@@ -400,6 +424,8 @@ class RolloutStore:
         self.version = 0
         """Bumped with any variant's version (a rollout added too): a view derived from
         which rollouts there are and how they ended looks again only when it moved."""
+        self.series = RunSeries()
+        """Waiting, running and outcomes over time per variant, counted as they change."""
 
     def add_variant(self, name: str) -> None:
         if name not in self.variants:
@@ -415,12 +441,15 @@ class RolloutStore:
         rollout_index: int = 0,
         key: str | None = None,
         run: int = 1,
+        t: float | None = None,
     ) -> Rollout:
+        """A rollout queued at `t` (now if None)."""
         self.add_variant(variant)
         key = key or f"{variant}/{len(self.variants[variant])}"
-        rollout = Rollout(key, variant, task_index, task_data, rollout_index, run, created_at=self.clock())
+        rollout = Rollout(key, variant, task_index, task_data, rollout_index, run, created_at=self.clock() if t is None else t)
         self.rollouts[key] = rollout
         self.variants[variant].append(key)
+        self._account(rollout)
         self._touch(rollout)
         self._bump(rollout)
         self._changes.added.append(key)
@@ -431,8 +460,10 @@ class RolloutStore:
         from the start (a rollout loaded on demand)."""
         old = self.rollouts[key]
         rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at)
+        rollout._occupancy, rollout._outcome = old._occupancy, old._outcome
         self.rollouts[key] = rollout
         self._live.discard(key)
+        self._account(rollout)
         self._touch(rollout)
         self._bump(rollout)
         return rollout
@@ -460,6 +491,7 @@ class RolloutStore:
         rollout.status = Status.RUNNING
         rollout.started_at = t if t is not None else self.clock()
         self._live.add(key)
+        self._account(rollout)
         self._touch(rollout)
         self._bump(rollout)
 
@@ -469,6 +501,7 @@ class RolloutStore:
         rollout.status = status
         if status in _LIVE:
             self._live.add(key)
+        self._account(rollout)
         self._touch(rollout)
         self._bump(rollout)
 
@@ -522,6 +555,8 @@ class RolloutStore:
                     state.failed_calls.append((len(state.nodes), index))
                 else:
                     state.calls_by_node[int(node)] = index
+                if (interval := call_interval(call)) is not None:
+                    state.call_spans.extend(interval)
         if "pending" in delta or nodes:
             if state.pending:
                 if state.pending_since is None:
@@ -557,6 +592,7 @@ class RolloutStore:
             durations = self._durations[rollout.variant]
             for phase, seconds in phase_durations(rollout.primary.timing).items():
                 durations[phase].append(seconds)
+        self._account(rollout)
         self._touch(rollout)
         self._bump(rollout)
 
@@ -643,6 +679,20 @@ class RolloutStore:
             running += status is Status.RUNNING
             stalled += status in _LIVE and now - (rollout.last_delta_at or rollout.started_at or now) > threshold
         return running, stalled
+
+    def _account(self, rollout: Rollout) -> None:
+        """Count the rollout's times and outcome in the run's series: what changed since
+        they were last counted (a rollout read again takes its old counts back)."""
+        occupancy = Occupancy(rollout.created_at or None, rollout.started_at, rollout.ended_at)
+        self.series.occupancy(rollout.variant, rollout._occupancy, occupancy)
+        rollout._occupancy = occupancy
+        outcome = None
+        if rollout.status.finished and rollout.ended_at is not None:
+            times = rollout.times
+            agent = times.agent_seconds if times is not None else None
+            outcome = Outcome(rollout.ended_at, rollout.status.value, rollout.reward, rollout.tokens, agent)
+        self.series.outcome(rollout.variant, rollout._outcome, outcome)
+        rollout._outcome = outcome
 
     def _touch(self, rollout: Rollout) -> None:
         self._changes.rollouts.add(rollout.key)

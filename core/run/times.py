@@ -1,0 +1,89 @@
+"""Where one rollout's time went, as a few numbers that outlive its traces: the timing
+spans its server reported, its model calls' intervals, and the agent span's split into
+model and harness time. A view of the whole run draws 20,000 of these, never a trace."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.wire.protocol import AGENT_PARTS, PHASES
+
+SEGMENTS = ("waiting", "boot", "setup", "model", "harness", "finalize", "scoring")
+"""What a timeline colours a rollout's bar by, in the order its time passes: waiting
+for a slot (queued until its first span starts), each span, and the agent span as its
+model calls and the harness time between them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    phase: str
+    start: float
+    end: float | None
+    """None while it is open."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutTimes:
+    """A trace's spans in phase order (only those that started), the agent's model and
+    harness seconds as the server reported them, and its model calls as flat
+    (start, end) pairs."""
+
+    spans: tuple[Span, ...] = ()
+    model: float = 0.0
+    harness: float = 0.0
+    calls: array[float] = field(default_factory=lambda: array("d"))
+
+    @property
+    def first_start(self) -> float | None:
+        return self.spans[0].start if self.spans else None
+
+    def span(self, phase: str) -> Span | None:
+        return next((span for span in self.spans if span.phase == phase), None)
+
+    @property
+    def agent_seconds(self) -> float | None:
+        agent = self.span("agent")
+        return agent.end - agent.start if agent is not None and agent.end is not None else None
+
+    def call_intervals(self) -> Iterable[tuple[float, float]]:
+        calls = self.calls
+        return zip(calls[::2], calls[1::2])
+
+
+def times_of(timing: Any, calls: array[float] | None = None) -> RolloutTimes:
+    """A trace's `timing` scalar (read, not trusted: an opened file was never checked)
+    as `RolloutTimes`; `calls` its model calls' (start, end) pairs, as the store
+    collects them (`call_interval`)."""
+    timing = timing if isinstance(timing, dict) else {}
+    spans = []
+    for phase in PHASES:
+        span = timing.get(phase)
+        span = span if isinstance(span, dict) else {}
+        start, end = _time(span.get("start")), _time(span.get("end"))
+        if start:
+            spans.append(Span(phase, start, end if end and end >= start else None))
+    agent = timing.get("agent")
+    parts = [_duration(agent, part) for part in AGENT_PARTS] if isinstance(agent, dict) else [0.0, 0.0]
+    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()))
+
+
+def call_interval(call: Any) -> tuple[float, float] | None:
+    """A model call's (start, end) from its `time`, if it has a usable one."""
+    time = call.get("time") if isinstance(call, dict) else None
+    if not isinstance(time, dict):
+        return None
+    start, end = _time(time.get("start")), _time(time.get("end"))
+    return (start, end) if start and end and end >= start else None
+
+
+def _time(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and 0 < value < 1e12 else 0.0
+
+
+def _duration(agent: dict[str, Any], part: str) -> float:
+    span = agent.get(part)
+    value = span.get("duration") if isinstance(span, dict) else None
+    return float(value) if isinstance(value, (int, float)) and 0 <= value < 1e9 else 0.0
