@@ -135,10 +135,16 @@ def open_parser() -> argparse.ArgumentParser:
 
 
 def export_parser() -> argparse.ArgumentParser:
-    parser = _parser("tracewatch export", "Write a whole recording as JSONL: every record, or with --episodes one assembled episode per line (the shape of a verifiers traces.jsonl).")
-    parser.add_argument("recording", type=Path)
+    parser = _parser(
+        "tracewatch export",
+        "Write a whole recording as JSONL: every record, or with --episodes one assembled episode per line (the shape of a verifiers traces.jsonl); "
+        "or with --trace-events the run's timeline as Chrome Trace Event JSON, which Perfetto and chrome://tracing open.",
+    )
+    parser.add_argument("recording", type=Path, metavar="SOURCE", help="a recording (*.twrec); with --trace-events also a verifiers run directory or traces JSONL file")
     parser.add_argument("output", type=Path)
-    parser.add_argument("--episodes", action="store_true", help="one assembled episode per line instead of every record")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--episodes", action="store_true", help="one assembled episode per line instead of every record")
+    how.add_argument("--trace-events", action="store_true", help="one process per variant, one track per rollout, a slice per phase and per model call")
     return parser
 
 
@@ -171,6 +177,8 @@ def compare_sources(args: argparse.Namespace) -> int:
 def export(args: argparse.Namespace) -> int:
     from core.recordings.export import export_recording
 
+    if args.trace_events:
+        return export_trace_events(args.recording, args.output)
     result = export_recording(args.recording, args.output, episodes=args.episodes)
     what = "episodes" if args.episodes else "lines"
     print(f"wrote {result.lines} {what} to {args.output}")
@@ -182,6 +190,23 @@ def export(args: argparse.Namespace) -> int:
         print(f"  left out {result.unwritable} nested too deep for JSON (a hostile server's; the run failed on it)")
     if result.truncated:
         print(f"note: {result.truncated}", file=sys.stderr)
+    return 0
+
+
+def export_trace_events(source: Path, output: Path) -> int:
+    """A recording is read one rollout at a time; a run directory or JSONL file is
+    opened whole, as `open` does."""
+    from core.recordings.replay import OpenedRun
+    from core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
+
+    written = TraceEventsWritten()
+    rollouts = recording_rollouts(source, written) if source.suffix == SUFFIX else OpenedRun(source).store.rollouts.values()
+    write_trace_events(rollouts, output, written)
+    print(f"wrote {written.rollouts} rollouts ({written.slices} slices) to {output}: open it in Perfetto or chrome://tracing")
+    if written.skipped:
+        print(f"  skipped {len(written.skipped)} with no usable time: {_some(written.skipped)}")
+    if written.truncated:
+        print(f"note: {written.truncated}", file=sys.stderr)
     return 0
 
 

@@ -84,6 +84,7 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
         store.add_rollout(
             record["variant"], record.get("task_index", 0), record.get("task_data") or {},
             record.get("rollout_index", 0), key=record["id"], run=run_of(record),
+            t=float(t) if isinstance(t, (int, float)) else None,
         )
         variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
     elif kind == "request":

@@ -14,10 +14,11 @@ import base64
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from core.recordings.ending import end_field, recorded_ending
 from core.recordings.index import RecordingIndex
@@ -169,37 +170,45 @@ def export_recording(
     complete (written beside it, then renamed) and is private (0600), as the
     recording is.
     """
+    result = Exported()
+    with private_output(path_out) as out:
+        if episodes:
+            index = RecordingIndex.build(path_in)
+            result.truncated = index.truncated
+            for rollout_id, summary in index.rollouts.items():
+                episode = rollout_episode(rollout_id, index.load(rollout_id), summary.ending)
+                if episode is None:
+                    result.skipped.append(rollout_id)
+                    continue
+                if episode.get("partial"):
+                    result.partial.setdefault(summary.status.value, []).append(rollout_id)
+                result.lines += _write_line(out, episode, result)
+        else:
+            recording = read_recording(path_in)
+            out.write(_dumps(recording.header) + "\n")
+            result.lines += 1
+            for record in recording:
+                if record.get("k") == "reply":
+                    record = {**record, "end": end_field(recorded_ending(record))}
+                result.lines += _write_line(out, record, result)
+            result.truncated = recording.truncated
+    return result
+
+
+@contextmanager
+def private_output(path_out: str | os.PathLike[str]) -> Iterator[TextIO]:
+    """A text file that appears at `path_out` only when written whole (beside it, then
+    renamed) and is private (0600), as the recording it came from is."""
     path_out = Path(path_out)
     partial = path_out.with_name(f".{path_out.name}.partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    result = Exported()
     try:
         with open(fd, "w", encoding="utf-8") as out:
-            if episodes:
-                index = RecordingIndex.build(path_in)
-                result.truncated = index.truncated
-                for rollout_id, summary in index.rollouts.items():
-                    episode = rollout_episode(rollout_id, index.load(rollout_id), summary.ending)
-                    if episode is None:
-                        result.skipped.append(rollout_id)
-                        continue
-                    if episode.get("partial"):
-                        result.partial.setdefault(summary.status.value, []).append(rollout_id)
-                    result.lines += _write_line(out, episode, result)
-            else:
-                recording = read_recording(path_in)
-                out.write(_dumps(recording.header) + "\n")
-                result.lines += 1
-                for record in recording:
-                    if record.get("k") == "reply":
-                        record = {**record, "end": end_field(recorded_ending(record))}
-                    result.lines += _write_line(out, record, result)
-                result.truncated = recording.truncated
+            yield out
         os.replace(partial, path_out)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    return result
 
 
 def _write_line(out: Any, value: Any, result: Exported) -> int:
