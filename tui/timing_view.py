@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from core.session.store import DURATION_KEYS, Rollout, RolloutStore
-from core.wire.protocol import AGENT_PARTS, PHASES
+from core.wire.protocol import AGENT_PARTS, PHASES, WireTiming
 from tui.literal import safe
 from tui.palette import Palette
 
@@ -27,17 +27,17 @@ def seconds_text(seconds: float) -> str:
 
 
 def waterfall(
-    timing: dict, horizon: float, width: int, palette: Palette, typical: dict[str, tuple[float, float]] | None = None
+    timing: WireTiming, horizon: float, width: int, palette: Palette, typical: dict[str, tuple[float, float]] | None = None
 ) -> Text:
     """One line per phase: a bar from its start to its end (or `horizon` while open) on a
     shared scale; the agent line splits into model and harness time below it. With
     `typical`, each line ends with that phase's p50/p95 for comparison."""
     spans: list[tuple[str, float, float, bool]] = []
-    for phase in PHASES:
-        span = timing.get(phase) or {}
+    for name in PHASES:
+        span = timing.get(name) or {}
         start, end = span.get("start") or 0.0, span.get("end") or 0.0
         if start:
-            spans.append((phase, start, end or max(horizon, start), not end))
+            spans.append((name, start, end or max(horizon, start), not end))
     text = Text(no_wrap=True, end="")
     if not spans:
         return text.append("no timing yet", style=palette.muted)
@@ -54,7 +54,7 @@ def waterfall(
             # model then harness, end to end under the agent bar: their sum is its length
             # (they interleave in time; the split is what the bars show)
             done = 0.0
-            for part, glyph in (("model", "█"), ("harness", "▒")):
+            for part, glyph in zip(AGENT_PARTS, "█▒"):
                 seconds = float((agent.get(part) or {}).get("duration") or 0.0)
                 if seconds:
                     # cells from the rounded running sum, so the parts end where the agent does

@@ -33,6 +33,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.session.store import TraceState
+from core.wire.protocol import WireMessage, WireModelCall, WireNode
 from tui.keys import bindings
 from tui.literal import wrap
 from tui.transcript_lines import (
@@ -311,9 +312,9 @@ class Transcript(ScrollView, can_focus=True):
         added = 0
         calls = state.record.get("calls") or []
         for call in calls[self._calls_done :]:
-            node = call.get("node")
-            if isinstance(node, int) and node in self._node_blocks:
-                self._rehead(self._node_blocks[node])
+            sampled = call.get("node")
+            if isinstance(sampled, int) and sampled in self._node_blocks:
+                self._rehead(self._node_blocks[sampled])
         self._calls_done = len(calls)
         nodes, failed = state.nodes, state.failed_calls
         # each read decodes a node or call (`PackedList`): read each new one once
@@ -362,11 +363,11 @@ class Transcript(ScrollView, can_focus=True):
         self._committed += 1
         return 1
 
-    def _add_failed(self, call: dict) -> int:
+    def _add_failed(self, call: WireModelCall) -> int:
         self._failed_done += 1
         return self._add_committed(self._block("failed", call, [], failed_lines(call)))
 
-    def _node_block(self, index: int, node: dict, turn: int | None) -> _Block:
+    def _node_block(self, index: int, node: WireNode, turn: int | None) -> _Block:
         """A node's block; `turn` when it opens one (the first node after a sampled
         one does)."""
         block = self._block("node", (index, node, turn), [], node_body(node.get("message") or {}))
@@ -403,7 +404,7 @@ class Transcript(ScrollView, can_focus=True):
         self.blocks_rendered += 1
         return _Block(kind, source, head, body, tint)
 
-    def _show_pending(self, messages: list[dict], since: float | None) -> None:
+    def _show_pending(self, messages: list[WireMessage], since: float | None) -> None:
         position = len(self._blocks) - 1
         if self._pending is not None and not messages:
             self._place(position, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.wire.protocol import WireError, WireMessage, WireModelCall, WireNode, WireToolCall, WireTrace
 from tui.literal import safe, safe_lines
 from tui.numbers import clock
 
@@ -52,12 +53,12 @@ def _content_text(content: Any) -> tuple[str, list[str]]:
     return json.dumps(content, ensure_ascii=False, default=str), []
 
 
-def _tool_call_parts(call: dict) -> tuple[str, Any]:
+def _tool_call_parts(call: WireToolCall) -> tuple[str, Any]:
     function = call["function"] if isinstance(call.get("function"), dict) else call
     return str(function.get("name") or "?"), function.get("arguments")
 
 
-def node_head(index: int, node: dict, call: dict | None, turn: int | None) -> list[Logical]:
+def node_head(index: int, node: WireNode, call: WireModelCall | None, turn: int | None) -> list[Logical]:
     message = node.get("message") or {}
     role = str(message.get("role") or "?")
     key = _role_key(role)
@@ -78,7 +79,7 @@ def node_head(index: int, node: dict, call: dict | None, turn: int | None) -> li
     return lines
 
 
-def _call_meta(call: dict) -> list[Seg]:
+def _call_meta(call: WireModelCall) -> list[Seg]:
     segs: list[Seg] = []
     span = call.get("time") or {}
     if span.get("start") and span.get("end"):
@@ -92,7 +93,7 @@ def _call_meta(call: dict) -> list[Seg]:
     return segs
 
 
-def node_body(message: dict) -> list[Logical]:
+def node_body(message: WireMessage) -> list[Logical]:
     key = _role_key(str(message.get("role") or "?"))
     gutter = _gutter(key)
     lines: list[Logical] = []
@@ -112,7 +113,7 @@ def node_body(message: dict) -> list[Logical]:
     return lines
 
 
-def _tool_call_lines(call: dict, gutter: Seg) -> list[Logical]:
+def _tool_call_lines(call: WireToolCall, gutter: Seg) -> list[Logical]:
     """Name plus arguments: JSON parsed and shown key by key, strings unquoted and
     multi-line ones below their key; arguments that do not parse are shown raw."""
     name, raw = _tool_call_parts(call)
@@ -142,7 +143,7 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
-def _error_text(error: Any) -> tuple[str, str]:
+def _error_text(error: WireError | object) -> tuple[str, str]:
     if not isinstance(error, dict):
         return "error", str(error)
     title = str(error.get("type") or "error")
@@ -151,7 +152,7 @@ def _error_text(error: Any) -> tuple[str, str]:
     return title, str(error.get("message") or "")
 
 
-def failed_lines(call: dict) -> list[Logical]:
+def failed_lines(call: WireModelCall) -> list[Logical]:
     title, message = _error_text(call.get("error"))
     gutter = _gutter("error")
     span = call.get("time") or {}
@@ -160,7 +161,7 @@ def failed_lines(call: dict) -> list[Logical]:
     return [head, *_text_lines(message, "error-text", gutter), BLANK]
 
 
-def error_lines(error: Any) -> list[Logical]:
+def error_lines(error: WireError | object) -> list[Logical]:
     title, message = _error_text(error)
     gutter = _gutter("error")
     lines: list[Logical] = [(gutter, [("✗ trace error · ", "error"), (safe(title), "error")], SPACE)]
@@ -174,7 +175,7 @@ OUTCOME_KEYS = ("rewards", "metrics", "ok", "stop_condition", "is_timeout")
 """The trace fields the outcome block shows."""
 
 
-def outcome_of(record: dict) -> dict | None:
+def outcome_of(record: WireTrace) -> dict[str, Any] | None:
     """What the outcome block shows, once the trace has a score, metrics or an end
     (rewards arrive seeded with nulls: those alone are no outcome yet)."""
     rewards = record.get("rewards")
@@ -184,7 +185,7 @@ def outcome_of(record: dict) -> dict | None:
     return {key: record.get(key) for key in OUTCOME_KEYS}
 
 
-def outcome_lines(outcome: dict) -> list[Logical]:
+def outcome_lines(outcome: dict[str, Any]) -> list[Logical]:
     """The trace's verdict at its end: each reward (score × weight, and whatever else
     the scorer said), the metrics, how it stopped."""
     gutter: Seg = ("▎ ", "outcome")
@@ -228,7 +229,7 @@ def pending_title(since: float | None, now: float) -> Logical:
     return (None, [(f"┏━ pending · sent to the model, {state} ", "pending-title")], ("━", "pending-title"))
 
 
-def pending_body(messages: list[dict]) -> list[Logical]:
+def pending_body(messages: list[WireMessage]) -> list[Logical]:
     gutter: Seg = ("┃ ", "pending-title")
     lines: list[Logical] = []
     for message in messages:
@@ -252,7 +253,8 @@ def pending_body(messages: list[dict]) -> list[Logical]:
 def copy_text(kind: str, source: Any) -> str:
     """A block's raw text, as the trace holds it: what a copy key copies."""
     if kind == "node":
-        message = source[1].get("message") or {}
+        node: WireNode = source[1]
+        message = node.get("message") or {}
         text = _content_text(message.get("content"))[0]
         calls = [
             f"{name} {raw if isinstance(raw, str) else _compact(raw)}"
@@ -264,8 +266,8 @@ def copy_text(kind: str, source: Any) -> str:
     if kind == "outcome":
         return json.dumps(source, ensure_ascii=False, default=str, indent=2)
     error = source.get("error") if kind == "failed" else source
-    title, message = _error_text(error)
-    return f"{title}: {message}"
+    title, detail = _error_text(error)
+    return f"{title}: {detail}"
 
 
 def slice_segs(segs: list[Seg], start: int, end: int) -> list[Seg]:

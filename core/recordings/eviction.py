@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Collection
+from typing import cast
 
 from core.errors import TracewatchError
 from core.recordings.apply import RecordedVariant, apply_record
@@ -24,6 +25,7 @@ from core.recordings.format import Damage
 from core.recordings.index import read_records
 from core.recordings.recorder import Recorder
 from core.session.store import Rollout, RolloutStore
+from core.wire.packed_list import PackedList
 
 HELD_BYTES = 32 << 20
 """The packed traces of finished rollouts kept in memory, newest first, besides those in
@@ -147,7 +149,7 @@ class Eviction:
 
     def _hold(self, key: str) -> None:
         size = sum(
-            trace.record["nodes"].nbytes + trace.record["calls"].nbytes
+            cast(PackedList, trace.record["nodes"]).nbytes + cast(PackedList, trace.record["calls"]).nbytes
             for trace in self.store.rollouts[key].traces.values()
         )
         self.held[key] = size

@@ -17,7 +17,7 @@ from core.recordings.reader import Scan, read_header
 from core.run.times import times_of
 from core.session.store import Ending, RolloutFacts, Status, episode_reward, trace_phase
 from core.wire.delta_checks import DeltaValueError, check_scalars
-from core.wire.protocol import UNPACK_OPTIONS
+from core.wire.protocol import UNPACK_OPTIONS, WireTiming
 
 
 class _TraceCounts:
@@ -107,7 +107,7 @@ class RolloutSummary:
         primary = traces[0] if traces else None
         phase = times = None
         if primary is not None:
-            phase = trace_phase(primary.scalars.get("timing") or {}, primary.scalars.get("ok"), primary.errors > 0)
+            phase = trace_phase(primary.scalars.get("timing") or WireTiming(), primary.scalars.get("ok"), primary.errors > 0)
             times = times_of(primary.scalars.get("timing"))
         return RolloutFacts(
             phase=phase,

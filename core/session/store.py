@@ -11,16 +11,25 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from core.run.series import Occupancy, Outcome, RunSeries
 from core.run.times import RolloutTimes, call_interval, times_of
 from core.wire.assembly import EpisodeAssembly
-from core.wire.protocol import AGENT_PARTS, PHASES
+from core.wire.protocol import (
+    AGENT_PARTS,
+    PHASES,
+    WireError,
+    WireMessage,
+    WireModelCall,
+    WireNode,
+    WireTiming,
+    WireTrace,
+)
 
 DURATION_KEYS = tuple(key for phase in PHASES for key in ((phase, *AGENT_PARTS) if phase == "agent" else (phase,)))
 """What the store keeps durations of: each phase, the agent's parts after it."""
@@ -81,7 +90,7 @@ class TraceState:
 
     def __init__(self, trace_id: str, record: dict[str, Any]) -> None:
         self.id = trace_id
-        self.record = record
+        self.record = cast(WireTrace, record)
         self.turns = 0
         self.calls_by_node: dict[int, int] = {}
         """Node index to the index of the call that sampled it (`node_call`)."""
@@ -99,16 +108,14 @@ class TraceState:
         decoding the calls."""
 
     @property
-    def nodes(self) -> list[dict[str, Any]]:
-        nodes: list[dict[str, Any]] = self.record["nodes"]
-        return nodes
+    def nodes(self) -> Sequence[WireNode]:
+        return self.record["nodes"]
 
-    def call(self, index: int) -> dict[str, Any]:
+    def call(self, index: int) -> WireModelCall:
         """A model call, decoded from the packed calls (`PackedList`)."""
-        call: dict[str, Any] = self.record["calls"][index]
-        return call
+        return self.record["calls"][index]
 
-    def node_call(self, node: int) -> dict[str, Any] | None:
+    def node_call(self, node: int) -> WireModelCall | None:
         """The model call that sampled node `node`, if one did."""
         index = self.calls_by_node.get(node)
         return None if index is None else self.call(index)
@@ -119,15 +126,15 @@ class TraceState:
         return 1 + self.sampled.count(1, 0, node - 1) if node > 0 else 0
 
     @property
-    def pending(self) -> list[dict[str, Any]]:
+    def pending(self) -> list[WireMessage]:
         return self.record.get("pending") or []
 
     @property
-    def timing(self) -> dict[str, Any]:
+    def timing(self) -> WireTiming:
         return self.record.get("timing") or {}
 
     @property
-    def errors(self) -> list[dict[str, Any]]:
+    def errors(self) -> list[WireError]:
         return self.record.get("errors") or []
 
     @property
@@ -341,7 +348,7 @@ def _finite(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
-def trace_phase(timing: dict[str, Any], ok: Any, has_errors: bool) -> str:
+def trace_phase(timing: WireTiming, ok: Any, has_errors: bool) -> str:
     """The span that started and has not ended; once none is open, the trace is done
     (it ended ok), in error (it recorded errors), or between two spans."""
     latest = "boot"
@@ -356,7 +363,7 @@ def trace_phase(timing: dict[str, Any], ok: Any, has_errors: bool) -> str:
     return "error" if has_errors else latest
 
 
-def phase_durations(timing: dict[str, Any]) -> dict[str, float]:
+def phase_durations(timing: WireTiming) -> dict[str, float]:
     """Seconds spent in each finished span, with the agent span split into model and
     harness time as the server reports them."""
     durations: dict[str, float] = {}

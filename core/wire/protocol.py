@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,10 +31,12 @@ LIST_FIELDS = (
 )
 """A trace's append-only lists: each delta carries the items past what was sent."""
 
-PHASES = ("boot", "setup", "agent", "finalize", "scoring")
+Phase = Literal["boot", "setup", "agent", "finalize", "scoring"]
+PHASES: tuple[Phase, ...] = ("boot", "setup", "agent", "finalize", "scoring")
 """The timing spans of a trace, in the order a rollout passes through them."""
 
-AGENT_PARTS = ("model", "harness")
+AgentPart = Literal["model", "harness"]
+AGENT_PARTS: tuple[AgentPart, ...] = ("model", "harness")
 """The agent span's two parts, as the server times them."""
 
 ABORTED_ERROR = "Cancelled: rollout aborted"
@@ -144,6 +146,164 @@ class Packed:
 
     def __repr__(self) -> str:
         return f"Packed({len(self)} items, {len(self.raw)} bytes)"
+
+
+# The shapes of the dicts a trace arrives as: verifiers' models (`verifiers/v1/trace.py`,
+# `graph.py`, `types.py`) dumped to msgpack. They name the keys for the reader and the
+# type checker; nothing checks a value against them at runtime (the boundary checks in
+# `delta_checks` check some, and a recording opened offline none), so a reader still
+# guards the values it draws. total=False: a key may be missing from what a server sends.
+
+
+class WireSpan(TypedDict, total=False):
+    """`TimeSpan`: epoch seconds; 0.0 while not started or not ended."""
+
+    start: float
+    end: float
+
+
+class WireSplit(TypedDict, total=False):
+    """`TimeSplit`: a measured duration in seconds."""
+
+    duration: float
+
+
+class WireAgentSpan(WireSpan, total=False):
+    """`AgentSpan`: the agent span and how its time split between model and harness."""
+
+    model: WireSplit
+    harness: WireSplit
+
+
+class WireTiming(TypedDict, total=False):
+    """`Timing`: when the trace started, and its spans in `PHASES` order."""
+
+    start: float
+    boot: WireSpan
+    setup: WireSpan
+    agent: WireAgentSpan
+    finalize: WireSpan
+    scoring: WireSpan
+
+
+class WireError(TypedDict, total=False):
+    """`Error`: a failure captured in a trace or a model call."""
+
+    type: str
+    message: str
+    status_code: int | None
+    traceback: str | None
+
+
+class WireContentPart(TypedDict, total=False):
+    """One part of a multimodal message: `{"type": "text", "text": ...}`, or an image."""
+
+    type: str
+    text: str
+    image_url: dict[str, Any]
+
+
+class WireToolFunction(TypedDict, total=False):
+    """OpenAI's nesting of a tool call's name and arguments, read when a call has it."""
+
+    name: str
+    arguments: str
+
+
+class WireToolCall(TypedDict, total=False):
+    """`ToolCall`: the arguments exactly as the model emitted them (JSON, usually)."""
+
+    id: str
+    type: str
+    name: str
+    namespace: str | None
+    arguments: str
+    function: WireToolFunction
+
+
+class WireMessage(TypedDict, total=False):
+    """`Message`: system, user, assistant or tool (`role`), with the keys of each."""
+
+    role: str
+    content: str | list[WireContentPart] | None
+    reasoning_content: str | None
+    tool_calls: list[WireToolCall] | None
+    provider_state: list[dict[str, Any]] | None
+    tool_call_id: str
+    name: str | None
+
+
+class WireNode(TypedDict, total=False):
+    """`MessageNode`: one message of the trace's graph, the tokens it adds (a long
+    token array may be kept `Packed`) and its parent (None: a root)."""
+
+    parent: int | None
+    tools: list[dict[str, Any]]
+    semantic_parents: list[dict[str, Any]]
+    message: WireMessage
+    sampled: bool
+    timestamp: float
+    token_ids: list[int] | Packed
+    mask: list[bool] | Packed
+    logprobs: list[float] | Packed
+
+
+class WireUsage(TypedDict, total=False):
+    """`Usage`: the provider's token accounting for one model call."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class WireModelCall(TypedDict, total=False):
+    """`ModelCall`: one request to the model; `node` is the node it sampled, None
+    for a call that failed (its `error` says why)."""
+
+    node: int | None
+    model: str | None
+    sampling: dict[str, Any] | None
+    endpoint: str | None
+    finish_reason: str | None
+    usage: WireUsage | None
+    time: WireSpan
+    error: WireError | None
+
+
+class WireReward(TypedDict, total=False):
+    """`Reward`: a named score and its weight (a scorer may add keys of its own)."""
+
+    score: float
+    weight: float
+
+
+class WireTrace(TypedDict, total=False):
+    """`Trace` as deltas assemble it (`EpisodeAssembly`), with the client's `pending`:
+    the messages sent to the model that no node holds yet. `nodes` and `calls` are
+    sequences (kept packed, decoded on access), not lists."""
+
+    version: int
+    id: str
+    verifiers: dict[str, Any]
+    task: dict[str, Any]
+    agent: dict[str, Any]
+    tools: list[dict[str, Any]]
+    nodes: Sequence[WireNode]
+    calls: Sequence[WireModelCall]
+    errors: list[WireError]
+    rewards: dict[str, WireReward | None]
+    metrics: dict[str, float | None]
+    info: dict[str, Any]
+    root_reply: str | None
+    is_completed: bool
+    ok: bool
+    stop_condition: str | None
+    is_timeout: bool
+    timing: WireTiming
+    num_input_tokens: int
+    num_output_tokens: int
+    num_total_tokens: int
+    pending: list[WireMessage]
 
 
 def packable(value: Any) -> Any:
