@@ -133,6 +133,9 @@ class _VariantFields(BaseModel):
     grace_seconds: float = Field(10.0, gt=0)
     deadline_seconds: float = Field(86400.0, gt=0)
     stall_seconds: float = Field(60.0, gt=0)
+    tokenizer: str | None = Field(
+        None, description="the token view's text: a tokenizer.json, a folder holding one, or a model name in the local Hugging Face cache"
+    )
 
     @field_validator("name")
     @classmethod
@@ -148,6 +151,16 @@ class _VariantFields(BaseModel):
         if not path.is_dir():
             raise ValueError(f"expected an existing directory (relative to the config file), but {path} is not one")
         return str(path)
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A path is taken relative to the config file; anything else is a model name,
+        looked up in the local cache when a token view first needs it."""
+        if value is None:
+            return value
+        path = Path((info.context or {}).get("base_dir", ".")) / Path(value).expanduser()
+        return str(path.resolve()) if path.exists() else value
 
     @field_validator("env")
     @classmethod
