@@ -187,29 +187,9 @@ class Forwarder:
                     closing.clear()
                     if not (ready := poller.poll(0)):
                         break
-                for leg, data in self._relayed:
-                    self._copy(leg, data)
-                self._relayed.clear()
-                for link in self._ended:
-                    self._closed(link)
-                self._ended.clear()
-                self._tick()
-                while self._commands:
-                    _, request_id = self._commands.popleft()
-                    control.send_multipart(
-                        [uuid.uuid4().hex.encode(), CancelRequest.method.encode(), request_payload(CancelRequest(request_id=request_id))]
-                    )
-                interval = self.health_interval
-                if interval is None:
-                    continue
-                now = time.monotonic()
-                if probe is not None and now - probe[1] > interval:
-                    self._upstream(False, "no answer to health (down, starting, or not an env server); retrying")
-                    probe = None
-                if probe is None and now >= next_probe:
-                    probe_id = uuid.uuid4().hex
-                    control.send_multipart([probe_id.encode(), HealthRequest.method.encode(), request_payload(HealthRequest())])
-                    probe, next_probe = (probe_id, now), now + interval
+                self._hand_over(control)
+                if self.health_interval is not None:
+                    probe, next_probe = self._probe_health(control, probe, next_probe, self.health_interval)
         finally:
             for link in set(links.values()):
                 self._close(link, links, poller, closing)
@@ -217,6 +197,38 @@ class Forwarder:
                 sock.close()
             control.close(linger=0)
             context.term()
+
+    def _hand_over(self, control: zmq.Socket[bytes]) -> None:
+        """After the relay turns: what was relayed and which links ended go to the
+        watcher, and the cancels asked for meanwhile go upstream."""
+        for leg, data in self._relayed:
+            self._copy(leg, data)
+        self._relayed.clear()
+        for link in self._ended:
+            self._closed(link)
+        self._ended.clear()
+        self._tick()
+        while self._commands:
+            _, request_id = self._commands.popleft()
+            control.send_multipart(
+                [uuid.uuid4().hex.encode(), CancelRequest.method.encode(), request_payload(CancelRequest(request_id=request_id))]
+            )
+
+    def _probe_health(
+        self, control: zmq.Socket[bytes], probe: tuple[str, float] | None, next_probe: float, interval: float
+    ) -> tuple[tuple[str, float] | None, float]:
+        """Ask the upstream for health every `interval`; a probe unanswered for longer
+        says it is down. Returns the probe in flight (its id and when it was sent) and
+        when the next one is due."""
+        now = time.monotonic()
+        if probe is not None and now - probe[1] > interval:
+            self._upstream(False, "no answer to health (down, starting, or not an env server); retrying")
+            probe = None
+        if probe is None and now >= next_probe:
+            probe_id = uuid.uuid4().hex
+            control.send_multipart([probe_id.encode(), HealthRequest.method.encode(), request_payload(HealthRequest())])
+            return (probe_id, now), now + interval
+        return probe, next_probe
 
     def _tick(self) -> None:
         """Once per turn of the forwarding loop (a subclass reports its counters)."""

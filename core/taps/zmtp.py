@@ -57,24 +57,32 @@ class ZmtpStream:
         self._walk(data, messages)
         return messages
 
-    def _walk(self, data: bytes, messages: list[list[bytes]] | None) -> tuple[int, int | None, int]:
+    def _frames_start(self, data: bytes) -> int | None:
+        """Where frame headers resume in `data`, past the greeting and the rest of a
+        frame passed over; None if `data` ends before that (or the stream is unreadable)."""
         if self.unreadable is not None:
-            return 0, None, 0
+            return None
         offset = 0
         if len(self._greeting) < GREETING:
             offset = GREETING - len(self._greeting)
             self._greeting += data[:offset]
             if len(self._greeting) < GREETING:
-                return 0, None, 0
+                return None
             self.unreadable = greeting_problem(bytes(self._greeting))
             if self.unreadable is not None:
-                return 0, None, 0
+                return None
         if self._skip:
             passed = min(self._skip, len(data) - offset)
             self._skip -= passed
             offset += passed
             if self._skip:
-                return 0, None, 0
+                return None
+        return offset
+
+    def _walk(self, data: bytes, messages: list[list[bytes]] | None) -> tuple[int, int | None, int]:
+        offset = self._frames_start(data)
+        if offset is None:
+            return 0, None, 0
         buffer = self._buffer
         held = len(buffer)
         buffer += memoryview(data)[offset:]

@@ -59,51 +59,17 @@ class EpisodeAssembly:
         trace = self.traces.get(trace_id)
         opening = trace is None
         if trace is None:
-            header = get("open")
-            if not isinstance(header, Mapping):
-                raise AssemblyError(
-                    f"delta for trace {trace_id} which was never opened "
-                    "(no 'open' header): was an earlier delta lost?"
-                )
-            trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
-            trace["nodes"], trace["calls"] = PackedList(), PackedList()
-        new_nodes: list[bytes] | None = None
-        new_calls: list[bytes] | None = None
-        changed: dict[int, bytes] = {}
-        appends: list[tuple[list[Any], list[Any]]] = []
+            trace = _opened(get("open"), trace_id)
         # most deltas are a preview or scalars: one set test skips the list work
-        if not _STRUCTURAL.isdisjoint(delta):
-            nodes = trace["nodes"]
-            links, repairs = get("links"), get("routing_repairs")
-            if links or repairs:
-                changed = _changed_nodes(links, repairs, trace_id, nodes)
-            raw = get("nodes")
-            if raw is not None:
-                new_nodes = _packed_nodes(raw, trace_id)
-            raw = get("calls")
-            if raw is not None:
-                new_calls = _packed_calls(raw, trace_id)
-            for field in _OTHER_LISTS:
-                items = get(field)
-                if items is not None:
-                    if type(items) is not list:
-                        raise AssemblyError(f"trace {trace_id}: '{field}' must be a list, got {type(items).__name__}")
-                    appends.append((trace[field], items))
+        lists = None if _STRUCTURAL.isdisjoint(delta) else _ListChanges(delta, trace, trace_id)
         scalars = get("set")
         if scalars is not None and type(scalars) is not dict and not isinstance(scalars, Mapping):
             raise AssemblyError(f"trace {trace_id}: 'set' must be a map, got {type(scalars).__name__}")
         # Everything is checked and computed; from here on nothing can fail half-way.
         if opening:
             self.traces[trace_id] = trace
-        for index, packed in changed.items():
-            nodes.replace(index, packed)
-        if new_nodes is not None:
-            nodes.extend_packed(new_nodes)
-            trace["pending"] = []
-        if new_calls is not None:
-            trace["calls"].extend_packed(new_calls)
-        for target, items in appends:
-            target.extend(items)
+        if lists is not None:
+            lists.commit(trace)
         if scalars:
             trace.update(scalars)
         if "pending" in delta:
@@ -132,6 +98,53 @@ class EpisodeAssembly:
                 )
             traces.append({key: value for key, value in trace.items() if key != "pending"})
         return {**head, "traces": traces}
+
+
+def _opened(header: Any, trace_id: str) -> dict[str, Any]:
+    """A new trace from its `open` header, with every list empty."""
+    if not isinstance(header, Mapping):
+        raise AssemblyError(
+            f"delta for trace {trace_id} which was never opened "
+            "(no 'open' header): was an earlier delta lost?"
+        )
+    trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
+    trace["nodes"], trace["calls"] = PackedList(), PackedList()
+    return trace
+
+
+class _ListChanges:
+    """A delta's list work, checked and packed on construction so that `commit`
+    cannot fail half-way: changed nodes, new nodes and calls, other appends."""
+
+    __slots__ = ("changed", "new_nodes", "new_calls", "appends")
+
+    def __init__(self, delta: Mapping[str, Any], trace: dict[str, Any], trace_id: str) -> None:
+        get = delta.get
+        links, repairs = get("links"), get("routing_repairs")
+        self.changed = _changed_nodes(links, repairs, trace_id, trace["nodes"]) if links or repairs else {}
+        raw = get("nodes")
+        self.new_nodes = None if raw is None else _packed_nodes(raw, trace_id)
+        raw = get("calls")
+        self.new_calls = None if raw is None else _packed_calls(raw, trace_id)
+        self.appends: list[tuple[list[Any], list[Any]]] = []
+        for field in _OTHER_LISTS:
+            items = get(field)
+            if items is not None:
+                if type(items) is not list:
+                    raise AssemblyError(f"trace {trace_id}: '{field}' must be a list, got {type(items).__name__}")
+                self.appends.append((trace[field], items))
+
+    def commit(self, trace: dict[str, Any]) -> None:
+        nodes = trace["nodes"]
+        for index, packed in self.changed.items():
+            nodes.replace(index, packed)
+        if self.new_nodes is not None:
+            nodes.extend_packed(self.new_nodes)
+            trace["pending"] = []
+        if self.new_calls is not None:
+            trace["calls"].extend_packed(self.new_calls)
+        for target, items in self.appends:
+            target.extend(items)
 
 
 def _summary_fields(summary: Any) -> tuple[str, int, int]:

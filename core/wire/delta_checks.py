@@ -213,23 +213,28 @@ def _timing(timing: Any, field: str, key: str) -> None:
         if end is not None and not (type(end) is float and -MAX_SECONDS <= end <= MAX_SECONDS):
             _check_seconds(end, field, key, phase, "end")
         if phase == "agent":
-            for part in AGENT_PARTS:
-                share = span.get(part)
-                if share is None:
-                    continue
-                if type(share) is not dict:
-                    _not_a_map(share, field, key, phase, part)
-                duration = share.get("duration")
-                if duration is not None and not (type(duration) is float and -MAX_SECONDS <= duration <= MAX_SECONDS):
-                    _check_seconds(duration, field, key, phase, part, "duration")
-                if not share.keys() <= _SHARE_KEYS and _exceeds(share, MAX_DEPTH - 5):
-                    _too_deep(field, key, phase, part)
-            if not span.keys() <= _AGENT_SPAN_KEYS and _free_exceeds(span, AGENT_PARTS, MAX_DEPTH - 4):
-                _too_deep(field, key, phase)
+            _agent_shares(span, field, key)
         elif not span.keys() <= _SPAN_KEYS and _exceeds(span, MAX_DEPTH - 4):
             _too_deep(field, key, phase)
     if not timing.keys() <= _TIMING_KEYS and _free_exceeds(timing, PHASES, MAX_DEPTH - 3):
         _too_deep(field, key)
+
+
+def _agent_shares(span: dict[str, Any], field: str, key: str) -> None:
+    """The agent span's shares (`AGENT_PARTS`) at depth 5, their durations at 6."""
+    for part in AGENT_PARTS:
+        share = span.get(part)
+        if share is None:
+            continue
+        if type(share) is not dict:
+            _not_a_map(share, field, key, "agent", part)
+        duration = share.get("duration")
+        if duration is not None and not (type(duration) is float and -MAX_SECONDS <= duration <= MAX_SECONDS):
+            _check_seconds(duration, field, key, "agent", part, "duration")
+        if not share.keys() <= _SHARE_KEYS and _exceeds(share, MAX_DEPTH - 5):
+            _too_deep(field, key, "agent", part)
+    if not span.keys() <= _AGENT_SPAN_KEYS and _free_exceeds(span, AGENT_PARTS, MAX_DEPTH - 4):
+        _too_deep(field, key, "agent")
 
 
 _SCALAR_RULES: dict[str, Callable[[Any, str, str], None]] = {
