@@ -232,9 +232,9 @@ def write_config(address: str, rollouts: int, turns: int, tokens: int, directory
 
 
 def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: Path, concurrent: int | None = None) -> Any:
+    from core.engine.live import Engine
     from core.recordings.recorder import Recorder
     from core.session.config import load_config
-    from core.session.engine import Engine
 
     config = write_config(address, rollouts, turns, tokens, directory, concurrent)
     recorder = Recorder(directory / "bench.twrec")

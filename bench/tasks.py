@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from polling import until  # noqa: E402
 
+from core.engine.live import Engine  # noqa: E402
 from core.recordings.recorder import Recorder  # noqa: E402
 from core.session.config import load_config  # noqa: E402
-from core.session.engine import Engine  # noqa: E402
 from tui.app import TracewatchApp  # noqa: E402
 
 

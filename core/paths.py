@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 from core.errors import TracewatchError
-from core.recordings.format import SUFFIX
+
+RECORDING_SUFFIX = ".twrec"
+"""What a recording's file name ends with (`tracewatch open` tells a recording from a run folder by it)."""
 
 
 def tracewatch_home() -> Path:
@@ -29,7 +31,7 @@ def tracewatch_home() -> Path:
 
 
 def default_recording_path() -> Path:
-    return tracewatch_home() / "recordings" / f"{_stamp()}{SUFFIX}"
+    return tracewatch_home() / "recordings" / f"{_stamp()}{RECORDING_SUFFIX}"
 
 
 def _stamp() -> str:

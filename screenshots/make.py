@@ -50,9 +50,9 @@ if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots
     sys.path.insert(0, str(ROOT))
 
 from core.demo.config import demo_config  # noqa: E402
+from core.engine.live import Engine  # noqa: E402
 from core.session.compare import compare_store  # noqa: E402
 from core.session.contracts import VariantState  # noqa: E402
-from core.session.engine import Engine  # noqa: E402
 from core.session.store import Rollout, Status  # noqa: E402
 from core.supervision.supervisor import process_alive  # noqa: E402
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from core.session.engine import Engine
+from core.engine.live import Engine
 
 SPEED = 40
 WAIT = 30.0

@@ -14,11 +14,11 @@ import msgpack
 import zmq
 import zmq.asyncio
 
+from core.engine.headless import run_headless
+from core.engine.live import Engine
+from core.engine.replay import ReplaySession
 from core.recordings.recorder import Recorder
-from core.recordings.replay import ReplaySession
 from core.session.config import Config, build_config
-from core.session.engine import Engine
-from core.session.headless import run_headless
 from core.session.store import RolloutStore, Status
 from core.wire.protocol import ABORTED_ERROR
 

@@ -15,8 +15,8 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static, TabbedContent
 from tui_standin import StandInEngine, StandInVariant, load_fixture, make_engine
 
-from core.recordings.export import episode_json
 from core.session.store import Rollout, RolloutStore
+from core.wire.episode_json import episode_json
 from tui.app import TracewatchApp
 from tui.columns import BY_KEY, COLUMNS
 from tui.keys import KEYS

@@ -14,9 +14,9 @@ import pytest
 from flooding_server import FloodingServer
 from polling import eventually, until
 
+from core.engine.live import Engine
 from core.session import variant
 from core.session.config import load_config
-from core.session.engine import Engine
 from core.session.store import RolloutStore, Status
 from tui.app import TracewatchApp
 

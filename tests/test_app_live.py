@@ -20,10 +20,10 @@ from scripted_server import ScriptedServer, attached
 from textual import events
 from textual.pilot import Pilot
 
+from core.engine.live import Engine
 from core.session import variant as variant_module
 from core.session.config import load_config
 from core.session.contracts import VariantState
-from core.session.engine import Engine
 from core.session.store import Rollout, Status
 from tui.app import TracewatchApp
 from tui.numbers import reward_text

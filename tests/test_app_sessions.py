@@ -10,8 +10,9 @@ from rich.text import Text
 from textual.widgets import Static
 from tui_standin import load_fixture, make_engine
 
+from core.engine.opened import OpenedRecording
+from core.engine.replay import ReplaySession
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRecording, ReplaySession
 from tui.app import TracewatchApp
 from tui.logs_view import LogLines, LogsView
 from tui.variants_panel import VariantCard

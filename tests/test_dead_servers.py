@@ -13,8 +13,8 @@ from demo_sessions import WAIT, demo_variant, server_pids
 from polling import alive, eventually
 from scripted_server import ScriptedServer, attached, header
 
+from core.engine.live import Engine
 from core.session import variant as variant_module
-from core.session.engine import Engine
 from core.session.store import Status
 from core.session.variant import VariantState
 

@@ -18,8 +18,8 @@ from verifiers.v1.task import WireTaskData
 from verifiers.v1.types import SamplingConfig
 
 from core.demo.tasks import DEFAULT_TASKS
-from core.recordings.export import episode_json
 from core.wire.client import EnvClient
+from core.wire.episode_json import episode_json
 from core.wire.packed_list import PackedList
 from core.wire.protocol import Packed, plain
 

@@ -12,9 +12,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.engine.opened import OpenedRecording
+from core.engine.replay import ReplaySession
 from core.recordings.export import export_recording
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRecording, ReplaySession
 from core.session.store import Ending, Status
 from core.wire.protocol import ABORTED_ERROR
 

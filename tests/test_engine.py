@@ -17,10 +17,10 @@ from polling import alive, eventually
 from scripted_server import ScriptedServer, attached
 
 from core import ports
+from core.engine.live import Engine
 from core.recordings.recorder import Recorder
 from core.session import variant as variant_module
 from core.session.contracts import VariantState
-from core.session.engine import Engine
 from core.session.store import Status
 from core.session.variant import QUEUE_CHUNK, START_CHUNK
 from core.supervision import capture

@@ -16,10 +16,10 @@ from interop.fake_model import MODEL, FakeModel
 from polling import eventually
 from test_drain import assert_read_in_order_or_counted
 
-from core.recordings.replay import OpenedRecording, OpenedRun
+from core.engine.live import Engine
+from core.engine.opened import OpenedRecording, OpenedRun
 from core.session.config import Config, build_config
 from core.session.contracts import VariantState
-from core.session.engine import Engine
 from core.session.store import Status
 from core.taps.eval_variant import INJECT_DIR, EvalVariant
 

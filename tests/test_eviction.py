@@ -15,12 +15,13 @@ from polling import until
 from test_app import notices, screen_text, select
 from test_compare import open_side_by_side
 
+from core.engine.headless import summary_lines
+from core.engine.live import Engine
 from core.recordings import recorder as recorder_module
 from core.recordings.eviction import TracesUnavailable
 from core.recordings.recorder import Recorder
 from core.session.compare import compare_store
 from core.session.config import load_config
-from core.session.engine import Engine, summary_lines
 from core.session.store import Rollout
 from tui.app import TracewatchApp
 from tui.rollouts_table import COLUMN_KEYS

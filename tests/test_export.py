@@ -16,20 +16,15 @@ from demo_sessions import demo_variant, write_config
 from polling import eventually
 from verifiers.v1.episode import WireEpisode
 
-from core.recordings.export import (
-    BYTES_MARKER,
-    ORIGIN_KEY,
-    episode_json,
-    export_recording,
-    rebuild_episodes,
-)
+from core.engine.live import Engine
+from core.engine.opened import OpenedRun
+from core.recordings.export import ORIGIN_KEY, export_recording, rebuild_episodes
 from core.recordings.reader import read_recording
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRun
 from core.recordings.run_dir import open_run
 from core.session.config import load_config
-from core.session.engine import Engine
 from core.wire.assembly import AssemblyError, EpisodeAssembly
+from core.wire.episode_json import BYTES_MARKER, episode_json
 from tui.cli import main
 from tui.launch import main as launch
 

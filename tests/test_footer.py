@@ -16,7 +16,7 @@ from textual.widgets import Input, Static
 from textual.widgets._footer import FooterKey
 from tui_standin import make_engine
 
-from core.recordings.replay import ReplaySession
+from core.engine.replay import ReplaySession
 from tui.app import TracewatchApp
 from tui.footer import SteadyFooter
 

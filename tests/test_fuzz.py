@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scripted_server import OK, ScriptedServer, attached, endings, header, replay
 
-from core.recordings.export import json_safe
+from core.engine.headless import rollout_line, run_headless, summary_lines
+from core.engine.live import Engine
+from core.engine.opened import OpenedRecording
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRecording
 from core.session import variant as variant_module
-from core.session.engine import Engine, summary_lines
-from core.session.headless import rollout_line, run_headless
 from core.session.store import RolloutStore, Status
 from core.wire.assembly import AssemblyError
+from core.wire.episode_json import json_safe
 from core.wire.protocol import unpack_delta
 from tui.timing_view import waterfall
 from tui.transcript_lines import (

@@ -15,9 +15,9 @@ from pathlib import Path
 from demo_sessions import WAIT, demo_variant, write_config
 from polling import MARGIN, alive, wait_until
 
-from core.session import headless
+from core.engine import headless
+from core.engine.live import Engine
 from core.session.config import load_config
-from core.session.engine import Engine
 from tui.launch import main as launch
 
 

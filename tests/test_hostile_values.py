@@ -16,11 +16,12 @@ import pytest
 from polling import until
 from scripted_server import DEADLINE, ScriptedServer, attached, endings, good_run, header, replay
 
+from core.engine.headless import run_headless, summary_lines
+from core.engine.live import Engine
+from core.engine.opened import OpenedRecording
+from core.engine.replay import ReplaySession
 from core.recordings.export import export_recording
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRecording, ReplaySession
-from core.session.engine import Engine, summary_lines
-from core.session.headless import run_headless
 from core.session.store import Status
 from core.wire.assembly import AssemblyError, EpisodeAssembly
 from core.wire.delta_checks import MAX_DEPTH

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.recordings.export import episode_json
+from core.wire.episode_json import episode_json
 from core.wire.protocol import PACKED_FIELDS, Packed, pack, plain, unpack, unpack_delta
 
 NUMBERS = st.one_of(

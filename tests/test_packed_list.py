@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from verifiers.v1.serve import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import TraceSummary
 
-from core.recordings.export import episode_json
 from core.wire.assembly import AssemblyError, EpisodeAssembly
+from core.wire.episode_json import episode_json
 from core.wire.packed_list import PackedList
 from core.wire.protocol import Packed, plain, unpack, unpack_delta
 

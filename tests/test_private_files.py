@@ -12,12 +12,12 @@ import pytest
 from demo_sessions import demo_variant, write_config
 from polling import until
 
+from core.engine.headless import run_headless
+from core.engine.live import Engine
+from core.engine.opened import OpenedRecording
 from core.paths import default_recording_path
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRecording
 from core.session.config import load_config
-from core.session.engine import Engine
-from core.session.headless import run_headless
 from tui.app import TracewatchApp
 
 

@@ -25,11 +25,11 @@ from verifiers.v1.episode import WireEpisode
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
+from core.engine.live import Engine
+from core.engine.opened import OpenedRecording
 from core.ports import PORT_ATTEMPTS, free_address
-from core.recordings.replay import OpenedRecording
 from core.session.config import Config
 from core.session.contracts import VariantState
-from core.session.engine import Engine
 from core.session.store import Status
 from core.taps.forwarder import TO_DRIVER, TO_SERVER, Forwarder
 from core.taps.proxy_variant import ProxyVariant

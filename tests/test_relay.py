@@ -21,10 +21,10 @@ from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
 import tracewatch_relay
+from core.engine.live import Engine
 from core.ports import free_address
 from core.session.config import Config
 from core.session.contracts import VariantState
-from core.session.engine import Engine
 from core.session.store import Status
 from core.taps.relay_viewer import RelayViewer
 from tracewatch_relay import Relay, RelayedClient

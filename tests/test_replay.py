@@ -16,12 +16,13 @@ from verifiers.v1.configs.cli.eval import EvalConfig
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.utils.trace_store import write_episode
 
+from core.engine.headless import run_headless
+from core.engine.live import Engine
+from core.engine.opened import OpenedRecording, OpenedRun
+from core.engine.replay import ReplaySession
 from core.recordings.format import RecordingError
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRecording, OpenedRun, ReplaySession
 from core.session.config import load_config
-from core.session.engine import Engine
-from core.session.headless import run_headless
 from core.session.store import RolloutStore, Status
 from tui.rollout_filter import RowFilter
 

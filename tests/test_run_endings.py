@@ -8,9 +8,9 @@ from __future__ import annotations
 from polling import eventually
 from scripted_server import ScriptedServer, attached, endings, good_run, header, replay, run_live
 
+from core.engine.live import Engine
 from core.recordings.reader import read_recording
 from core.recordings.recorder import Recorder
-from core.session.engine import Engine
 from core.session.store import Status
 
 

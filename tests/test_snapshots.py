@@ -15,7 +15,8 @@ from test_app_sessions import write_recording
 from textual.pilot import Pilot
 from tui_standin import StandInEngine, make_engine
 
-from core.recordings.replay import OpenedRecording, ReplaySession
+from core.engine.opened import OpenedRecording
+from core.engine.replay import ReplaySession
 from tui.app import TracewatchApp
 from tui.compare_view import CompareView
 from tui.logs_view import LogLines

@@ -14,11 +14,12 @@ from demo_sessions import demo_variant, write_config
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.engine.live import Engine
+from core.engine.opened import OpenedRecording
+from core.engine.replay import ReplaySession
 from core.recordings.recorder import Recorder
-from core.recordings.replay import OpenedRecording, ReplaySession
 from core.recordings.trace_events import write_trace_events
 from core.session.config import load_config
-from core.session.engine import Engine
 from core.session.store import RolloutStore
 from tui.cli import main
 

@@ -1,4 +1,4 @@
-"""A stand-in for `core.session.engine.Engine` over a real RolloutStore fed with the recorded
+"""A stand-in for `core.engine.live.Engine` over a real RolloutStore fed with the recorded
 verifiers 0.4.0 deltas, recording what the app asks of it (start, cancel, shutdown)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from textual.app import App, ComposeResult
 
 from core.session.contracts import Escalation, VariantState
-from core.session.engine import Session
+from core.session.session import Session
 from core.session.store import RolloutStore
 from tui.rollouts_table import RolloutsTable
 

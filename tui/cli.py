@@ -11,14 +11,14 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from core.engine.live import Engine
 from core.errors import TracewatchError
-from core.paths import default_recording_path
-from core.recordings.format import SUFFIX
+from core.paths import RECORDING_SUFFIX, default_recording_path
 from core.recordings.recorder import Recorder
 from core.session.config import Config, load_config
 from core.session.config_errors import ConfigError, Problem
-from core.session.engine import Engine, Session
 from core.session.retention import FreezeAfterSlowCollections, resume_collection
+from core.session.session import Session
 from core.session.store import Rollout
 from core.taps.forwarder import check_proxy_addresses
 from core.taps.relay_viewer import check_relay_address
@@ -160,12 +160,12 @@ def compare_parser() -> argparse.ArgumentParser:
 def compare_sources(args: argparse.Namespace) -> int:
     """Every source's variants side by side; a name two sources share gets its
     source's name in front."""
-    from core.recordings.replay import OpenedRecording, OpenedRun  # offline only: not on a live start
+    from core.engine.opened import OpenedRecording, OpenedRun  # offline only: not on a live start
     from core.session.compare import compare, compare_lines
 
     groups: dict[str, list[Rollout]] = {}
     for path in args.sources:
-        session = OpenedRecording(path) if path.suffix == SUFFIX else OpenedRun(path)
+        session = OpenedRecording(path) if path.suffix == RECORDING_SUFFIX else OpenedRun(path)
         for name in session.variants:
             label = name if name not in groups else f"{path.stem}:{name}"
             groups[label] = list(session.store.variant_rollouts(name))
@@ -196,11 +196,11 @@ def export(args: argparse.Namespace) -> int:
 def export_trace_events(source: Path, output: Path) -> int:
     """A recording is read one rollout at a time; a run directory or JSONL file is
     opened whole, as `open` does."""
-    from core.recordings.replay import OpenedRun
+    from core.engine.opened import OpenedRun
     from core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
 
     written = TraceEventsWritten()
-    rollouts = recording_rollouts(source, written) if source.suffix == SUFFIX else OpenedRun(source).store.rollouts.values()
+    rollouts = recording_rollouts(source, written) if source.suffix == RECORDING_SUFFIX else OpenedRun(source).store.rollouts.values()
     write_trace_events(rollouts, output, written)
     print(f"wrote {written.rollouts} rollouts ({written.slices} slices) to {output}: open it in Perfetto or chrome://tracing")
     if written.skipped:
@@ -256,11 +256,12 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
 
 
 def _offline_session(command: str, args: argparse.Namespace) -> Session:
-    from core.recordings.replay import OpenedRecording, OpenedRun, ReplaySession  # offline only: not on a live start
+    from core.engine.opened import OpenedRecording, OpenedRun  # offline only: not on a live start
+    from core.engine.replay import ReplaySession  # offline only: not on a live start
 
     if command == "replay":
         return ReplaySession(args.file, speed=args.speed)
-    if args.path.suffix == SUFFIX:
+    if args.path.suffix == RECORDING_SUFFIX:
         return OpenedRecording(args.path)
     return OpenedRun(args.path)
 
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(engine: Session, args: argparse.Namespace, recorded: bool) -> int:
     if args.headless:
-        from core.session.headless import run_headless
+        from core.engine.headless import run_headless
 
         resume_collection()  # no first screen to wait for: startup ends here
         try:

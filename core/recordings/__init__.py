@@ -1,2 +1,2 @@
 """Recordings: the on-disk format, writing, reading, the index for lazy opening,
-replay, export, and finished verifiers run folders."""
+records and episodes applied to a store, export, and finished verifiers run folders."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection
 from typing import cast
 
 from core.errors import TracewatchError
-from core.recordings.apply import RecordedVariant, apply_record
+from core.recordings.apply_records import RecordedVariant, apply_record
 from core.recordings.format import Damage
 from core.recordings.index import read_records
 from core.recordings.recorder import Recorder

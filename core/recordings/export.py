@@ -1,18 +1,9 @@
-"""Recordings out as JSON: for tools that cannot read msgpack, and for verifiers.
-
-JSON cannot hold bytes, and the wire carries some (encoded arrays: `{"__nd__": true,
-"dtype", "shape", "data": <bytes>}`). Every bytes value is written as
-`{"__base64__": "<standard base64 of the bytes>"}`, a marker no wire value uses, so a
-reader can restore it exactly. Non-finite floats (NaN, inf) become null, as verifiers'
-own JSON dumps write them; integer map keys (node indices) become strings, as in any
-JSON.
+"""Recordings out as JSON lines: every record, or one episode per rollout (the shape
+of a verifiers `traces.jsonl`), encoded as `core.wire.episode_json` writes wire values.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -25,42 +16,13 @@ from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.session.store import Ending, Status
 from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.packed_list import PackedList
-from core.wire.protocol import Packed
+from core.wire.episode_json import json_line, partial_episode
 
-BYTES_MARKER = "__base64__"
 ORIGIN_KEY = "tracewatch"
 """An exported episode's own key for where it came from: rollout id, variant, task
 and rollout index, and how it ended. Verifiers' `Episode` ignores keys it does not
 know; the variant is also `env.name`, the field verifiers keeps for the name a
 consumer runs an env under."""
-
-
-JSON_DEPTH = 200
-"""Deeper than any delta the assembly keeps (`delta_checks.MAX_DEPTH`) plus a record
-around it; a hostile token array can still be deeper, and is refused, not recursed."""
-
-
-def json_safe(value: Any, depth: int = 0) -> Any:
-    """`value` with bytes marked as base64 and non-finite floats as None; ValueError
-    for anything nested deeper than `JSON_DEPTH`."""
-    if depth > JSON_DEPTH:
-        raise ValueError(f"a value is nested deeper than {JSON_DEPTH} levels: it cannot be written as JSON")
-    if isinstance(value, Mapping):
-        return {key if isinstance(key, str) else str(key): json_safe(item, depth + 1) for key, item in value.items()}
-    if isinstance(value, (list, tuple, Packed, PackedList)):
-        return [json_safe(item, depth + 1) for item in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {BYTES_MARKER: base64.b64encode(value).decode("ascii")}
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def episode_json(record: Mapping[str, Any]) -> str:
-    """One assembled episode (head + traces, as `EpisodeAssembly.finish` returns it and
-    verifiers' client assembles it) as one line of JSON."""
-    return _dumps(record)
 
 
 def rebuild_episodes(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -86,12 +48,6 @@ def rebuild_episodes(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str
         except AssemblyError as error:
             raise AssemblyError(f"rollout {rollout_id}: {error}") from error
     return episodes
-
-
-def partial_episode(task_data: Mapping[str, Any], traces: Iterable[Mapping[str, Any]], reason: str | None) -> dict[str, Any]:
-    """A rollout that ended without an episode (cancelled, failed, still running): the
-    traces assembled so far, marked `partial`, with why."""
-    return {"task": {"data": task_data}, "partial": True, "ok": False, "error": reason, "traces": list(traces)}
 
 
 def rollout_episode(rollout_id: str, records: Iterable[Mapping[str, Any]], ending: Ending | None) -> dict[str, Any] | None:
@@ -154,7 +110,7 @@ class Exported:
     """Rollouts not written: they never started, so there is nothing to write."""
     unwritable: int = 0
     """Records (or episodes) left out because JSON cannot hold them: nested deeper
-    than `JSON_DEPTH`, which only a hostile server sends (the run failed on it)."""
+    than `episode_json.JSON_DEPTH`, which only a hostile server sends (the run failed on it)."""
 
 
 def export_recording(
@@ -185,7 +141,7 @@ def export_recording(
                 result.lines += _write_line(out, episode, result)
         else:
             recording = read_recording(path_in)
-            out.write(_dumps(recording.header) + "\n")
+            out.write(json_line(recording.header) + "\n")
             result.lines += 1
             for record in recording:
                 if record.get("k") == "reply":
@@ -214,13 +170,10 @@ def private_output(path_out: str | os.PathLike[str]) -> Iterator[TextIO]:
 def _write_line(out: Any, value: Any, result: Exported) -> int:
     """One JSON line; 0 (and counted) for a value JSON cannot hold."""
     try:
-        line = _dumps(value)
+        line = json_line(value)
     except ValueError:
         result.unwritable += 1
         return 0
     out.write(line + "\n")
     return 1
 
-
-def _dumps(value: Any) -> str:
-    return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))

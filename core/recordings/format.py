@@ -19,7 +19,6 @@ from core.wire.protocol import UNPACK_OPTIONS
 
 FORMAT = "tracewatch-recording"
 VERSION = 1
-SUFFIX = ".twrec"
 
 READ_SIZE = 1 << 20
 MAX_RECORD = 1 << 30

@@ -18,10 +18,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from core.recordings.apply import RecordedVariant, apply_record
-from core.recordings.export import json_safe, private_output
+from core.recordings.apply_records import RecordedVariant, apply_record
+from core.recordings.export import private_output
 from core.recordings.index import RecordingIndex
 from core.session.store import Rollout, RolloutStore
+from core.wire.episode_json import json_line
 
 MICROSECONDS = 1e6
 
@@ -159,7 +160,7 @@ class _Writer:
         if not self.first:
             self.out.write(",\n")
         self.first = False
-        self.out.write(json.dumps(json_safe(event), ensure_ascii=False, allow_nan=False, separators=(",", ":")))
+        self.out.write(json_line(event))
 
 
 def _usable(t: float) -> bool:

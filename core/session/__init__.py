@@ -1,2 +1,2 @@
-"""A session: configs, variants (servers we run or attach to), the rollout store the
-screen reads, the engine that ties them, and the headless runner."""
+"""A session's parts: configs, variants (servers we run or attach to), the rollout
+store the screen reads, and the shapes (`contracts`) every kind of session fills."""

@@ -1,8 +1,8 @@
 """What the screen (and the headless runner) read of a session and its variants.
 
-Live servers (`Engine`, `Variant`), a replayed recording (`ReplaySession`), an opened
-run or recording (`OpenedRun`, `OpenedRecording`, `RecordedVariant`) and the tests'
-stand-ins all fill these shapes; the app is typed against them, never against one
+Live servers (`Engine`; `Variant` and the taps, each a `LiveVariant`), a replayed
+recording (`ReplaySession`), an opened run or recording (`OpenedRun`,
+`OpenedRecording`, `RecordedVariant`) and the tests' stand-ins all fill these shapes; the app is typed against them, never against one
 implementation, so a new source of rollouts (a tap) is checked by mypy rather than
 found out at run time. This module imports nothing heavy: the tui reads it freely.
 """
@@ -33,6 +33,11 @@ class VariantState(StrEnum):
     @property
     def active(self) -> bool:
         return self in (VariantState.STARTING, VariantState.RUNNING, VariantState.DRAINING)
+
+    @property
+    def settled(self) -> bool:
+        """It ended (done, cancelled or failed): nothing more will change until a start."""
+        return self in (VariantState.DONE, VariantState.CANCELLED, VariantState.FAILED)
 
     @property
     def can_start(self) -> bool:
@@ -110,6 +115,21 @@ class VariantView(Protocol):
     def start(self) -> None: ...
     def cancel(self) -> None:
         """First call cancels; a second while cancelling kills at once."""
+
+
+class LiveVariant(VariantView, Protocol):
+    """A variant the engine drives (a server we dispatch to, a proxy, an eval, a relay
+    viewer): what quitting, shutdown and the headless runner ask of every kind alike,
+    so none of them needs to know which kind it holds."""
+
+    @property
+    def quit_warning(self) -> str | None:
+        """What stopping it costs someone else (a proxy's drivers lose their route), if anything."""
+    def cancel_rollout(self, key: str) -> bool: ...
+    async def stop(self, on_progress: Callable[[str], None] = ...) -> None:
+        """End what no cancel ends (a proxy forwarding, a relay viewed); at once for the rest."""
+    async def wait(self) -> None:
+        """Until it has settled (done, cancelled or failed)."""
 
 
 @dataclass(frozen=True)

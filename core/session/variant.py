@@ -70,7 +70,6 @@ class ServerExited(TracewatchError, RuntimeError):
 
 
 class Variant(CapturedChild):
-    config_type = VariantConfig
     child_name = "server"
     cancel_unavailable = None
     rollout_cancel_unavailable = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,13 @@ class VariantLife:
         self._main: asyncio.Task[None] | None = None
         self._stopping: asyncio.Task[None] | None = None
         store.add_variant(name)
+
+    @property
+    def quit_warning(self) -> str | None:
+        return None
+
+    async def stop(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
+        """Nothing runs past a cancel here: a stopped variant is one that settled."""
 
     async def wait(self) -> None:
         """Until the variant has settled (done, cancelled or failed)."""

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from core.session.contracts import VariantState
@@ -74,7 +75,7 @@ class ProxyVariant(TapVariant):
         return f"{upstream} · {counters_line(forwarder)}"
 
     @property
-    def route_warning(self) -> str | None:
+    def quit_warning(self) -> str | None:
         """What quitting costs the drivers, while the proxy forwards."""
         if not self.state.active:
             return None
@@ -107,8 +108,10 @@ class ProxyVariant(TapVariant):
         self._say(f"cancel sent upstream for {key} (request {rollout.request_id})")
         return True
 
-    async def stop(self) -> None:
+    async def stop(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
         """Stop forwarding: the last copies are read, runs still open end here."""
+        if self.state.active:
+            on_progress(f"{self.name}: stopping the proxy; {self.quit_warning}")
         while self.state is VariantState.STARTING:  # a spawn in progress ends within its timeout
             await asyncio.sleep(0.05)
         forwarder = self.forwarder

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -90,7 +91,7 @@ class RelayViewer(TapVariant):
     def cancel_rollout(self, key: str) -> bool:
         return False
 
-    async def stop(self) -> None:
+    async def stop(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
         """Stop viewing: what is queued is read for `STOP_SECONDS` at most, the rest counted."""
         if self._main is not None and not self._main.done():
             self._stop_by = time.monotonic() + STOP_SECONDS

@@ -113,3 +113,14 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
         variant = variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
         variant.apply(record)
         store.touch_variant(variant.name)
+
+
+class ReplayClock:
+    """Recorded time as the replay sees it: the store's `now` is the time of the
+    last record applied, so elapsed and idle read as they did live."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from core.session.contracts import SessionView, VariantState
-from core.session.engine import summary_lines
 from core.session.store import Rollout, Status
 
 POLL_SECONDS = 0.2
@@ -71,7 +70,7 @@ async def run_headless(
     def report_variants(names: set[str], settled: bool) -> None:
         for name in sorted(names):
             variant = engine.variants.get(name)
-            if variant is None or states.get(name) == variant.state.value or _settled(variant) != settled:
+            if variant is None or states.get(name) == variant.state.value or variant.state.settled != settled:
                 continue
             states[name] = variant.state.value
             reason = f" · {variant.reason}" if variant.reason else ""
@@ -127,8 +126,20 @@ async def run_headless(
     return 0 if ok else 1
 
 
-SETTLED = (VariantState.DONE, VariantState.CANCELLED, VariantState.FAILED)
-
-
-def _settled(variant: Any) -> bool:
-    return variant.state in SETTLED
+def summary_lines(engine: SessionView) -> list[str]:
+    lines = []
+    for name, variant in engine.variants.items():
+        stats = engine.store.stats(name)
+        counts = ", ".join(f"{count} {status}" for status, count in stats.counts.items() if count)
+        reward = "n/a" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
+        line = f"{name}: {variant.state.value}; {counts or 'no rollouts'}; mean reward {reward}"
+        if variant.reason:
+            line += f"; {variant.reason}"
+        lines.append(line)
+    if engine.store.dropped_frames:
+        lines.append(f"frames dropped: {engine.store.dropped_frames} (last: {engine.store.last_drop})")
+    if engine.recording_path is not None:
+        lines.append(f"recording: {engine.recording_path}")
+    if engine.truncated is not None:
+        lines.append(f"note: {engine.truncated}")
+    return lines

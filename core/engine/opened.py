@@ -1,0 +1,83 @@
+"""Sessions with nothing running behind them, opened offline: a finished verifiers
+run, or a recording browsed rollout by rollout. Both fill the same store the live
+engine fills, so the app shows them with the same screens; start and cancel are
+disabled, with the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.paths import new_session_dir
+from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record, run_of
+from core.recordings.export import ORIGIN_KEY
+from core.recordings.index import RecordingIndex
+from core.recordings.load_episodes import load_episode
+from core.recordings.run_dir import open_run
+from core.session.contracts import VariantState
+from core.session.session import Session
+from core.session.store import RolloutStore
+
+
+class OpenedRun(Session):
+    """A finished verifiers run: every episode at once, browsable offline. An episode
+    that `tracewatch export --episodes` wrote names its variant (`env.name`); others
+    belong to one variant named after the run."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(RolloutStore(), new_session_dir(), None)
+        self.variants: dict[str, RecordedVariant] = {}
+        self.run = open_run(path)
+        name = (self.run.run_dir or path).name
+        self.readonly_reason = f"an offline view of {name}: nothing is running"
+        for index, episode in enumerate(self.run.episodes):
+            origin = episode.get(ORIGIN_KEY)
+            variant = str((episode.get("env") or {}).get("name") or name) if isinstance(origin, dict) else name
+            if variant not in self.variants:
+                self.variants[variant] = RecordedVariant(variant)
+                self.variants[variant].state = VariantState.DONE
+            load_episode(self.store, variant, index, episode)
+
+
+class OpenedRecording(Session):
+    """A recording browsed offline. The index lists every rollout at once with its
+    outcome; a rollout's records are read and applied only when it is selected, so a
+    recording far larger than memory opens in about the time one pass takes."""
+
+    def __init__(self, path: Path) -> None:
+        self.clock = ReplayClock()
+        super().__init__(RolloutStore(clock=self.clock), new_session_dir(), path)
+        self.variants: dict[str, RecordedVariant] = {}
+        self.index = RecordingIndex.build(path)
+        self.readonly_reason = f"a recording opened offline ({path.name}): nothing is running"
+        self.loaded: set[str] = set()
+        for event in self.index.events:
+            apply_record(self.store, self.variants, event)
+        for key, summary in self.index.rollouts.items():
+            announce = summary.announce or {}
+            variant = str(announce.get("variant") or key.partition("/")[0])
+            self.variants.setdefault(variant, RecordedVariant(variant))
+            rollout = self.store.add_rollout(
+                variant, announce.get("task_index", 0), announce.get("task_data") or {},
+                announce.get("rollout_index", 0), key=key, run=run_of(announce), t=summary.first_t,
+            )
+            rollout.facts = summary.facts
+            rollout.started_at = summary.started_t
+            if summary.ending is not None:
+                self.store.ended(key, summary.ending, t=summary.ended_t)
+            else:
+                self.store.restore(key, summary.status)
+            self.clock.now = max(self.clock.now, summary.last_t or 0.0)
+
+    @property
+    def truncated(self) -> str | None:
+        return self.index.truncated
+
+    def load(self, key: str) -> None:
+        if key in self.loaded or key not in self.index.rollouts:
+            return
+        self.loaded.add(key)
+        self.store.reset_rollout(key)
+        for record in self.index.load(key):
+            if record.get("k") != "rollout":
+                apply_record(self.store, self.variants, record)
