@@ -16,11 +16,13 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from core.errors import TracewatchError
+
 FILE = "tokenizer.json"
 HINT = "token text needs a tokenizer: --tokenizer PATH (a tokenizer.json or a folder holding one) or a model name in the local Hugging Face cache, or tokenizer = \"...\" in the config's [variants]"
 
 
-class TokenizerNotFound(LookupError):
+class TokenizerNotFound(TracewatchError, LookupError):
     """What was looked for, where, and what to do instead."""
 
 
