@@ -178,3 +178,34 @@ async def test_scale_streams_token_arrays_without_waiting() -> None:
         assert any(node["mask"]) == node["sampled"]
     assert trace["calls"][-1]["usage"]["prompt_tokens"] >= 300 * (len(trace["nodes"]) - 1)
     assert trace["ok"] and record["ok"]
+
+
+async def test_training_streams_what_a_trainer_sees(address) -> None:
+    """Every node's tokens are its message through the demo's template and tokenizer;
+    the sampler's streams come with each sampled node, the trainer's from the second
+    turn on; one tool result is trained on, and its message says what is missing."""
+    from core.demo.training import ANNOTATED_FROM, demo_tokenizer
+    from core.tokens.streams import read_message
+
+    ((record, deltas),) = await play(address, TASKS["training"])
+    (trace,) = record["traces"]
+    text = demo_tokenizer()
+    turn = 0
+    trained_tools = []
+    for node in trace["nodes"]:
+        tokens = read_message(node)
+        message = node["message"]
+        shown = "".join(piece.text for piece in text.pieces(node["token_ids"]))
+        assert shown.startswith(f"<|im_start|>{message['role']}\n")
+        assert message["content"] in shown
+        if node["sampled"]:
+            turn += 1
+            assert tokens.findings == ()
+            assert len(node["logprobs"]) == tokens.trained == sum(node["mask"]) > 0
+            trainer = {"advantages", "trainer_logprobs", "entropies", "reference_logprobs"}
+            assert trainer <= set(tokens.compact) if turn >= ANNOTATED_FROM else not trainer & set(tokens.compact)
+        elif tokens.trained:
+            trained_tools.append(message["role"])
+            assert tokens.findings == (f"logprobs has 0 values for {tokens.trained} trained tokens: not placed",)
+    assert trained_tools == ["tool"] and turn >= 3
+    assert_scored(trace, deltas)

@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from core.demo.content import Step, ToolRun
 from core.demo.trace import LiveTrace, error, node
@@ -51,14 +51,21 @@ class Tokens:
         self._logprobs = [round(-rng.expovariate(6.0), 4) for _ in range(2 * length)]
         self._offset = 0
 
-    def span(self, sampled: bool) -> tuple[list[int], list[bool], list[bool], list[float]]:
+    def span(self, message: dict[str, Any], sampled: bool) -> dict[str, Any]:
         start = self._offset = (self._offset + 7919) % max(1, self.length)
         ids = self._ids[start : start + self.length]
         scaffold = min(self.SCAFFOLD, len(ids))
+        content = [False] * scaffold + [True] * (len(ids) - scaffold)
         if not sampled:
-            return ids, [False] * len(ids), [False] * scaffold + [True] * (len(ids) - scaffold), []
-        mask = [False] * scaffold + [True] * (len(ids) - scaffold)
-        return ids, mask, mask[:], self._logprobs[start : start + len(ids) - scaffold]
+            return {"token_ids": ids, "mask": [False] * len(ids), "is_content": content, "logprobs": []}
+        logprobs = self._logprobs[start : start + len(ids) - scaffold]
+        return {"token_ids": ids, "mask": content, "is_content": content[:], "logprobs": logprobs}
+
+
+class Tokenizing(Protocol):
+    """What tokenizes a node's message: its token arrays (`node`'s `tokens`)."""
+
+    def span(self, message: dict[str, Any], sampled: bool) -> dict[str, Any]: ...
 
 
 def estimate(message: dict[str, Any]) -> int:
@@ -78,7 +85,7 @@ class Agent:
         prompt: str,
         tools: list[dict[str, Any]],
         model_seconds: tuple[float, float] = MODEL_SECONDS,
-        tokens: Tokens | None = None,
+        tokens: Tokenizing | None = None,
     ) -> None:
         self.trace = trace
         self.pace = pace
@@ -189,7 +196,7 @@ class Agent:
             message,
             sampled=sampled,
             tools=self.tools if root else None,
-            tokens=self.tokens.span(sampled) if self.tokens else None,
+            tokens=self.tokens.span(message, sampled) if self.tokens else None,
         )
 
     def count(self, built: dict[str, Any]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.demo import vocabulary
 from core.demo.tasks import DEFAULT_TASKS
 from core.session.config import Config, build_config
 from core.session.config_errors import ConfigError, Problem
@@ -11,7 +12,7 @@ from core.session.config_errors import ConfigError, Problem
 
 def demo_config(python: str, speed: float = 1.0) -> Config:
     """The built-in demo: two demo env servers that differ in seed and temperature,
-    sharing the demo's task list, started with `python` (the app's own interpreter);
+    sharing the demo's task list and tokenizer, started with `python` (the app's own interpreter);
     `speed` divides every wait in the demo's rollouts."""
     if not speed > 0:
         raise ConfigError([Problem("built-in demo", "speed", f"expected more than 0, got {speed!r}")])
@@ -26,6 +27,7 @@ def demo_config(python: str, speed: float = 1.0) -> Config:
             "model": "demo-model",
             "sampling": {"temperature": temperature},
             "health_timeout": 30.0,
+            "tokenizer": str(vocabulary.PATH),
         }
         for name, seed, temperature in (("baseline", 1, 0.2), ("candidate", 2, 0.8))
     ]

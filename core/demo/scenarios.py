@@ -1,6 +1,7 @@
 """The rollouts the demo plays, one per scenario: what a watcher should be able to see
 (a normal run, a slow one, a provider failure, a retried model call, a stuck call, an
-abandoned attempt, two agents in one episode, and a tokenized run for load).
+abandoned attempt, two agents in one episode, a training-shaped run with every token's
+streams, and a tokenized run for load).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from core.demo.content import (
 )
 from core.demo.tasks import DemoTask
 from core.demo.trace import LiveEpisode, LiveTrace, error
+from core.demo.training import TrainingTokens
 
 SLOW_MODEL_SECONDS = (8.0, 20.0)
 RETRY_BACKOFF = (0.5, 1.5)
@@ -156,6 +158,12 @@ async def multi_agent(run: Run) -> None:
     await judge.finish({"agreement": (1.0, 0.0)}, judge.metrics)
 
 
+async def training(run: Run) -> None:
+    """A normal run whose nodes carry what a trainer sees: tokens from the demo's
+    tokenizer, the mask, logprobs, and from its second turn the trainer's streams."""
+    await normal(run, tokens=TrainingTokens(run.rng))
+
+
 async def scale(run: Run) -> None:
     """A long tokenized rollout with no waits: `turns` tool turns, `tokens` per node."""
     tokens = Tokens(run.rng, run.task.tokens)
@@ -178,6 +186,7 @@ PLAYS = {
     "stuck": stuck,
     "retried": retried,
     "multi-agent": multi_agent,
+    "training": training,
     "scale": scale,
 }
 

@@ -16,7 +16,7 @@ from typing import Any
 from core.demo.content import PROBLEMS, Problem
 from core.errors import TracewatchError
 
-SCENARIOS = ("normal", "slow", "failing", "transient", "stuck", "retried", "multi-agent", "scale")
+SCENARIOS = ("normal", "slow", "failing", "transient", "stuck", "retried", "multi-agent", "training", "scale")
 
 TASK_TYPE = "DemoTask"
 
@@ -137,5 +137,6 @@ DEFAULT_TASKS: list[dict[str, Any]] = [
     _task(6, "stuck", "coding"),
     _task(7, "retried", "coding"),
     _task(8, "multi-agent", "math", 1),
+    _task(9, "training", "coding"),
 ]
 """One task per scenario the demo shows a human (scale is for load, not listed)."""

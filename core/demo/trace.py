@@ -30,11 +30,11 @@ def node(
     *,
     sampled: bool = False,
     tools: list[dict[str, Any]] | None = None,
-    tokens: tuple[list[int], list[bool], list[bool], list[float]] | None = None,
+    tokens: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A `MessageNode` dump; `tools` only on a root, `tokens` (ids, mask, is_content,
-    logprobs) only when the rollout is tokenized, as training rollouts are."""
-    token_ids, mask, is_content, logprobs = tokens or ([], [], [], [])
+    """A `MessageNode` dump; `tools` only on a root, `tokens` (its token arrays:
+    `token_ids`, `mask`, `is_content`, `logprobs`, and any a trainer adds) only when
+    the rollout is tokenized, as training rollouts are."""
     return {
         "parent": parent,
         **({"tools": tools} if tools else {}),
@@ -42,10 +42,10 @@ def node(
         "message": message,
         "sampled": sampled,
         "timestamp": time.time(),
-        "token_ids": token_ids,
-        "mask": mask,
-        "is_content": is_content,
-        "logprobs": logprobs,
+        "token_ids": [],
+        "mask": [],
+        "is_content": [],
+        "logprobs": [],
         "advantages": None,
         "reference_logprobs": None,
         "trainer_logprobs": None,
@@ -53,6 +53,7 @@ def node(
         "loss_weights": None,
         "routed_experts": None,
         "sampling_mask": None,
+        **(tokens or {}),
     }
 
 
