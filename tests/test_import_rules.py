@@ -29,7 +29,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("core.errors", "core.text"),  # what every floor says: the error base, a value's short text
     ("core.paths", "core.ports"),  # where state lives; free loopback ports
     ("core.wire", "core.supervision"),  # the env-server protocol; a supervised child process
-    ("core.run",),  # a run's timing and series, summaries that outlive the traces
+    ("core.run", "core.tokens"),  # read off the wire's traces: a run's timing and series; a message's tokens
     ("core.session",),  # configs, the store, variants, the shapes every session fills
     ("core.recordings",),  # recordings on disk: format, writer, reader, index, export
     ("core.taps",),  # rollouts other programs drive: proxy, eval tap, relay viewer
