@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Iterable
 from typing import TextIO
 
 from core.session.contracts import SessionView, VariantState
@@ -38,78 +39,22 @@ async def run_headless(
     cancelled rather than waited on forever."""
     out = out if out is not None else sys.stdout
     store = engine.store
-    seen: dict[str, Status] = {}
-    states: dict[str, str] = {}
-    flagged: set[str] = set()
-    cancelled: set[str] = set()
     if cancel_stalled is not None:
         store.stall_seconds = min(store.stall_seconds, cancel_stalled)
+    progress = _Progress(engine, out, cancel_stalled)
+    interrupts = _Interrupts(engine, out)
     loop = asyncio.get_running_loop()
-    interrupted: list[signal.Signals] = []
-    stop = asyncio.Event()
-
-    def on_signal(signum: signal.Signals) -> None:
-        """The first SIGINT/SIGTERM ends the session cleanly (a proxy runs until told to
-        stop); a second kills what is still being stopped."""
-        if interrupted:
-            print(f"{signum.name} again: killing the servers still stopping", file=out, flush=True)
-            for variant in engine.variants.values():
-                if variant.state is VariantState.CANCELLING:
-                    variant.cancel()
-            return
-        interrupted.append(signum)
-        print(
-            f"{signum.name}: cancelling every run and stopping every server (again to kill them now)",
-            file=out, flush=True,
-        )  # fmt: skip
-        stop.set()
-
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal, signum)
-
-    def report_variants(names: set[str], settled: bool) -> None:
-        for name in sorted(names):
-            variant = engine.variants.get(name)
-            if variant is None or states.get(name) == variant.state.value or variant.state.settled != settled:
-                continue
-            states[name] = variant.state.value
-            reason = f" · {variant.reason}" if variant.reason else ""
-            print(f"{name}: {variant.state.value}{reason}", file=out, flush=True)
-
-    def report() -> None:
-        """What changed since the last look, in the order it happened: a variant that
-        began something (starting, cancelling) before its rollouts' lines, one that
-        settled (done, cancelled, failed) after them."""
-        changes = store.take_changes()
-        now = store.clock()
-        report_variants(changes.variants, settled=False)
-        for key in changes.rollouts:
-            rollout = store.rollouts[key]
-            if rollout.status is Status.QUEUED or seen.get(key) == rollout.status:
-                continue
-            seen[key] = rollout.status
-            print(rollout_line(rollout, now), file=out, flush=True)
-        for rollout in store.stalled(now):
-            idle = rollout.idle(now)
-            label = f"{rollout.key} [{rollout.task_label}]"
-            if rollout.key not in flagged:
-                flagged.add(rollout.key)
-                print(f"{label} stalled: no delta for {idle:.0f}s", file=out, flush=True)
-            if cancel_stalled is not None and idle >= cancel_stalled and rollout.key not in cancelled:
-                cancelled.add(rollout.key)
-                engine.cancel_rollout(rollout.key)
-                print(f"{label} cancelling: silent for {idle:.0f}s", file=out, flush=True)
-        report_variants(changes.variants, settled=True)
-
-    stopping = loop.create_task(stop.wait())
+        loop.add_signal_handler(signum, interrupts.on_signal, signum)
+    stopping = loop.create_task(interrupts.stop.wait())
     settle: asyncio.Task[None] | None = None
     try:
         await engine.start()
         settle = loop.create_task(engine.wait())
-        while not settle.done() and not stop.is_set():
-            report()
+        while not settle.done() and not interrupts.stop.is_set():
+            progress.report()
             await asyncio.wait({settle, stopping}, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
-        report()
+        progress.report()
     finally:
         await engine.shutdown()  # a second signal still kills while this waits
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -117,13 +62,95 @@ async def run_headless(
         for task in (settle, stopping):
             if task is not None:
                 task.cancel()
-    report()
+    progress.report()
     for line in summary_lines(engine):
         print(line, file=out, flush=True)
-    if interrupted:
-        return 128 + interrupted[0]
+    if interrupts.received:
+        return 128 + interrupts.received[0]
     ok = store.rollouts and all(r.status is Status.DONE for r in store.rollouts.values())
     return 0 if ok else 1
+
+
+class _Interrupts:
+    """The first SIGINT/SIGTERM ends the session cleanly (a proxy runs until told to
+    stop); a second kills what is still being stopped."""
+
+    def __init__(self, engine: SessionView, out: TextIO) -> None:
+        self.engine = engine
+        self.out = out
+        self.received: list[signal.Signals] = []
+        self.stop = asyncio.Event()
+
+    def on_signal(self, signum: signal.Signals) -> None:
+        if self.received:
+            print(f"{signum.name} again: killing the servers still stopping", file=self.out, flush=True)
+            for variant in self.engine.variants.values():
+                if variant.state is VariantState.CANCELLING:
+                    variant.cancel()
+            return
+        self.received.append(signum)
+        print(
+            f"{signum.name}: cancelling every run and stopping every server (again to kill them now)",
+            file=self.out, flush=True,
+        )  # fmt: skip
+        self.stop.set()
+
+
+class _Progress:
+    """What has been printed so far, so that each change is printed once."""
+
+    def __init__(self, engine: SessionView, out: TextIO, cancel_stalled: float | None) -> None:
+        self.engine = engine
+        self.out = out
+        self.cancel_stalled = cancel_stalled
+        self.seen: dict[str, Status] = {}
+        self.states: dict[str, str] = {}
+        self.flagged: set[str] = set()
+        self.cancelled: set[str] = set()
+
+    def report(self) -> None:
+        """What changed since the last look, in the order it happened: a variant that
+        began something (starting, cancelling) before its rollouts' lines, one that
+        settled (done, cancelled, failed) after them."""
+        store = self.engine.store
+        changes = store.take_changes()
+        now = store.clock()
+        self._variants(changes.variants, settled=False)
+        self._rollouts(changes.rollouts, now)
+        self._stalled(now)
+        self._variants(changes.variants, settled=True)
+
+    def _variants(self, names: set[str], settled: bool) -> None:
+        for name in sorted(names):
+            variant = self.engine.variants.get(name)
+            if variant is None or self.states.get(name) == variant.state.value or variant.state.settled != settled:
+                continue
+            self.states[name] = variant.state.value
+            reason = f" · {variant.reason}" if variant.reason else ""
+            print(f"{name}: {variant.state.value}{reason}", file=self.out, flush=True)
+
+    def _rollouts(self, keys: Iterable[str], now: float) -> None:
+        for key in keys:
+            rollout = self.engine.store.rollouts[key]
+            if rollout.status is Status.QUEUED or self.seen.get(key) == rollout.status:
+                continue
+            self.seen[key] = rollout.status
+            print(rollout_line(rollout, now), file=self.out, flush=True)
+
+    def _stalled(self, now: float) -> None:
+        """Each stalled rollout said once; with `cancel_stalled`, one silent that long
+        cancelled once."""
+        limit = self.cancel_stalled
+        for rollout in self.engine.store.stalled(now):
+            idle = rollout.idle(now)
+            label = f"{rollout.key} [{rollout.task_label}]"
+            if rollout.key not in self.flagged:
+                self.flagged.add(rollout.key)
+                print(f"{label} stalled: no delta for {idle:.0f}s", file=self.out, flush=True)
+            if limit is not None and idle >= limit and rollout.key not in self.cancelled:
+                self.cancelled.add(rollout.key)
+                self.engine.cancel_rollout(rollout.key)
+                print(f"{label} cancelling: silent for {idle:.0f}s", file=self.out, flush=True)
 
 
 def summary_lines(engine: SessionView) -> list[str]:
