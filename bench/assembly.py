@@ -18,7 +18,6 @@ import io
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import msgpack
 from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
@@ -26,8 +25,9 @@ from verifiers.v1.serve.delta import unpack as verifiers_unpack
 
 from core.wire.assembly import EpisodeAssembly
 from core.wire.protocol import unpack, unpack_delta
+from tests.support.repo import FIXTURE as RECORDED
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "verifiers-0.4.0" / "deltas.msgpack"
+FIXTURE = RECORDED / "deltas.msgpack"
 
 
 def recorded_frames(copies: int) -> list[bytes]:

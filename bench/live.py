@@ -38,12 +38,9 @@ from typing import Any
 import msgpack
 import zmq
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from core.ports import free_address  # noqa: E402
-from core.session.store import percentile  # noqa: E402
-from core.wire.protocol import (  # noqa: E402
+from core.ports import free_address
+from core.session.store import percentile
+from core.wire.protocol import (
     ClientConfig,
     HealthRequest,
     RunRequest,
@@ -51,6 +48,7 @@ from core.wire.protocol import (  # noqa: E402
     request_payload,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 KEY_EVERY = 0.1
 LOST_KEY = 5.0
 """A key press not answered on screen within this long counts as this long."""
@@ -162,7 +160,7 @@ def serve(path: Path) -> None:
 class Source:
     def __init__(self, frames: Path) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(frames)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+            [sys.executable, "-m", "bench.live", "--serve", str(frames)], stdout=subprocess.PIPE, text=True, cwd=ROOT
         )
         assert self.process.stdout is not None
         self.address = self.process.stdout.readline().strip()
@@ -406,7 +404,7 @@ def summary(values: list[float]) -> str:
 
 
 def run_mode(mode: str, frames: Path, args: argparse.Namespace) -> dict:
-    argv = [sys.executable, __file__, "--measure", mode, "--frames", str(frames)]
+    argv = [sys.executable, "-m", "bench.live", "--measure", mode, "--frames", str(frames)]
     argv += ["--rollouts", str(args.rollouts), "--turns", str(args.turns), "--tokens", str(args.tokens)]
     argv += ["--concurrent", str(args.concurrent or args.rollouts)]
     output = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)

@@ -20,17 +20,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import zmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from demo_launch import launch, stop  # noqa: E402
-
-from core.ports import free_address  # noqa: E402
-from core.wire.client import EnvClient  # noqa: E402
-from core.wire.protocol import pack, unpack  # noqa: E402
+from core.ports import free_address
+from core.wire.client import EnvClient
+from core.wire.protocol import pack, unpack
+from tests.support.demo_launch import launch, stop
+from tests.support.repo import REPO
 
 
 def tasks(runs: int, turns: int, tokens: int) -> list[dict]:
@@ -150,7 +147,7 @@ async def main(args: argparse.Namespace) -> None:
     items = tasks(args.runs, args.turns, args.tokens)
     times: dict[str, list[float]] = {"direct": [], "proxy": []}
     delays: dict[str, list[float]] = {"direct": [], "proxy": []}
-    stamper = subprocess.Popen([sys.executable, __file__, "--stamp-server"], stdout=subprocess.PIPE, text=True)
+    stamper = subprocess.Popen([sys.executable, "-m", "bench.proxy", "--stamp-server"], stdout=subprocess.PIPE, text=True, cwd=REPO)
     stamped = stamper.stdout.readline().strip()
     listen_stamped = free_address()
     proxy_stamped = subprocess.Popen(

@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from live import Source, capture, engine_for
-
+from bench.live import Source, capture, engine_for
 from core.session.variant import Variant
 from core.wire.client import EnvClient
 

@@ -19,14 +19,11 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verifiers.v1.serve.delta import EpisodeAssembly, unpack
 
-from assembly import recorded_frames  # noqa: E402
-from verifiers.v1.serve.delta import EpisodeAssembly, unpack  # noqa: E402
-
-from tracewatch_relay import Relay  # noqa: E402
+from bench.assembly import recorded_frames
+from tracewatch_relay import Relay
 
 VIEWER = r"""
 import sys, zmq

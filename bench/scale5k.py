@@ -40,7 +40,7 @@ from typing import Any
 
 LAUNCHED = time.time()  # as early as this process can tell: before the heavy imports
 
-from live import LOST_KEY, ROOT, GcPauses, Source, capture, percentile, summary, write_config  # noqa: E402
+from bench.live import LOST_KEY, ROOT, GcPauses, Source, capture, percentile, summary, write_config  # noqa: E402
 
 CAPTURED = 32
 """Distinct rollouts the demo plays; the source replays them for every run."""
@@ -173,7 +173,7 @@ def run_size(frames: Path, rollouts: int, turns: int, args: argparse.Namespace) 
         with tempfile.TemporaryDirectory() as scratch:
             config = write_config(source.address, rollouts, turns, args.tokens, Path(scratch))
             env = {**os.environ, "TRACEWATCH_HOME": str(Path(scratch) / "home")}
-            argv = [sys.executable, __file__, "--measure", str(config), "--rollouts", str(rollouts)]
+            argv = [sys.executable, "-m", "bench.scale5k", "--measure", str(config), "--rollouts", str(rollouts)]
             argv += ["--load-seconds", str(args.load_seconds), "--launched", repr(time.time())]
             output = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     finally:

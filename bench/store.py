@@ -10,17 +10,12 @@ a long synthetic rollout with token arrays. Also the cost of one UI look
 from __future__ import annotations
 
 import gc
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from assembly import recorded_frames, synthetic_frames  # noqa: E402
-
-from core.session.store import RolloutStore  # noqa: E402
-from core.wire.assembly import EpisodeAssembly  # noqa: E402
-from core.wire.protocol import unpack  # noqa: E402
+from bench.assembly import recorded_frames, synthetic_frames
+from core.session.store import RolloutStore
+from core.wire.assembly import EpisodeAssembly
+from core.wire.protocol import unpack
 
 
 def assemble_only(frames: list[bytes]) -> None:

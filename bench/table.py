@@ -12,21 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from textual.app import App
 from textual.geometry import Region
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from tui_standin import TableApp, feed  # noqa: E402
-
-from core.session.store import RolloutStore  # noqa: E402
-from tui.rollout_filter import RowFilter  # noqa: E402
-from tui.rollouts_table import RolloutsTable  # noqa: E402
+from core.session.store import RolloutStore
+from tests.support.tui_standin import TableApp, feed
+from tui.rollout_filter import RowFilter
+from tui.rollouts_table import RolloutsTable
 
 CHANGED = 200
 REPEATS = 15

@@ -15,14 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from polling import until  # noqa: E402
-
-from core.engine.live import Engine  # noqa: E402
-from core.recordings.recorder import Recorder  # noqa: E402
-from core.session.config import load_config  # noqa: E402
-from tui.app import TracewatchApp  # noqa: E402
+from core.engine.live import Engine
+from core.recordings.recorder import Recorder
+from core.session.config import load_config
+from tests.support.polling import until
+from tui.app import TracewatchApp
 
 
 def write_config(folder: Path, tasks: int) -> Path:

@@ -11,19 +11,14 @@ the check's own time per delta.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-from assembly import best_of, ours_pass, recorded_frames, synthetic_frames, verifiers_pass
 
 import core.wire.assembly as assembly_module
+from bench.assembly import best_of, ours_pass, recorded_frames, synthetic_frames, verifiers_pass
 from core.wire.delta_checks import check_delta
 from core.wire.protocol import unpack_delta
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import delta_checks_reference  # noqa: E402 - the tests' oracle, not a package
+from tests.support import delta_checks_reference
 
 
 def checked_by(check: Callable[[object, str], None]) -> Callable[[list[bytes]], object]:

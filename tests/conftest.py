@@ -6,11 +6,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from demo_sessions import write_config
 from hypothesis import HealthCheck, settings
 
 from core.engine.live import Engine
 from core.session.config import load_config
+from tests.support.demo_sessions import write_config
 
 # hypothesis's default 200 ms deadline per example, and its too_slow check on how long
 # generating examples takes, fail a test when a loaded machine stalls it, not when the

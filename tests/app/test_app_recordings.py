@@ -1,0 +1,116 @@
+"""The app over a replayed and an opened recording (the real sessions, on a recording
+written by the real Recorder from the recorded verifiers 0.4.0 stream)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+from textual.widgets import Static
+
+from core.engine.opened import OpenedRecording
+from core.engine.replay import ReplaySession
+from core.recordings.recorder import Recorder
+from tests.support.polling import until
+from tests.support.tui_standin import load_fixture, make_engine
+from tui.app import TracewatchApp
+from tui.logs_view import LogLines, LogsView
+from tui.variants_panel import VariantCard
+
+T0 = 1_700_000_000.0
+
+
+def write_recording(path: Path) -> None:
+    """Two variants' lifecycles (model and sampling on their "started" events) and
+    the fixture's runs under each, at recorded times."""
+    deltas, tasks, replies = load_fixture()
+    with Recorder(path, meta={"test": True}) as rec:
+        for variant, temperature in (("baseline", 0.2), ("candidate", 0.8)):
+            rec.event(variant, "starting", t=T0)
+            rec.event(variant, "started", t=T0 + 1, pid=100, address="tcp://127.0.0.1:1", model="demo-model", sampling={"temperature": temperature})
+            rec.event(variant, "running", t=T0 + 2)
+            for index, (run, task) in enumerate(tasks.items()):
+                rec.rollout(f"{variant}/{run}", variant, index, task, 0, t=T0 + 2)
+                rec.request(f"{variant}/{run}", f"req-{variant}-{run}", t=T0 + 2)
+        for item in deltas:
+            for variant in ("baseline", "candidate"):
+                rec.delta(f"{variant}/{item['request']}", item["delta"], t=T0 + 2 + item["t"])
+        for run, reply in replies.items():
+            for variant in ("baseline", "candidate"):
+                rec.reply(f"{variant}/{run}", reply, t=T0 + 30)
+
+
+def card_text(card: VariantCard) -> str:
+    rendered = card.body.render()
+    return rendered.plain if isinstance(rendered, Text) else str(rendered)
+
+
+async def test_a_replay_shows_its_variants_position_and_state(tmp_path: Path) -> None:
+    """Issue 11 items 8 and 16: cards for the recorded variants (model and sampling
+    included), the position and play state on the status line, logs that say why
+    they are empty."""
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    session = ReplaySession(path, speed=0)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: session.finished and set(app.cards) == {"baseline", "candidate"})
+        status = app.query_one("#status", Static)
+        total = session.position().total
+        await until(pilot, lambda: f"replay ■ ended 0:30 / 0:30 · {total:,} / {total:,} records" in str(status.render()))
+        await until(pilot, lambda: "temperature=0.8" in card_text(app.cards["candidate"]))
+        assert "demo-model" in card_text(app.cards["baseline"]) and "temperature=0.2" in card_text(app.cards["baseline"])
+        await pilot.press("3")
+        log = app.query_one(LogsView).query_one(LogLines)
+        await until(pilot, lambda: any("not part of a recording" in line for line in log.lines))
+        assert app.query_one(LogsView).shown == "baseline"
+
+
+async def test_a_paused_replay_says_so_and_steps(tmp_path: Path) -> None:
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    session = ReplaySession(path, speed=0.001)  # slow enough to pause before the end
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: session.applied > 0)
+        await pilot.press("space")
+        status = app.query_one("#status", Static)
+        await until(pilot, lambda: "replay ⏸ paused" in str(status.render()))
+        before = session.applied
+        await pilot.press("n")
+        await until(pilot, lambda: f"{before + 1:,} / {session.total:,} records" in str(status.render()))
+
+
+async def test_an_opened_recording_needs_no_selection_to_show_its_rows(tmp_path: Path) -> None:
+    """Issue 11 item 2 on screen: unselected rows show their recorded values."""
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    session = OpenedRecording(path)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == len(session.store.rollouts))
+        key = "candidate/run1"
+        assert key not in session.loaded
+        shown = {column: app.table.cell_text(key, column) for column in ("phase", "turns", "tokens", "reward", "elapsed")}
+        assert shown["phase"] != "starting" and shown["turns"] != "0" and shown["tokens"] != "0"
+        session.select(key)
+        assert {column: app.table.cell_text(key, column) for column in shown} == shown
+
+
+async def test_the_focused_card_is_marked_and_cards_show_what_differs() -> None:
+    """Issue 11 items 7 and 14: focus is a glyph as well as a shade; the differing
+    sampling is bold."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        card = app.cards["candidate"]
+        await until(pilot, lambda: "temperature=0.8" in card_text(card))
+        assert "▶" not in card_text(card)
+        card.focus()
+        await until(pilot, lambda: card_text(card).startswith("▶ candidate"))
+        assert not card_text(app.cards["baseline"]).startswith("▶")
+        body = card.body.render()
+        bold = {body.plain[span.start : span.end] for span in body.spans if "bold" in str(span.style)}
+        assert "temperature=0.8" in bold and "demo-model" not in bold
+        app.table.focus()
+        await until(pilot, lambda: not card_text(card).startswith("▶"))

@@ -1,0 +1,164 @@
+"""A keystroke skips the store where it can: a filter that lets the same rollouts
+through as the last one looks at no row, one that only narrows it refines the rows
+shown, and each row's test is the filter compiled once (`RowFilter.matcher`, words
+looked up in the rollout's kept `search_text`). The rows must be exactly those a full
+scan with the filter's plain definition (`reference_matches`) finds, for any rollouts
+and any typing, with the store changing, traces opening, going and leaving memory, and time passing
+(stalls) between keys."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from core.session.store import Rollout, RolloutStore, Status
+from tests.support.tui_standin import TableApp, queued_and_running
+from tui.rollout_filter import RowFilter
+from tui.rollouts_table import RolloutsTable
+
+STALL_SECONDS = 10.0
+PIECES = (
+    "status:", "variant:", "phase:", "stalled", "st", "s", "run", "r", "t", "ed", "queued",
+    "fail", "cancel", "done", "starting", "alpha", "beta", "al", "a", "b", "task", "1", ",", " ",
+    "ag", "agent", "boot", "error", "2", "ab",
+)
+rollouts = st.lists(
+    st.tuples(
+        st.sampled_from(("alpha", "beta", "Alpha-2")),
+        st.text("ab1 ", max_size=6),
+        st.sampled_from(("queued", "running", "failed", "cancelled")),
+    ),
+    max_size=25,
+)
+queries = st.lists(
+    st.tuples(st.lists(st.sampled_from(PIECES), max_size=6).map("".join), st.booleans()), min_size=1, max_size=5
+)
+"""Each text typed a key at a time, or put in the field at once (a paste, an edit)."""
+between = st.lists(
+    st.tuples(st.integers(0, 24), st.sampled_from(("start", "fail", "cancel", "age", "add", "open", "discard", "unload"))), max_size=3
+)
+TRACE_IDS = ("ab1", "ba", "2ab", "tr")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, stall_seconds: float) -> bool:
+    """The filter's plain definition (rollout_filter's docstring), every value tested
+    against every row: what the compiled test must agree with."""
+    if row_filter.variants and not any(v in rollout.variant.lower() for v in row_filter.variants):
+        return False
+    if row_filter.statuses:
+        stalled = rollout.stalled(now, stall_seconds)
+        if not any(v in rollout.status.value or (stalled and "stalled".startswith(v)) for v in row_filter.statuses):
+            return False
+    if row_filter.phases and not any(v in rollout.phase for v in row_filter.phases):
+        return False
+    haystack = " ".join((rollout.key, rollout.variant, rollout.task_label, *rollout.trace_ids)).lower()
+    return all(word in haystack for word in row_filter.words)
+
+
+def full_scan(store: RolloutStore, row_filter: RowFilter) -> set[str]:
+    now = store.clock()
+    return {key for key, rollout in store.rollouts.items() if reference_matches(row_filter, rollout, now, store.stall_seconds)}
+
+
+def change(store: RolloutStore, clock: Clock, index: int, what: str) -> None:
+    keys = list(store.rollouts)
+    if what == "age":
+        clock.t += STALL_SECONDS + 1  # live rollouts cross the stall threshold with no delta
+    elif what == "add":
+        store.add_rollout("beta", index, {"name": f"late {index}"}, key=f"late/{len(keys)}")
+    elif keys:
+        key = keys[index % len(keys)]
+        rollout = store.rollouts[key]
+        if rollout.status.finished:
+            if what == "unload":  # its trace ids are then the summary's
+                store.unload(key)
+            return
+        if what in ("open", "discard"):
+            if rollout.status is Status.RUNNING:  # a trace's id is searched by words
+                trace = TRACE_IDS[index % len(TRACE_IDS)]
+                store.apply(key, {"trace": trace, "discard": True} if what == "discard" else {"trace": trace, "open": {}})
+        elif what == "start":
+            store.started(key, f"req-{key}")
+        else:
+            store.failed(key, "boom", cancelled=what == "cancel")
+
+
+async def test_narrowing_keystrokes_match_a_full_scan() -> None:
+    clock = Clock()
+    app = TableApp(RolloutStore(stall_seconds=STALL_SECONDS, clock=clock))
+    async with app.run_test(size=(140, 30)):
+        table = app.query_one(RolloutsTable)
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @given(rollouts, queries, st.lists(between, min_size=40, max_size=40))
+        @example([("alpha", "a", "running")], [("status:stalled", True)], [[]] * 9 + [[(0, "age")]])
+        @example([("alpha", "a", "running")], [("status:t", False), ("status:st", False)], [[(0, "age")]])
+        def typing(made: list[tuple[str, str, str]], typed: list[tuple[str, bool]], changes: list[list[tuple[int, str]]]) -> None:
+            store = RolloutStore(stall_seconds=STALL_SECONDS, clock=clock)
+            for index, (variant, task, status) in enumerate(made):
+                key = f"{variant}/{index}"
+                store.add_rollout(variant, index, {"name": task}, key=key)
+                if status != "queued":
+                    store.started(key, f"req-{key}")
+                if status in ("failed", "cancelled"):
+                    store.failed(key, "boom", cancelled=status == "cancelled")
+            store.take_changes()
+            table.store, table.row_filter = store, RowFilter()
+            table.rebuild()
+            moves = iter(changes)
+            for text, by_key in typed:
+                for end in range(len(text) + 1) if by_key else (len(text),):
+                    for index, what in next(moves, ()):
+                        change(store, clock, index, what)
+                    row_filter = RowFilter.parse(text[:end])
+                    table.set_filter(row_filter)
+                    changed = store.take_changes()
+                    table.sync([*changed.added, *changed.rollouts])
+                    assert set(table.ordered_keys) == full_scan(store, row_filter), text[:end]
+                    assert len(table.ordered_keys) == len(set(table.ordered_keys))
+                    compiled = row_filter.matcher(clock.t, STALL_SECONDS)
+                    for rollout in store.rollouts.values():
+                        assert compiled(rollout) == reference_matches(row_filter, rollout, clock.t, STALL_SECONDS)
+
+        typing()
+
+
+async def test_typing_a_narrower_filter_looks_only_at_the_rows_shown_or_at_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = queued_and_running(40, running_every=2)
+    app = TableApp(store)
+    async with app.run_test(size=(140, 30)):
+        table = app.query_one(RolloutsTable)
+        table.rebuild()
+        table.set_filter(RowFilter.parse("status:"))
+        seen: list[str] = []
+        matcher = RowFilter.matcher
+
+        def counting(self: RowFilter, now: float, stall_seconds: float):  # type: ignore[no-untyped-def]
+            test = matcher(self, now, stall_seconds)
+
+            def looked(rollout: Rollout) -> bool:
+                seen.append(rollout.key)
+                return test(rollout)
+
+            return looked
+
+        monkeypatch.setattr(RowFilter, "matcher", counting)
+        for end in range(len("status:r"), len("status:running") + 1):
+            table.set_filter(RowFilter.parse("status:running"[:end]))
+        assert table.row_count == 20
+        # "status:r" looks at all 40 rows; no other status has an r, so the further
+        # letters let the same rollouts through and look at none
+        assert len(seen) == 40
+        table.set_filter(RowFilter.parse("status:running 1"))
+        assert table.row_count == 8 and len(seen) == 40 + 20  # 1, 11, 13, ..., 19, 21, 31
+        table.set_filter(RowFilter.parse("status:running 1 variant:v"))  # the only variant
+        assert table.row_count == 8 and len(seen) == 60

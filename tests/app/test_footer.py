@@ -1,0 +1,111 @@
+"""The footer hides and shows its keys in place: focus moving between the table and the
+filter hides the printable keys and brings them back, the same key widgets throughout;
+a focused widget that brings a shown key of its own still gets it into the footer, and
+takes it away on leaving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import Input, Static
+from textual.widgets._footer import FooterKey
+
+from core.engine.replay import ReplaySession
+from tests.app.test_app_recordings import write_recording
+from tests.support.polling import until
+from tests.support.tui_standin import make_engine
+from tui.app import TracewatchApp
+from tui.footer import SteadyFooter
+
+
+def footer_labels(app: App) -> list[str]:
+    """The keys on screen, left to right."""
+    return [key.description for key in app.query(FooterKey) if key.display]
+
+
+LIVE_KEYS = ["Help", "Quit", "Filter", "Start", "Stop var", "Cancel", "Export"]
+"""A live session's footer, once the table has focus (the palette's key aside)."""
+
+
+async def test_opening_and_clearing_the_filter_keeps_the_footer() -> None:
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 40)) as pilot:
+        # the first keys drawn may be rebuilt once the table's focus brings its own
+        await until(pilot, lambda: footer_labels(app)[:-1] == LIVE_KEYS, "the live footer drawn")
+        keys, labels = list(app.query(FooterKey)), footer_labels(app)
+        await pilot.press("/", "a")
+        await until(pilot, lambda: app.query_one("#filter", Input).value == "a")
+        await until(pilot, lambda: "Quit" not in footer_labels(app), what="q types into the filter")
+        assert "Filter" in footer_labels(app)
+        await pilot.press("escape")
+        await until(pilot, lambda: footer_labels(app) == labels, what="every key back")
+        assert list(app.query(FooterKey)) == keys
+        assert all(key.is_attached for key in keys)
+
+
+class Shouting(Static, can_focus=True):
+    BINDINGS = [Binding("z", "shout", "Shout")]
+
+
+class Two(App[None]):
+    BINDINGS = [Binding("q", "quit", "Quit")]
+
+    def compose(self) -> ComposeResult:
+        yield Static("quiet", id="quiet")
+        yield Shouting("loud", id="loud")
+        yield Input(id="field")
+        yield SteadyFooter()
+
+
+async def test_a_focused_widgets_own_key_comes_and_goes() -> None:
+    app = Two()
+    async with app.run_test() as pilot:
+        app.query_one("#field").focus()  # q types into the field: only the palette's key
+        await until(pilot, lambda: footer_labels(app) == ["palette"])
+        app.query_one("#loud").focus()
+        await until(pilot, lambda: footer_labels(app) == ["Shout", "Quit", "palette"])
+        app.query_one("#field").focus()
+        await until(pilot, lambda: footer_labels(app) == ["palette"])
+
+
+def replay(tmp_path: Path) -> ReplaySession:
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    return ReplaySession(path, speed=0)
+
+
+@pytest.mark.parametrize(
+    "session, labels",
+    [
+        (lambda _: make_engine(), LIVE_KEYS),
+        # a replay cannot start or cancel: its own keys take their room
+        (replay, ["Help", "Quit", "Filter", "Export", "Pause", "Step", "Seek"]),
+    ],
+    ids=["live", "replay"],
+)
+async def test_every_footer_key_shows_whole_at_80x24(tmp_path: Path, session, labels: list[str]) -> None:
+    """Each key ends before the palette's (docked right) begins, and that one ends on
+    the screen: none is cut or hidden under another."""
+    app = TracewatchApp(session(tmp_path))
+
+    def whole() -> bool:
+        """The expected keys, each label whole, all before the palette's key, and that
+        one on the screen."""
+        keys = [key for key in app.query(FooterKey) if key.display]
+        palette = [key for key in keys if key.has_class("-command-palette")]
+        others = [key for key in keys if key not in palette]
+        return (
+            [key.description for key in others] == labels
+            and len(palette) == 1
+            and all(key.region.width >= len(key.render().plain) for key in keys)
+            and max(key.region.right for key in others) <= palette[0].region.x
+            and palette[0].region.right <= 80
+        )
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        # the keys arrive and are laid out over several refreshes, and a loaded machine
+        # can be looked at between them: what must hold is the footer it settles on
+        await until(pilot, whole, "every key whole, before the palette's")

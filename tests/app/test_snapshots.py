@@ -1,0 +1,111 @@
+"""Golden screenshots (pytest-textual-snapshot) of the screens a user reads most, on
+a frozen clock and fixed data: the stand-in session over the recorded verifiers 0.4.0
+stream, and a recording written from it. `pytest --snapshot-update` rewrites them
+after a deliberate change; look at `tests/__snapshots__/` before committing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from core.engine.opened import OpenedRecording
+from core.engine.replay import ReplaySession
+from tests.app.test_app_recordings import write_recording
+from tests.support.polling import until
+from tests.support.tui_standin import StandInEngine, make_engine
+from tui.app import TracewatchApp
+from tui.compare_view import CompareView
+from tui.logs_view import LogLines
+from tui.screens import HelpScreen
+from tui.side_by_side import SideBySideScreen
+
+NOW = 1_764_500_000.0
+"""The frozen clock: every elapsed, idle and uptime is measured against it."""
+
+
+def frozen(finish: bool = False) -> StandInEngine:
+    return make_engine(finish=finish, clock=lambda: NOW)
+
+
+def selected(key: str, *keys: str, wait: Callable[[TracewatchApp], Any] | None = None) -> Callable[[Pilot], Any]:
+    """Before the shot: every row drawn, `key` selected, then `keys` pressed."""
+
+    async def run_before(pilot: Pilot) -> None:
+        app = pilot.app
+        assert isinstance(app, TracewatchApp)
+        await until(pilot, lambda: app.table.row_count == len(app.store.rollouts) and app.cards)
+        app.table.select(key)
+        await until(pilot, lambda: app.selected == key)
+        if keys:
+            await pilot.press(*keys)
+        if wait is not None:
+            await until(pilot, lambda: wait(app))
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+def test_main_screen(snap_compare, size: tuple[int, int]) -> None:
+    app = TracewatchApp(frozen(), title="tracewatch demo")
+    assert snap_compare(app, terminal_size=size, run_before=selected("baseline/run1/0"))
+
+
+def test_help(snap_compare) -> None:
+    app = TracewatchApp(frozen())
+    assert snap_compare(app, terminal_size=(120, 48), run_before=selected("baseline/run1/0", "question_mark", wait=lambda app: isinstance(app.screen, HelpScreen)))
+
+
+def test_timing(snap_compare) -> None:
+    app = TracewatchApp(frozen(finish=True))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=selected("baseline/run1/0", "2"))
+
+
+def test_replay(snap_compare, tmp_path: Path) -> None:
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    session = ReplaySession(path, speed=0)
+    app = TracewatchApp(session, title="tracewatch replay")
+    assert snap_compare(app, terminal_size=(160, 48), run_before=selected("candidate/run1", wait=lambda app: session.finished))
+
+
+def test_open(snap_compare, tmp_path: Path) -> None:
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    app = TracewatchApp(OpenedRecording(path), title="tracewatch open")
+    assert snap_compare(app, terminal_size=(160, 48), run_before=selected("baseline/run1"))
+
+
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+def test_compare(snap_compare, size: tuple[int, int]) -> None:
+    app = TracewatchApp(frozen(finish=True))
+    assert snap_compare(app, terminal_size=size, run_before=selected("baseline/run1/0", "4"))
+
+
+def test_side_by_side(snap_compare) -> None:
+    """The first task's traces side by side, opened from the Compare tab."""
+
+    async def run_before(pilot: Pilot) -> None:
+        app = pilot.app
+        assert isinstance(app, TracewatchApp)
+        await selected("baseline/run1/0", "4")(pilot)
+        app.query_one(CompareView).focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and all(side.transcript.rollout_key for side in app.screen.sides))
+        await pilot.pause()
+
+    assert snap_compare(TracewatchApp(frozen(finish=True)), terminal_size=(160, 48), run_before=run_before)
+
+
+def test_logs_at_80x24(snap_compare) -> None:
+    """A server's long log line wraps in an 80-column terminal (drawn literally)."""
+    engine = frozen()
+    engine.variants["baseline"].lines.append("WARNING [bold]provider[/bold] " + "retrying the call after a 30 s timeout " * 3 + "(attempt 3 of 5)")
+    app = TracewatchApp(engine)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=selected("baseline/run1/0", "3", wait=lambda app: "attempt 3 of 5" in "".join(app.logs.query_one(LogLines).lines)))

@@ -1,0 +1,206 @@
+"""The relay a driver opts into: verifiers' own EnvClient, wrapped, drives the demo
+server; viewers (`tracewatch tap`) connected early and late see the same runs."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from verifiers.v1.configs.client import EvalClientConfig
+from verifiers.v1.serve import EnvClient as VerifiersClient
+from verifiers.v1.types import SamplingConfig
+
+import tracewatch_relay
+from core.engine.live import Engine
+from core.ports import free_address
+from core.session.config import Config
+from core.session.contracts import VariantState
+from core.session.store import Status
+from core.taps.relay_viewer import RelayViewer
+from tests.integration.test_tap_drain import assert_read_in_order_or_counted
+from tests.support.demo_launch import launch, stop
+from tests.support.polling import eventually, until
+from tracewatch_relay import Relay, RelayedClient
+from tui.app import TracewatchApp
+
+WAIT = 60.0
+SAMPLING = SamplingConfig(temperature=0.5)
+
+
+def task(i: int, scenario: str) -> dict:
+    return {"id": f"r{i}", "name": f"{scenario} {i}", "prompt": "p", "scenario": scenario, "kind": "math"}
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    proc, address = launch(speed=60.0, seed=5, stderr=subprocess.DEVNULL)
+    yield address
+    stop(proc)
+
+
+@pytest.fixture
+async def viewers(tmp_path):
+    engines: list[Engine] = []
+
+    async def view(address: str, name: str) -> Engine:
+        engine = Engine(Config.for_relay(address, name), session_dir=tmp_path / name)
+        engines.append(engine)
+        await engine.start()
+        return engine
+
+    yield view
+    for engine in engines:
+        await engine.shutdown()
+
+
+async def test_early_and_late_viewers_see_every_run_the_driver_relays(upstream, viewers) -> None:
+    relay = Relay("tcp://127.0.0.1:0")
+    client = RelayedClient(VerifiersClient(upstream), relay)
+    try:
+        early = await viewers(relay.address, "early")
+        await eventually(lambda: early.variants["early"].state is VariantState.RUNNING, WAIT, "the early viewer welcomed")
+        await client.wait_for_server_startup(timeout=WAIT)
+        own: list[dict] = []
+        stuck = asyncio.ensure_future(client.run(EvalClientConfig(), "demo-model", SAMPLING, task(0, "stuck"), on_delta=own.append))
+        await eventually(lambda: len(own) >= 2, WAIT, "the stuck run streaming")
+        late = await viewers(relay.address, "late")
+        late_key = await eventually(lambda: next(iter(late.store.variants["late"]), None), WAIT, "the run in flight sent to the late viewer")
+        await eventually(lambda: late.store.rollouts[late_key].deltas == len(own), WAIT, "every delta so far, then live")
+        assert late.store.rollouts[late_key].status is Status.RUNNING
+        episodes = await asyncio.wait_for(
+            asyncio.gather(*(client.run(EvalClientConfig(), "demo-model", SAMPLING, task(i, "normal")) for i in (1, 2))), WAIT
+        )
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        for engine, name in ((early, "early"), (late, "late")):
+            rollouts = await eventually(
+                lambda engine=engine, name=name: (r := list(engine.store.variant_rollouts(name))) and all(x.status.finished for x in r) and r,
+                WAIT,
+                f"{name}: every relayed run ended",
+            )
+            by_task = {r.task_data["id"]: r for r in rollouts}
+            assert by_task["r0"].status is Status.CANCELLED
+            for episode, i in zip(episodes, (1, 2)):
+                rollout = by_task[f"r{i}"]
+                assert rollout.status is Status.DONE and rollout.note == "model demo-model · temperature 0.5"
+                assert [len(t["nodes"]) for t in rollout.record["traces"]] == [len(t.nodes) for t in episode.traces]
+        assert relay.dropped == 0
+    finally:
+        await client.close()
+        relay.close()
+
+
+async def test_a_full_queue_drops_and_counts_and_never_blocks_the_caller() -> None:
+    relay = Relay("tcp://127.0.0.1:0", queue=0)
+    try:
+        on_delta = relay.begin({"id": "t"})
+        for i in range(100):
+            on_delta({"trace": "t", "set": {"i": i}})
+        on_delta.end(error="stopped")
+        assert relay.dropped == 102
+    finally:
+        relay.close()
+
+
+def test_a_relay_address_nobody_serves_is_a_clear_error() -> None:
+    address = free_address()
+    result = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "tap", address, "--headless", "--no-record"], capture_output=True, text=True, timeout=WAIT
+    )
+    assert result.returncode == 2
+    assert f"nothing serves a relay at {address}" in result.stderr
+
+
+async def test_a_listener_that_is_not_a_relay_fails_the_viewer_with_the_reason(viewers) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        engine = await viewers(f"tcp://127.0.0.1:{listener.getsockname()[1]}", "v")
+        variant = engine.variants["v"]
+        assert isinstance(variant, RelayViewer)
+        await asyncio.wait_for(variant.wait(), WAIT)
+    assert variant.state is VariantState.FAILED and "no relay answered" in (variant.reason or "")
+
+
+def test_the_relay_imports_only_the_standard_library_pyzmq_and_msgpack() -> None:
+    tree = ast.parse(Path(tracewatch_relay.__file__).read_text())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert names - set(sys.stdlib_module_names) <= {"zmq", "msgpack"}
+
+
+BACKLOG = 50_000
+"""Deltas of one run in flight: more than a viewer reads in a stop's half second, fewer
+than the relay queues for a viewer (`VIEWER_QUEUE`)."""
+
+
+async def test_a_viewer_behind_a_backlog_of_large_deltas_quits_on_q_and_counts_what_it_left(viewers, tmp_path) -> None:
+    """`tracewatch tap` reads a backlog of large deltas (all of a run in flight, sent
+    when it connects) a slice of time at a time, so `q` is answered in the middle of it;
+    the quit reads what is queued for a bounded while and counts the rest: no delta is
+    both recorded and counted, and those recorded came in order."""
+    relay = Relay("tcp://127.0.0.1:0")
+    try:
+        on_delta = relay.begin({"id": "big", "prompt": "p"}, model="m")
+        on_delta({"trace": "t", "open": {"id": "t"}})
+        for i in range(BACKLOG):
+            on_delta({"trace": "t", "set": {"i": i, "text": "x" * 200}})
+        early = await viewers(relay.address, "early")
+        await eventually(lambda: sum(r.deltas for r in early.store.rollouts.values()) == 1 + BACKLOG, WAIT, "the relay sent the whole run")
+        engine = Engine(Config.for_relay(relay.address, "late"), session_dir=tmp_path / "late")
+        viewer = engine.variants["late"]
+        assert isinstance(viewer, RelayViewer)
+        app = TracewatchApp(engine)
+        async with app.run_test(size=(120, 40)) as pilot:
+            rollout = await until(pilot, lambda: next(iter(engine.store.rollouts.values()), None), "the run in flight shown", WAIT)
+            await until(pilot, lambda: rollout.deltas > 1, "the backlog being read", WAIT)
+            await pilot.press("q")
+            await asyncio.wait_for(viewer.wait(), WAIT)
+    finally:
+        relay.close()
+    assert relay.dropped == 0 and viewer.dropped == 0
+    assert viewer.state is VariantState.DONE and rollout.status.finished
+    assert_read_in_order_or_counted(rollout, BACKLOG, viewer.unread, viewer.reason, lambda n: f"the viewer left {n:,} relay messages unread at the stop (the runs themselves go on)")
+
+
+async def test_sigterm_stops_a_headless_tap_behind_a_backlog_with_its_summary() -> None:
+    """`tracewatch tap --headless` answers SIGTERM while it reads a run in flight of
+    many deltas: exit 143, the run ended, the summary printed (with what it left unread,
+    if it left any)."""
+    relay = Relay("tcp://127.0.0.1:0")
+    tap = None
+    try:
+        on_delta = relay.begin({"id": "big", "prompt": "p"}, model="m")
+        on_delta({"trace": "t", "open": {"id": "t"}})
+        for i in range(BACKLOG):
+            on_delta({"trace": "t", "set": {"i": i, "text": "x" * 200}})
+        tap = subprocess.Popen(
+            [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert tap.stdout is not None
+        first = await asyncio.wait_for(asyncio.to_thread(tap.stdout.readline), WAIT)
+        while not first.startswith("v/"):  # the run in flight shown: its deltas are being read
+            first = await asyncio.wait_for(asyncio.to_thread(tap.stdout.readline), WAIT)
+        tap.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(tap.communicate, timeout=WAIT)
+    finally:
+        relay.close()
+        if tap is not None and tap.poll() is None:
+            tap.kill()
+            tap.wait()
+    assert tap.returncode == 143, out + err
+    assert "SIGTERM: cancelling every run and stopping every server" in out
+    assert re.search(r"^v/0 \[.*\] (failed|cancelled) .*the viewer stopped before the run ended", out, re.MULTILINE), out
+    summary = re.search(r"^v: done; [^\n]*", out, re.MULTILINE)
+    assert summary, out
+    left = re.search(r"the viewer left ([\d,]+) relay messages unread at the stop \(the runs themselves go on\)$", summary[0])
+    assert left is None or int(left[1].replace(",", "")) <= BACKLOG

@@ -1,0 +1,265 @@
+"""The real `vf-eval` of verifiers 0.4.0 as a supervised variant: a local fake model,
+a small local taskset (`interop/tw_evalset.py`) on the subprocess runtime, and the tap
+injected through a `sitecustomize` streaming every in-process rollout back."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.engine.live import Engine
+from core.engine.opened import OpenedRecording, OpenedRun
+from core.session.config import Config, build_config
+from core.session.contracts import VariantState
+from core.session.store import Status
+from core.taps.eval_variant import INJECT_DIR, EvalVariant
+from tests.integration.test_tap_drain import assert_read_in_order_or_counted
+from tests.support.interop.fake_model import MODEL, FakeModel
+from tests.support.polling import eventually
+from tests.support.repo import INTEROP
+
+VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
+WAIT = 120.0
+EXPECTED = {"calc 17 * 23": 1.0, "calc 1000 / 8 + 6": 0.0, "calc (120 + 37) * 3": 1.0}
+
+
+@pytest.fixture
+def model():
+    with FakeModel() as fake:
+        yield fake
+
+
+@pytest.fixture
+def eval_env(tmp_path, monkeypatch):
+    """What the eval's environment needs: the taskset importable, a key variable, HOME
+    in a temporary folder (vf-eval writes there)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(INTEROP), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("FAKE_MODEL_API_KEY", "fake-key")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
+
+
+def vf_eval(model: FakeModel, out: Path, rollouts: int = 2) -> list[str]:
+    return [
+        VF_EVAL, "tw_evalset", "-m", MODEL, "--client.base-url", model.base_url,
+        "--client.api-key-var", "FAKE_MODEL_API_KEY", "-r", str(rollouts), "--no-rich", "--no-push",
+        "-o", str(out), "--env.agent.runtime.type", "subprocess",
+    ]
+
+
+def test_headless_eval_prints_each_rollout_records_it_and_links_the_run_dir(model, eval_env) -> None:
+    recording = eval_env / "eval.twrec"
+    result = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "eval", "--headless", "--record", str(recording), "--", *vf_eval(model, eval_env / "out")],
+        capture_output=True, text=True, timeout=WAIT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    done = [line for line in result.stdout.splitlines() if " done · reward " in line]
+    assert len(done) == 6
+    for label, reward in EXPECTED.items():
+        assert sum(f"[{label}] done · reward {reward:g} ·" in line for line in done) == 2
+    (traces,) = (eval_env / "out").glob("*/traces.jsonl")
+    opened = OpenedRun(traces.parent)
+    replayed = OpenedRecording(recording)
+    for store in (opened.store, replayed.store):
+        rewards = sorted((r.task_label, r.reward) for r in store.rollouts.values())
+        assert rewards == sorted((label, reward) for label, reward in EXPECTED.items() for _ in range(2))
+    assert sorted(r.rollout_index for r in replayed.store.rollouts.values()) == [0, 0, 0, 1, 1, 1]
+
+
+async def test_the_eval_streams_live_and_its_run_dir_shows_on_the_card(model, eval_env, monkeypatch) -> None:
+    """One model call hangs until released, so a rollout is seen streaming while it
+    runs on any machine (the others may be done by then)."""
+    monkeypatch.setenv("TW_EVALSET_HANG", "1")
+    engine = Engine(Config.for_eval(vf_eval(model, eval_env / "out", rollouts=1), "ev"), session_dir=eval_env / "s")
+    await engine.start()
+    variant = engine.variants["ev"]
+    assert isinstance(variant, EvalVariant)
+    try:
+        await eventually(lambda: model.hanging.is_set(), WAIT, "the scripted model call hanging")
+        seen_running = await eventually(
+            lambda: [r for r in engine.store.rollouts.values() if r.status is Status.RUNNING and r.deltas], WAIT, "a rollout streaming"
+        )
+        assert seen_running[0].note and "model fake-model" in seen_running[0].note
+        model.release()
+        await asyncio.wait_for(engine.wait(), WAIT)
+    finally:
+        await engine.shutdown()
+    assert variant.state is VariantState.DONE, variant.reason
+    assert variant.run_dir and variant.status_line and variant.run_dir in variant.status_line
+    assert (Path(variant.run_dir) / "traces.jsonl").exists()
+    assert sorted(r.status for r in engine.store.rollouts.values()) == [Status.DONE] * 3
+
+
+async def test_cancelling_the_eval_sigterms_it_and_it_ends_cancelled(model, eval_env, monkeypatch) -> None:
+    monkeypatch.setenv("TW_EVALSET_HANG", "1")
+    # vf-eval's own teardown after SIGTERM took over the default 10 s grace on a loaded
+    # box (then SIGKILL, exit 137); the grace is what is not under test here
+    patient = {"name": "ev", "eval": vf_eval(model, eval_env / "out", rollouts=1), "grace_seconds": WAIT}
+    engine = Engine(build_config({"variants": [patient]}, "test", eval_env), session_dir=eval_env / "s")
+    await engine.start()
+    variant = engine.variants["ev"]
+    try:
+        await eventually(lambda: model.hanging.is_set(), WAIT, "the scripted model call hanging")
+        await eventually(lambda: any(r.status is Status.RUNNING for r in engine.store.rollouts.values()), WAIT, "the hanging rollout shown")
+        assert variant.rollout_cancel_unavailable and not engine.cancel_rollout(next(iter(engine.store.rollouts)))
+        variant.cancel()
+        await asyncio.wait_for(variant.wait(), 2 * WAIT)
+    finally:
+        await engine.shutdown()
+    assert variant.state is VariantState.CANCELLED
+    assert variant.outcome_text and "exit code 130" in variant.outcome_text
+    assert any(r.status is Status.CANCELLED for r in engine.store.rollouts.values())
+
+
+async def test_vf_evals_runner_cancels_every_rollout_when_one_is_cancelled() -> None:
+    """Why rollout cancel is not offered: verifiers' own `gather_rollouts`."""
+    from verifiers.v1.cli.eval.runner import gather_rollouts
+
+    started = asyncio.Event()
+    outcomes: list[str] = []
+
+    async def rollout(name: str) -> str:
+        try:
+            started.set()
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            outcomes.append(name)
+            raise
+        return name
+
+    one, other = asyncio.ensure_future(rollout("one")), asyncio.ensure_future(rollout("other"))
+    gathered = asyncio.ensure_future(gather_rollouts([one, other]))
+    await started.wait()
+    one.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gathered
+    assert sorted(outcomes) == ["one", "other"]
+
+
+def cli_eval(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tui.cli", "eval", "--headless", "--no-record", "--", *argv],
+        capture_output=True, text=True, timeout=WAIT,
+    )
+
+
+def test_an_eval_command_that_is_not_found_is_a_clear_error() -> None:
+    result = cli_eval("vf-eval-that-is-not-installed", "x")
+    assert result.returncode == 2
+    assert "'vf-eval-that-is-not-installed' is not found on PATH" in result.stderr
+
+
+def test_an_eval_that_exits_at_once_says_so_with_the_tail_of_its_stderr(tmp_path) -> None:
+    result = cli_eval(sys.executable, "-c", "import sys; sys.stderr.write('no taskset named nope\\n'); sys.exit(3)")
+    assert result.returncode == 1
+    assert "exited with code 3 at once: no taskset named nope" in result.stdout
+
+
+def run_python(code: str, *path: Path, tap: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in (INJECT_DIR, *path))}
+    if tap:
+        env["TRACEWATCH_TAP"] = "tcp://127.0.0.1:9"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=WAIT)
+
+
+def test_the_tap_chains_to_an_existing_sitecustomize(tmp_path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['THEIRS_RAN'] = 'yes'\n")
+    result = run_python("import os, sitecustomize; print(os.environ.get('THEIRS_RAN'), sitecustomize.__file__)", tmp_path)
+    ran, module = result.stdout.split()
+    assert ran == "yes" and Path(module).parent == INJECT_DIR
+
+
+def test_without_pyzmq_the_tap_says_so_and_the_program_runs(tmp_path) -> None:
+    (tmp_path / "zmq.py").write_text("raise ImportError('No module named zmq', name='zmq')\n")
+    result = run_python("import sitecustomize; print(sitecustomize._connect())", tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == "None"
+    assert "tracewatch tap: cannot stream rollouts to tracewatch: zmq is not installed" in result.stderr
+
+
+def test_the_injected_tap_imports_only_the_standard_library_pyzmq_msgpack_and_verifiers() -> None:
+    tree = ast.parse((INJECT_DIR / "sitecustomize.py").read_text())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert names - set(sys.stdlib_module_names) <= {"zmq", "msgpack", "verifiers"}
+    assert not names & {"core", "tui"}
+
+
+
+FLOOD = 150_000
+"""Deltas a stand-in eval sends: more than its tap queues (100,000)."""
+FLOODING_EVAL = f"""
+import os, signal, sys
+import msgpack, zmq
+
+
+class Cancelled(Exception):
+    pass
+
+
+def cancelled(*_):
+    raise Cancelled
+
+
+signal.signal(signal.SIGTERM, cancelled)
+context = zmq.Context()
+push = context.socket(zmq.PUSH)
+push.setsockopt(zmq.SNDHWM, 0)  # every delta is kept until it is sent
+push.connect(os.environ["TRACEWATCH_TAP"])
+deltas = [msgpack.packb({{"trace": "t", "set": {{"i": i, "text": "x" * 200}}}}) for i in range({FLOOD})]
+try:
+    push.send_multipart([b"begin", b"0", msgpack.packb({{"task_data": {{"id": "big", "prompt": "p"}}, "model": "m"}}), b"0"])
+    push.send_multipart([b"delta", b"0", msgpack.packb({{"trace": "t", "open": {{"id": "t"}}}}), b"0"])
+    if sys.argv[1:] == ["flood-when-cancelled"]:
+        try:
+            signal.pause()
+        except Cancelled:
+            pass
+    for delta in deltas:  # packed first: sent faster than they are read
+        push.send_multipart([b"delta", b"0", delta, b"0"])
+finally:
+    push.close(linger=60_000)  # the exit waits until every delta is on its way
+    context.term()
+sys.exit(130 if sys.argv[1:] else 0)
+"""
+
+
+async def flooding_eval(tmp_path: Path, *args: str) -> tuple[Engine, EvalVariant]:
+    engine = Engine(Config.for_eval([sys.executable, "-c", FLOODING_EVAL, *args], "ev"), session_dir=tmp_path / "s")
+    await engine.start()
+    variant = engine.variants["ev"]
+    assert isinstance(variant, EvalVariant)
+    return engine, variant
+
+
+async def test_an_eval_that_ends_by_itself_is_read_to_its_last_delta(tmp_path) -> None:
+    engine, variant = await flooding_eval(tmp_path)
+    try:
+        await asyncio.wait_for(engine.wait(), WAIT)
+    finally:
+        await engine.shutdown()
+    (rollout,) = engine.store.rollouts.values()
+    assert variant.state is VariantState.DONE and variant.reason is None and variant.unread == 0
+    assert rollout.deltas == 1 + FLOOD and rollout.assembly.traces["t"]["i"] == FLOOD - 1
+
+
+async def test_cancelling_an_eval_that_floods_as_it_exits_reads_for_a_while_and_counts_the_rest(tmp_path) -> None:
+    """The eval sends its deltas only once cancelled, all at once, so it exits with
+    up to a tap queue of them unread: whatever the machine's speed, those read are
+    recorded in order, those left are counted and named, and none is both."""
+    engine, variant = await flooding_eval(tmp_path, "flood-when-cancelled")
+    try:
+        rollout = await eventually(lambda: next(iter(engine.store.rollouts.values()), None), WAIT, "the run shown")
+        await eventually(lambda: rollout.deltas == 1, WAIT, "the run open")
+        variant.cancel()
+        await asyncio.wait_for(variant.wait(), WAIT)
+    finally:
+        await engine.shutdown()
+    assert variant.state is VariantState.CANCELLED and rollout.status is Status.CANCELLED
+    assert_read_in_order_or_counted(rollout, FLOOD, variant.unread, variant.reason, lambda n: f"the view left {n:,} tap messages unread at the stop (its runs end cancelled anyway)")

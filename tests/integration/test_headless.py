@@ -1,0 +1,89 @@
+"""The headless runner against real demo servers: what it prints and in what order."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from core.engine import headless
+from core.engine.live import Engine
+from core.session.config import load_config
+from tests.support.demo_sessions import WAIT, demo_variant, write_config
+from tests.support.polling import MARGIN, alive, wait_until
+from tests.support.repo import REPO
+from tui.launch import main as launch
+
+
+def test_a_variant_settles_after_its_rollouts_lines(tmp_path, monkeypatch):
+    """Issue 11 item 5: with every change landing in one look (a long poll), a
+    variant's "done" still comes after the lines of the rollouts that made it done."""
+    monkeypatch.setattr(headless, "POLL_SECONDS", 120.0)
+    config = load_config(write_config(tmp_path, [demo_variant("baseline", ["normal", "failing", "normal"])]))
+    engine = Engine(config, session_dir=tmp_path / "session")
+    out = io.StringIO()
+    code = asyncio.run(asyncio.wait_for(headless.run_headless(engine, out=out), 60))
+    lines = out.getvalue().splitlines()
+    assert code == 1  # one rollout failed
+    ended = [i for i, line in enumerate(lines) if line.startswith("baseline/") and ("done" in line or "failed" in line)]
+    settled = next(i for i, line in enumerate(lines) if line.startswith("baseline: ") and line.split(": ")[1].split(" ")[0] in ("done", "failed"))
+    starting = next(i for i, line in enumerate(lines) if line == "baseline: starting")
+    assert len(ended) == 3
+    assert starting < min(ended) and max(ended) < settled, lines
+
+
+def test_ctrl_c_cancels_prints_the_summary_and_exits_130(tmp_path):
+    """A real `tracewatch --headless` and a real SIGINT, as Ctrl-C sends it: every run
+    is cancelled and its server stopped, the summary is printed, the exit status is
+    130, and there is no traceback."""
+    config = write_config(tmp_path, [demo_variant("stuck", ["stuck", "stuck"])])
+    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
+    env = {**os.environ, "TRACEWATCH_HOME": str(tmp_path / "home")}
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tui.cli", str(config), "--headless", "--no-record"],
+            stdout=out, stderr=err, env=env, cwd=REPO,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: out_path.read_text().count("[stuck task] running") == 2, WAIT, "both stuck runs")
+            session = next((tmp_path / "home" / "sessions").iterdir())
+            record = json.loads(next(session.rglob("supervisor.json")).read_text())
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=MARGIN * 3)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    lines, errors = out_path.read_text().splitlines(), err_path.read_text()
+    assert code == 130, (lines, errors)
+    assert "Traceback" not in errors and "KeyboardInterrupt" not in errors
+    assert "SIGINT: cancelling every run and stopping every server (again to kill them now)" in lines
+    assert sum(line.startswith("stuck/") and " cancelled" in line for line in lines) == 2
+    assert lines[-1] == "stuck: cancelled; 2 cancelled; mean reward n/a"
+    wait_until(lambda: not any(map(alive, (record["supervisor_pid"], record["child_pid"]))), what="the server gone")
+
+
+def test_the_command_runs_headless_with_the_collector_it_paused_on_again(tmp_path, monkeypatch, capsys):
+    """`tracewatch` keeps the collector off while it starts; a headless run has no first
+    screen to turn it back on at, so it does as it begins."""
+    config = write_config(tmp_path, [demo_variant("baseline", ["normal"])])
+    monkeypatch.setenv("TRACEWATCH_HOME", str(tmp_path / "home"))
+    collecting: list[bool] = []
+    run = headless.run_headless
+
+    async def run_headless(*args, **kwargs):
+        collecting.append(gc.isenabled())
+        return await run(*args, **kwargs)
+
+    monkeypatch.setattr(headless, "run_headless", run_headless)
+    try:
+        assert launch([str(config), "--headless", "--no-record"]) == 0
+    finally:
+        gc.enable()
+    assert collecting == [True]
+    assert "baseline: done" in capsys.readouterr().out

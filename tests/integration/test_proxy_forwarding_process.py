@@ -1,0 +1,254 @@
+"""The proxy relays bytes, in a process of its own (the form the app runs): several
+drivers at once pass byte for byte both ways, health and cancel included, and the
+server sees each driver as itself; an upstream that goes away and comes back is
+reached again; a view that never reads costs the drivers nothing and what it misses is
+counted, never garbled; and the ZMTP reading behind the view holds for any split of
+the bytes."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import pytest
+import zmq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.taps.forward_process import ForwardingProcess
+from core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy
+from core.taps.zmtp import ZmtpStream
+from core.wire.protocol import pack
+from tests.support.polling import wait_until
+
+WAIT = 60.0
+
+
+@pytest.fixture
+def context():
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+@pytest.fixture
+def forwarding():
+    started: list[ForwardingProcess] = []
+
+    def start(upstream: str, **options) -> ForwardingProcess:
+        process = ForwardingProcess("tcp://127.0.0.1:0", upstream, **options)
+        process.start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+        process.close()
+
+
+def router(context: zmq.Context, address: str = "tcp://127.0.0.1:0") -> tuple[zmq.Socket, str]:
+    sock = context.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(address)
+    return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def driver(context: zmq.Context, address: str, identity: bytes) -> zmq.Socket:
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.ROUTING_ID, identity)
+    sock.connect(address)
+    return sock
+
+
+def receive(sock: zmq.Socket, count: int, what: str) -> list[list[bytes]]:
+    got: list[list[bytes]] = []
+
+    def more() -> bool:
+        while len(got) < count and sock.poll(0):
+            got.append(sock.recv_multipart())
+        return len(got) == count
+
+    wait_until(more, WAIT, what)
+    return got
+
+
+def requests(server: zmq.Socket, peer: bytes, count: int, what: str) -> list[list[bytes]]:
+    """What `peer` sent the server; the proxy's health probes (its own connection)
+    are answered as an env server would, those waiting now even when `count` is 0 (a
+    probe may come after the peer's request, and only an answer makes it healthy)."""
+    got: list[list[bytes]] = []
+
+    def more() -> bool:
+        while len(got) < max(count, 1) and server.poll(0):
+            sender, *frames = server.recv_multipart()
+            if sender == peer:
+                got.append(frames)
+            elif frames[1:2] == [b"health"]:
+                server.send_multipart([sender, frames[0], b"reply", pack({"success": True})])
+        return len(got) == count
+
+    wait_until(more, WAIT, what)
+    return got
+
+
+def read_all(process: ForwardingProcess, expected: int) -> list[Copy]:
+    """The view's copies once the counters say every message went by (each one seen
+    or counted as dropped)."""
+    copies: list[Copy] = []
+    wait_until(
+        lambda: copies.extend(process.take(10_000)) or (process.forwarded == expected and len(copies) + process.dropped == expected),
+        WAIT,
+        f"the view accounting for {expected} messages",
+    )
+    return copies
+
+
+REQUESTS = [
+    [b"r1", b"health", pack({})],
+    [b"r2", b"run", pack({"task_data": {"id": "t"}, "model": "m", "sampling": {}})],
+    [b"r3", b"cancel", pack({"request_id": "r2"})],
+    [b"", b"", b""],
+    [b"r4", b"run", b"\x00" * 300],
+    [b"r5", b"run", bytes(range(256)) * 800],
+]
+
+
+def test_several_drivers_pass_byte_for_byte_both_ways_and_the_view_reads_every_message(context, forwarding) -> None:
+    server, upstream = router(context)
+    process = forwarding(upstream)
+    drivers = {f"driver-{i}".encode(): driver(context, process.listen, f"driver-{i}".encode()) for i in range(3)}
+    for identity, sock in drivers.items():
+        for request in REQUESTS:
+            sock.send_multipart([*request[:2], request[2] + identity])
+    received: dict[bytes, list[list[bytes]]] = {}
+
+    def serve() -> bool:
+        while server.poll(0):
+            peer, *frames = server.recv_multipart()
+            if peer not in drivers:
+                continue  # the proxy's own health probe, on its own connection
+            received.setdefault(peer, []).append(frames)
+            server.send_multipart([peer, frames[0], b"delta", frames[2][::-1]])
+            server.send_multipart([peer, frames[0], b"reply", frames[1]])
+        return sum(map(len, received.values())) == len(drivers) * len(REQUESTS)
+
+    wait_until(serve, WAIT, "every request at the server")
+    sent = {identity: [[*r[:2], r[2] + identity] for r in REQUESTS] for identity in drivers}
+    assert received == sent, "the server sees each driver by its own identity, its messages unchanged and in order"
+    replies = {identity: [m for r in sent[identity] for m in ([r[0], b"delta", r[2][::-1]], [r[0], b"reply", r[1]])] for identity in drivers}
+    for identity, sock in drivers.items():
+        assert receive(sock, len(replies[identity]), "every reply at its driver") == replies[identity]
+    copies = read_all(process, len(drivers) * len(REQUESTS) * 3)
+    assert process.dropped == 0
+    seen: dict[bytes, dict[str, list[list[bytes]]]] = {}
+    for copy in copies:
+        seen.setdefault(copy.driver, {TO_SERVER: [], TO_DRIVER: []})[copy.direction].append(copy.frames)
+    assert sorted((s[TO_SERVER], s[TO_DRIVER]) for s in seen.values()) == sorted((sent[i], replies[i]) for i in drivers)
+
+
+def test_an_upstream_that_goes_away_and_comes_back_is_reached_again(context, forwarding) -> None:
+    server, upstream = router(context)
+    process = forwarding(upstream)
+    sock = driver(context, process.listen, b"d")
+    sock.send_multipart([b"1", b"run", b"before"])
+    assert requests(server, b"d", 1, "the first request") == [[b"1", b"run", b"before"]]
+    wait_until(lambda: requests(server, b"d", 0, "") == [] and process.take(100) is not None and process.upstream_ok, WAIT, "the upstream seen healthy")
+    server.close()
+    wait_until(lambda: process.take(100) is not None and process.upstream_ok is False, WAIT, "the proxy seeing the upstream down")
+    sock.send_multipart([b"2", b"run", b"while down"])
+    assert not sock.poll(300), "no answer while the upstream is down"
+    server, _ = router(context, upstream)
+    assert requests(server, b"d", 1, "the request sent while down, once the upstream is back") == [[b"2", b"run", b"while down"]]
+    server.send_multipart([b"d", b"2", b"reply", b"ok"])
+    assert receive(sock, 1, "the answer") == [[b"2", b"reply", b"ok"]]
+
+
+def test_a_view_that_never_reads_costs_the_drivers_nothing_and_what_it_missed_is_counted(context, forwarding) -> None:
+    server, upstream = router(context)
+    process = forwarding(upstream, copy_queue=2)
+    sock = driver(context, process.listen, b"d")
+    deltas = 400
+    sock.send_multipart([b"r", b"run", b"go"])
+    requests(server, b"d", 1, "the run request")
+    for i in range(deltas):
+        server.send_multipart([b"d", b"r", b"delta", i.to_bytes(4, "big") * 25_000])
+    server.send_multipart([b"d", b"r", b"reply", b"done"])
+    sent = [[b"r", b"delta", i.to_bytes(4, "big") * 25_000] for i in range(deltas)] + [[b"r", b"reply", b"done"]]
+    assert receive(sock, len(sent), "every frame at the driver, the view never reading") == sent
+    copies = read_all(process, 1 + len(sent))
+    assert process.dropped > 0
+    down = [copy.frames for copy in copies if copy.direction == TO_DRIVER]
+    positions = [sent.index(frames) for frames in down]  # each copy the view got is whole and unchanged
+    assert positions == sorted(set(positions)), "in order, none twice"
+
+
+GREETING = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x01" + b"NULL".ljust(20, b"\0") + b"\0" + b"\0" * 31
+
+
+def encode(frames: list[bytes], command: bool = False) -> bytes:
+    """ZMTP 3 framing, from the spec (rfc.zeromq.org/spec/23)."""
+    out = b""
+    for i, body in enumerate(frames):
+        flags = (4 if command else 0) | (1 if i < len(frames) - 1 else 0)
+        out += bytes([flags | 2]) + len(body).to_bytes(8, "big") if len(body) > 255 else bytes([flags, len(body)])
+        out += body
+    return out
+
+
+body = st.one_of(st.binary(max_size=40), st.binary(min_size=256, max_size=600))
+messages = st.lists(st.lists(body, min_size=1, max_size=4), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=messages, cuts=st.lists(st.integers(min_value=0), max_size=30), resume_after=st.integers(min_value=0))
+def test_any_split_of_the_bytes_reads_the_same_messages_and_a_resume_reads_a_whole_tail(messages, cuts, resume_after) -> None:
+    data = GREETING + encode([b"\x05READY"], command=True) + b"".join(encode(m) for m in messages)
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    chunks = [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    reader, scanner = ZmtpStream(keep=True), ZmtpStream(keep=False)
+    assert [m for chunk in chunks for m in reader.feed(chunk)] == messages
+    scans = [scanner.scan(chunk) for chunk in chunks]
+    assert sum(starts for starts, _, _ in scans) == len(messages)
+    # the view loses every chunk up to one, then picks up where the forwarder says
+    lost = resume_after % len(chunks)
+    later = [(i, first, before) for i, (_, first, before) in enumerate(scans) if i > lost and first is not None]
+    if not later:
+        return
+    i, first, before = later[0]
+    missed = sum(starts for starts, _, _ in scans[:i]) + before
+    resumed = ZmtpStream(keep=True)
+    resumed.resume()
+    tail = [m for chunk in [chunks[i][first:], *chunks[i + 1 :]] for m in resumed.feed(chunk)]
+    assert tail == messages[missed:]
+
+
+def test_a_connection_that_is_not_zmtp_is_relayed_and_named_unreadable(forwarding) -> None:
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen()
+    upstream.setblocking(False)
+    process = forwarding(f"tcp://127.0.0.1:{upstream.getsockname()[1]}")
+    client = socket.create_connection(("127.0.0.1", int(process.listen.rsplit(":", 1)[1])))
+    accepted: dict[socket.socket, bytes] = {}
+    words = b"GET / HTTP/1.0\r\n" + b"x" * 100
+
+    def relayed() -> bool:
+        with contextlib.suppress(BlockingIOError):
+            conn, _ = upstream.accept()
+            conn.setblocking(False)
+            accepted[conn] = b""
+        for conn in accepted:
+            with contextlib.suppress(BlockingIOError):
+                accepted[conn] += conn.recv(4096)
+        return words in accepted.values()  # the other connection is the proxy's health probe
+
+    try:
+        client.sendall(words)
+        wait_until(relayed, WAIT, "the bytes at the upstream, unchanged")
+        wait_until(lambda: process.take(100) is not None and process.notes, WAIT, "the view saying it cannot read them")
+    finally:
+        for sock in (client, upstream, *accepted):
+            sock.close()
+    assert "not a ZMTP 3 connection" in process.notes[0]

@@ -1,0 +1,233 @@
+"""The `tracewatch` command as a user runs it: the built-in demo in a real terminal
+(tmux), driven by keys and read off the screen; the headless mode; every
+subcommand's --help; and a config typo's exit status and suggestion."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.demo_sessions import demo_variant, write_config
+from tests.support.polling import alive, wait_until
+
+TIMEOUT = 45.0
+"""The demo's stuck rollouts start only once earlier ones free a slot; a loaded
+machine needs the slack. Waits end as soon as their condition holds."""
+
+
+def tracewatch() -> list[str]:
+    """The console script next to this interpreter, else the module: works from any venv."""
+    script = Path(sys.executable).with_name("tracewatch")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tui.cli"]
+
+
+def run_cli(*args: str, home: Path, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TRACEWATCH_HOME": str(home)}
+    return subprocess.run([*tracewatch(), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+class Terminal:
+    """One tmux server on a private socket, one session: type keys, read the screen."""
+
+    def __init__(self, name: str) -> None:
+        self.socket = name
+        self.name = name
+
+    def tmux(self, *args: str) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=10)
+        if done.returncode != 0:
+            raise AssertionError(f"tmux {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def start(self, command: str, cwd: Path) -> None:
+        # remain-on-exit: the last screen stays readable for a failure message
+        self.tmux(
+            "-f", "/dev/null", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "48", "-c", str(cwd), command,
+            ";", "set-option", "-t", self.name, "remain-on-exit", "on",
+        )
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.name)
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", self.name, *keys)
+
+    def pane(self, fmt: str) -> str:
+        return self.tmux("display-message", "-p", "-t", self.name, fmt).strip()
+
+    def wait(self, condition: Callable[[str], object], what: str, timeout: float = TIMEOUT) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if condition(screen):
+                return screen
+            if self.pane("#{pane_dead}") == "1":
+                raise AssertionError(f"the app exited while waiting for {what}:\n{screen}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}; the screen:\n{screen}")
+            time.sleep(0.1)
+
+    def processes(self) -> str:
+        """The pane's process and its children, for a failure message."""
+        pid = self.pane("#{pane_pid}")
+        listing = subprocess.run(["ps", "-ww", "-o", "pid=,ppid=,stat=,args=", "--pid", pid, "--ppid", pid], capture_output=True, text=True)
+        return f"pane pid {pid}: {listing.stdout.strip() or 'gone'}"
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
+
+
+def our_processes(marker: str) -> dict[int, str]:
+    """Live processes whose command line names `marker` (this test's own directory)."""
+    listing = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
+    found = {}
+    for line in listing.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if marker in args and alive(int(pid)):
+            found[int(pid)] = args
+    return found
+
+
+def still_ours(pid: int, marker: str) -> bool:
+    """A pid found earlier still runs a supervisor of this test or a demo server (not
+    a recycled pid)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return marker in args or "core.demo" in args
+
+
+def session_pids(home: Path) -> set[int]:
+    """Every supervisor and server pid the session's supervisor records name."""
+    pids = set()
+    for record in (home / "sessions").glob("*/*/supervisor.json"):
+        data = json.loads(record.read_text())
+        pids.update(pid for pid in (data.get("supervisor_pid"), data.get("child_pid")) if pid)
+    return pids
+
+
+def rows(screen: str, variant: str) -> list[str]:
+    """The table's rows of a variant (its name, then the column gap)."""
+    return [line for line in screen.splitlines() if re.match(rf" {variant} {{2,}}\S", line)]
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux to drive a real terminal (CI installs it)")
+def test_demo_in_a_terminal_cancel_a_rollout_and_a_variant_then_quit(tmp_path: Path) -> None:
+    """The whole product in one command: it shows the demo's rollouts running; the
+    stuck one, found with the filter, is cancelled with `c`; a variant with `x y`;
+    `q` exits 0 and leaves no process behind."""
+    home = tmp_path / "home"
+    recording = tmp_path / "r.twrec"
+    status = tmp_path / "exit-status"
+    command = shlex.join(
+        # COLUMNS/LINES (pytest exports them) would override the terminal's real size
+        ["env", "-u", "COLUMNS", "-u", "LINES", f"TRACEWATCH_HOME={home}", *tracewatch(), "--speed", "4", "--record", str(recording)]
+    ) + f"; echo $? > {shlex.quote(str(status))}"
+    term = Terminal(f"tw-test-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    found: set[int] = set()
+    try:
+        term.start(command, tmp_path)
+        running = re.compile(r"18 rollouts · [1-9]\d* running")
+        term.wait(running.search, "the demo's rollouts to run")
+        tmux_server = int(term.pane("#{pid}"))  # its command line names the home too
+
+        def started() -> bool:
+            """Both supervisors and the servers their records name (one variant may run
+            before the other's supervisor has written its record); all kept for cleanup."""
+            supervisors = {pid for pid, args in our_processes(str(home)).items() if "supervisor" in args}
+            found.update(supervisors | session_pids(home))
+            return len(supervisors) == 2 and len(found) == 4
+
+        wait_until(started, TIMEOUT, "two supervisors and two servers")
+
+        term.keys("/", "stuck")
+        term.wait(lambda s: len(rows(s, "baseline")) == len(rows(s, "candidate")) == 1, "the filter to leave the two stuck rows")
+        term.keys("Enter")
+        # a queued rollout would be cancelled before it starts: wait for the run
+        term.wait(lambda s: all(" agent " in row for row in rows(s, "baseline") + rows(s, "candidate")), "both stuck runs in their agent phase")
+        term.keys("c")
+        screen = term.wait(lambda s: "cancelled" in "".join(rows(s, "baseline")), "the stuck rollout's row to say cancelled")
+        assert "cancelled" not in "".join(rows(screen, "candidate"))
+        term.wait(lambda s: "aborted" in s, "the trace title to give the server's reason")
+
+        term.keys("x")
+        term.wait(lambda s: "Cancel variant baseline?" in s, "the confirmation")
+        term.keys("y")
+        term.wait(lambda s: re.search(r"baseline\s+cancelled\b", s), "baseline's card to say cancelled")
+        screen = term.screen()
+        assert re.search(r"candidate\s+(running|draining)\b", screen), screen
+
+        term.keys("q")
+        # the shell that started the app writes its status (tmux sometimes never
+        # reaps a pane's process under load, so it cannot be asked)
+        deadline = time.monotonic() + TIMEOUT
+        while not (status.exists() and status.read_text().strip()):
+            assert time.monotonic() < deadline, f"the app did not exit; {term.processes()}\n{term.screen()}"
+            time.sleep(0.1)
+        assert status.read_text().strip() == "0", term.screen()
+        found |= session_pids(home)
+        left = {pid: args for pid, args in our_processes(str(home)).items() if pid != tmux_server}
+        assert not [pid for pid in found if alive(pid)] and not left, left
+        assert recording.stat().st_size > 0
+    finally:
+        term.kill()  # the app gets SIGHUP; its supervisors see it go and stop their servers
+        for pid in found:
+            if alive(pid) and still_ours(pid, str(home)):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_headless_prints_progress_and_a_summary_and_fails_on_a_failed_rollout(tmp_path: Path) -> None:
+    """A CI job reads the lines and the status: one failing rollout makes it 1."""
+    config = write_config(tmp_path, [demo_variant("base", ["normal", "failing"]), demo_variant("cand", ["normal"])])
+    recording = tmp_path / "run.twrec"
+    done = run_cli(str(config), "--headless", "--record", str(recording), home=tmp_path / "home")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    for line in ("base: starting", "base: running", "base: done", "cand: running", "cand: done"):
+        assert line in lines
+    for key, task in (("base/0", "normal task"), ("base/1", "failing task"), ("cand/0", "normal task")):
+        assert f"{key} [{task}] running" in lines
+    assert any(re.fullmatch(r"base/0 \[normal task\] done · reward 1 · \d+ turns · \d+ tokens · [\d.]+s", line) for line in lines)
+    failed = next(line for line in lines if line.startswith("base/1 [failing task] failed"))
+    assert "reward -" in failed and "ProviderError" in failed
+    assert lines.index("base/0 [normal task] running") < lines.index("base: done")
+    assert lines[-3:] == [
+        "base: done; 1 done, 1 failed; mean reward 1.000",
+        "cand: done; 1 done; mean reward 1.000",
+        f"recording: {recording}",
+    ]
+    assert recording.stat().st_size > 0
+
+
+@pytest.mark.parametrize("command", [[], ["attach"], ["replay"], ["open"], ["export"]], ids=["main", "attach", "replay", "open", "export"])
+def test_every_command_has_help(command: list[str], tmp_path: Path) -> None:
+    """Each form documents itself and exits 0 without starting anything; each that
+    shows a session can run it without a screen."""
+    done = run_cli(*command, "--help", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: " + " ".join(["tracewatch", *command]))
+    assert ("--headless" in done.stdout) == (command != ["export"])
+    assert not (tmp_path / "sessions").exists(), "help starts nothing"
+
+
+def test_a_config_typo_exits_2_with_a_suggestion(tmp_path: Path) -> None:
+    """A misspelt key names where it is and what was meant, and nothing starts."""
+    config = write_config(tmp_path, [demo_variant("typo", ["normal"], max_concurent=2)])
+    done = run_cli(str(config), "--headless", "--no-record", home=tmp_path / "home")
+    assert done.returncode == 2
+    assert "variants[0].max_concurent: unknown key 'max_concurent'; did you mean 'max_concurrent'?" in done.stderr
+    assert done.stdout == ""
+    assert not (tmp_path / "home" / "sessions").exists(), "nothing may start on a bad config"

@@ -1,0 +1,53 @@
+"""The command line's own words: version, help with defaults."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import pytest
+
+from tests.support.tui_standin import make_engine
+from tui.cli import _live_config, attach_parser, main, where_things_went
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_version(capsys):
+    """Issue 11 item 21."""
+    assert run(capsys, "--version").strip() == f"tracewatch {version('tracewatch')}"
+
+
+def test_attach_help_names_its_defaults(capsys):
+    """Issue 11 item 21: `attach --help` shows what an option is when not given."""
+    text = " ".join(run(capsys, "attach", "--help").split())
+    for default in ("rollouts per task (default: 1)", "(default: 4)", "(default: gpt-4.1-mini)", "(default: OPENAI_API_KEY)"):
+        assert default in text
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_attach_takes_a_short_name_and_a_health_timeout(tmp_path):
+    """Issue 11 items 13 and 22: not "127.0.0.1:42911" in every row; --health-timeout."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "t"}\n')
+    args = attach_parser().parse_args(["tcp://127.0.0.1:42911", "--tasks", str(tasks)])
+    assert _live_config("attach", args).variants[0].name == "attached"
+    args = attach_parser().parse_args(["tcp://127.0.0.1:42911", "--tasks", str(tasks), "--name", "pool", "--health-timeout", "5"])
+    (variant,) = _live_config("attach", args).variants
+    assert (variant.name, variant.health_timeout, variant.attach) == ("pool", 5.0, "tcp://127.0.0.1:42911")
+
+
+def test_after_the_screen_closes_it_says_where_the_recording_and_exports_are(tmp_path):
+    """Issue 11 item 15: --export-dir, and both paths printed on quit."""
+    engine = make_engine(session_dir=tmp_path / "session")
+    engine.recording_path = tmp_path / "r.twrec"
+    engine.export_dir = tmp_path / "mine"
+    assert where_things_went(engine, recorded=True) == [f"recording: {tmp_path / 'r.twrec'}"]
+    path = engine.export_episode("baseline/run0/0")
+    assert path.parent == tmp_path / "mine"
+    assert where_things_went(engine, recorded=True)[1] == f"exported 1 episode(s) to {tmp_path / 'mine'}"
+    assert where_things_went(engine, recorded=False) == [f"exported 1 episode(s) to {tmp_path / 'mine'}"]
