@@ -14,17 +14,18 @@ import msgpack
 from core.recordings.ending import recorded_ending
 from core.recordings.format import Damage
 from core.recordings.reader import Scan, read_header
-from core.run.times import times_of
-from core.session.store import Ending, RolloutFacts, Status, episode_reward, trace_phase
+from core.session.store import Ending, RolloutFacts, Status, rollout_facts
 from core.wire.delta_checks import DeltaValueError, check_scalars
-from core.wire.protocol import UNPACK_OPTIONS, WireTiming
+from core.wire.protocol import UNPACK_OPTIONS
 
 
 class _TraceCounts:
-    """What a table row needs of one trace, counted from its deltas without keeping
-    them: sampled nodes (turns), errors and failed calls, and its latest scalars."""
+    """What a table row needs of one trace (`TraceCounts`), counted from its deltas
+    without keeping them: sampled nodes (turns), errors and failed calls, and its
+    latest scalars; its model calls are not read (`call_spans`)."""
 
     __slots__ = ("turns", "errors", "scalars")
+    call_spans = None
 
     def __init__(self) -> None:
         self.turns = 0
@@ -37,6 +38,14 @@ class _TraceCounts:
         scalars = delta.get("set")
         if isinstance(scalars, dict) and _usable(scalars):
             self.scalars.update(scalars)
+
+    @property
+    def error_count(self) -> int:
+        return self.errors
+
+    @property
+    def has_errors(self) -> bool:
+        return self.errors > 0
 
 
 def _usable(scalars: dict[str, Any]) -> bool:
@@ -96,28 +105,9 @@ class RolloutSummary:
         return Status.RUNNING if self.ending is None else self.ending.status
 
     @property
-    def reward(self) -> float | None:
-        """As the store computes it for a loaded rollout (`episode_reward`)."""
-        return episode_reward(trace.scalars.get("rewards") for trace in self._traces.values())
-
-    @property
     def facts(self) -> RolloutFacts:
         """What the store would show once this rollout's records are loaded."""
-        traces = list(self._traces.values())
-        primary = traces[0] if traces else None
-        phase = times = None
-        if primary is not None:
-            phase = trace_phase(primary.scalars.get("timing") or WireTiming(), primary.scalars.get("ok"), primary.errors > 0)
-            times = times_of(primary.scalars.get("timing"))
-        return RolloutFacts(
-            phase=phase,
-            turns=sum(trace.turns for trace in traces),
-            tokens=sum(int(trace.scalars.get("num_total_tokens") or 0) for trace in traces),
-            reward=self.reward,
-            errors=sum(trace.errors for trace in traces),
-            trace_ids=tuple(self._traces),
-            times=times,
-        )
+        return rollout_facts(self._traces)
 
     def _add(self, offset: int, length: int, record: dict[str, Any]) -> None:
         self._offsets.append(offset)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from core.run.series import Occupancy, Outcome, RunSeries
 from core.run.times import RolloutTimes, call_interval, times_of
@@ -138,23 +138,44 @@ class TraceState:
         return self.record.get("errors") or []
 
     @property
-    def reward(self) -> float | None:
-        return trace_reward(self.record.get("rewards"))
+    def error_count(self) -> int:
+        """Its errors and its failed model calls."""
+        return len(self.errors) + len(self.failed_calls)
 
     @property
-    def tokens(self) -> int:
-        return int(self.record.get("num_total_tokens") or 0)
+    def has_errors(self) -> bool:
+        return bool(self.errors)
 
     @property
-    def phase(self) -> str:
-        return trace_phase(self.timing, self.record.get("ok"), bool(self.errors))
+    def scalars(self) -> Mapping[str, Any]:
+        """Its record, where a row's facts read its scalars (`TraceCounts`)."""
+        return cast(Mapping[str, Any], self.record)
+
+
+class TraceCounts(Protocol):
+    """What a rollout's facts are derived from, per trace (`rollout_facts`): a live
+    `TraceState`, or a recording index's counts of a trace's deltas, so a row reads
+    the same whether its rollout's records are loaded or not."""
+
+    @property
+    def turns(self) -> int: ...
+    @property
+    def error_count(self) -> int: ...
+    @property
+    def has_errors(self) -> bool:
+        """What `trace_phase` weighs for a trace that is not ok."""
+    @property
+    def scalars(self) -> Mapping[str, Any]:
+        """Its latest `timing`, `ok`, `rewards`, `num_total_tokens` and the rest."""
+    @property
+    def call_spans(self) -> array[float] | None: ...
 
 
 @dataclass(frozen=True)
 class RolloutFacts:
-    """What a row shows of a rollout whose records are not loaded: an index's summary
-    of them, or what its traces said before they left memory (`RolloutStore.unload`),
-    so the row reads the same before and after its records are loaded."""
+    """What a row shows of a rollout, derived once from its traces (`rollout_facts`):
+    the store's live ones, an index's counts of recorded ones, or kept when its traces
+    left memory (`RolloutStore.unload`), so the row reads the same in each case."""
 
     phase: str | None
     """The first trace's phase (None: no trace opened)."""
@@ -165,6 +186,28 @@ class RolloutFacts:
     trace_ids: tuple[str, ...] = ()
     times: RolloutTimes | None = None
     """Its first trace's timing spans and model calls (None: no trace opened)."""
+
+
+NO_FACTS = RolloutFacts(None)
+"""A rollout with no trace yet."""
+
+
+def rollout_facts(traces: Mapping[str, TraceCounts]) -> RolloutFacts:
+    """Every fact a row shows, from a rollout's traces (the first is its primary)."""
+    counts = list(traces.values())
+    if not counts:
+        return NO_FACTS
+    primary = counts[0]
+    timing: WireTiming = primary.scalars.get("timing") or WireTiming()
+    return RolloutFacts(
+        phase=trace_phase(timing, primary.scalars.get("ok"), primary.has_errors),
+        turns=sum(trace.turns for trace in counts),
+        tokens=sum(int(trace.scalars.get("num_total_tokens") or 0) for trace in counts),
+        reward=episode_reward(trace.scalars.get("rewards") for trace in counts),
+        errors=sum(trace.error_count for trace in counts),
+        trace_ids=tuple(traces),
+        times=times_of(timing, primary.call_spans),
+    )
 
 
 @dataclass
@@ -195,7 +238,8 @@ class Rollout:
     unavailable: str | None = None
     """Why its traces cannot be shown: they left memory and reading them back failed."""
     _assembly: EpisodeAssembly | None = field(default=None, repr=False)
-    _times: tuple[str, int, RolloutTimes] | None = field(default=None, repr=False, compare=False)
+    _facts: tuple[tuple[tuple[str, int], ...], RolloutFacts] | None = field(default=None, repr=False, compare=False)
+    """Its facts and the (id, revision) of each trace they were derived from."""
     _occupancy: Occupancy | None = field(default=None, repr=False, compare=False)
     """Its times as the run's series last counted them (`RolloutStore._account`)."""
     _outcome: Outcome | None = field(default=None, repr=False, compare=False)
@@ -229,66 +273,47 @@ class Rollout:
     def primary(self) -> TraceState | None:
         return next(iter(self.traces.values()), None)
 
-    @property
-    def _summary(self) -> RolloutFacts | None:
-        return self.facts if not self.traces else None
+    def summary(self) -> RolloutFacts:
+        """What its row shows, as facts that outlive its traces: derived again only
+        when one of its traces changed, or kept while none is loaded."""
+        if not self.traces:
+            return self.facts or NO_FACTS
+        stamp = tuple((trace.id, trace.revision) for trace in self.traces.values())
+        cached = self._facts
+        if cached is None or cached[0] != stamp:
+            cached = self._facts = (stamp, rollout_facts(self.traces))
+        return cached[1]
 
     @property
     def trace_ids(self) -> tuple[str, ...]:
-        if summary := self._summary:
-            return summary.trace_ids
-        return tuple(self.traces)
-
-    def summary(self) -> RolloutFacts:
-        """What its row shows, as facts that outlive its traces."""
-        return RolloutFacts(self._trace_phase, self.turns, self.tokens, self.reward, self.errors, self.trace_ids, self.times)
+        return self.summary().trace_ids
 
     @property
     def times(self) -> RolloutTimes | None:
-        """Where its first trace's time went; read again only when that trace changed."""
-        primary = self.primary
-        if primary is None:
-            return self.facts.times if self.facts else None
-        cached = self._times
-        if cached is None or cached[0] != primary.id or cached[1] != primary.revision:
-            cached = self._times = (primary.id, primary.revision, times_of(primary.timing, primary.call_spans))
-        return cached[2]
-
-    @property
-    def _trace_phase(self) -> str | None:
-        """Its primary trace's phase, or the one kept when its traces left memory."""
-        primary = self.primary
-        return primary.phase if primary is not None else self.facts.phase if self.facts else None
+        """Where its first trace's time went."""
+        return self.summary().times
 
     @property
     def turns(self) -> int:
-        if summary := self._summary:
-            return summary.turns
-        return sum(trace.turns for trace in self.traces.values())
+        return self.summary().turns
 
     @property
     def tokens(self) -> int:
-        if summary := self._summary:
-            return summary.tokens
-        return sum(trace.tokens for trace in self.traces.values())
+        return self.summary().tokens
 
     @property
     def errors(self) -> int:
-        if summary := self._summary:
-            return summary.errors
-        return sum(len(trace.errors) + len(trace.failed_calls) for trace in self.traces.values())
+        return self.summary().errors
 
     @property
     def reward(self) -> float | None:
-        if summary := self._summary:
-            return summary.reward
-        return episode_reward(t.record.get("rewards") for t in self.traces.values())
+        return self.summary().reward
 
     @property
     def phase(self) -> str:
         if self.status in (Status.QUEUED, Status.CANCELLED, Status.CANCELLING):
             return self.status.value
-        phase = self._trace_phase
+        phase = self.summary().phase
         if phase is None:
             return "failed" if self.status is Status.FAILED else "starting"
         return "error" if self.status is Status.FAILED else phase
@@ -482,14 +507,14 @@ class RolloutStore:
         rollout.facts = rollout.summary()
         rollout.traces = {}
         rollout.record = None
-        rollout._assembly = None
+        rollout._assembly = rollout._facts = None
 
     def reload(self, key: str, loaded: Rollout) -> None:
         """An unloaded rollout's traces back, from `loaded`: the same rollout rebuilt
         from its recorded records."""
         rollout = self.rollouts[key]
         rollout.traces, rollout.record, rollout._assembly = loaded.traces, loaded.record, loaded._assembly
-        rollout.facts = rollout.unavailable = None
+        rollout.facts = rollout.unavailable = rollout._facts = None
         self._touch(rollout)
 
     def started(self, key: str, request_id: str, t: float | None = None) -> None:

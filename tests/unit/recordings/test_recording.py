@@ -321,9 +321,9 @@ def test_index_loads_exactly_each_rollouts_records(tmp_path):
     assert (baseline.deltas, baseline.records) == (4, 7)
     assert (baseline.first_t, baseline.last_t) == (2.0, 7.0)
     assert baseline.status is Status.DONE
-    assert math.isclose(baseline.reward, 1.0)  # 0.5 x weight 2
+    assert math.isclose(baseline.facts.reward, 1.0)  # 0.5 x weight 2
     assert candidate.status is Status.CANCELLED
-    assert candidate.reward is None
+    assert candidate.facts.reward is None
     assert (candidate.deltas, candidate.records) == (1, 4)
 
 
