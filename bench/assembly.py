@@ -7,7 +7,7 @@ repeated for stable timings) and a synthetic long rollout (200 turns whose nodes
 carry 4,000 token ids, mask and logprobs each, as a trainer's server sends them).
 Each pass decodes every frame and applies it to a fresh assembly, as a client does.
 
-    python bench/assembly.py [--repeat N]
+    python -m bench.assembly [--repeat N]
 """
 
 from __future__ import annotations

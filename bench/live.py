@@ -17,7 +17,7 @@ drawn, rows on screen), peak RSS growth / bytes received and the RSS growth once
 stream has ended (finished rollouts may have left memory: `core.recordings.eviction`),
 the longest GC pause (wall time) and the most CPU a collection took.
 
-    .venv/bin/python bench/live.py [--rollouts 256 --turns 200 --tokens 100 --concurrent 64]
+    python -m bench.live [--rollouts 256 --turns 200 --tokens 100 --concurrent 64]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ prober asks the server for health over both routes in turn, under the very same
 load, so the added latency is the proxy route's round trip minus the direct one's
 (two frames each: the request and the reply).
 
-    python bench/proxy.py [--runs 256 --turns 12 --tokens 400 --rounds 2]
+    python -m bench.proxy [--runs 256 --turns 12 --tokens 400 --rounds 2]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ against 256 in the same run. Prints each shutdown step's time: cancelling the ru
 the wire, waiting for their replies, stopping the dispatch, closing the client and the
 recorder.
 
-    .venv/bin/python bench/quit.py [--rollouts 5000 --baseline 256]
+    python -m bench.quit [--rollouts 5000 --baseline 256]
 """
 
 from __future__ import annotations

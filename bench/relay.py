@@ -8,7 +8,7 @@ time counts until every viewer (a bare DEALER in its own process, counting) has
 received every message, so the relay thread's packing and sending, which shares the
 driver's interpreter, is in the figure too.
 
-    python bench/relay.py [--copies 100 --rounds 3]
+    python -m bench.relay [--copies 100 --rounds 3]
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ the bytecode is compiled first, as an installed package has it. Each reports:
   lands;
 - the longest GC pause.
 
-    .venv/bin/python bench/scale5k.py [--rollouts 5000 --baseline 256 --load-seconds 15]
+    python -m bench.scale5k [--rollouts 5000 --baseline 256 --load-seconds 15]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ derive (turns, phase, activity, changed-set), on the recorded verifiers stream a
 a long synthetic rollout with token arrays. Also the cost of one UI look
 (`take_changes`) after a burst, at 100 and 5,000 rollouts.
 
-    python bench/store.py
+    python -m bench.store
 """
 
 from __future__ import annotations

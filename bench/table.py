@@ -5,7 +5,7 @@ each `status:running` typed: most keys let the same rollouts through and look at
 row), clearing the filter, a sort and the first draw cost against that tick, in the
 same run. Each step includes drawing the visible lines.
 
-    /work/venv/bin/python bench/table.py
+    python -m bench.table
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ rows show, until every row is in the table, and from `q` until the app has exite
 (every run cancelled, every rollout ended and recorded, the server stopped), for 100,000 tasks
 against 100 tasks in the same run. Also reading and validating the tasks file.
 
-    .venv/bin/python bench/tasks.py [TASKS]
+    python -m bench.tasks [TASKS]
 """
 
 from __future__ import annotations

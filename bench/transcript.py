@@ -10,7 +10,7 @@ Times, inside a headless Textual app, against baselines measured in the same run
 - `render_line` for a screenful after a scroll jump, every line laid out (cold strip
   cache), vs rendering every line (a view that is not virtualised).
 
-Run: python bench/transcript.py
+Run: python -m bench.transcript
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What checking every delta at the boundary costs (`core.wire.delta_checks`): the
 client's path (decode, check, apply) against the same path with the check left out,
-with the first, straightforward check (tests/delta_checks_reference.py, the oracle
+with the first, straightforward check (tests/support/delta_checks_reference.py, the oracle
 the fast one is tested against) in its place, and against verifiers 0.4.0's own
 assembly, measured in the same process on the streams `bench/assembly.py` uses; and
 the check's own time per delta.
 
-    python bench/validation.py [--repeat N]
+    python -m bench.validation [--repeat N]
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tests grouped by what they exercise: unit/, integration/, app/, terminal/; shared helpers in support/."""

@@ -1,7 +1,7 @@
 """Golden screenshots (pytest-textual-snapshot) of the screens a user reads most, on
 a frozen clock and fixed data: the stand-in session over the recorded verifiers 0.4.0
 stream, and a recording written from it. `pytest --snapshot-update` rewrites them
-after a deliberate change; look at `tests/__snapshots__/` before committing."""
+after a deliberate change; look at `__snapshots__/` beside this file before committing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The real `vf-eval` of verifiers 0.4.0 as a supervised variant: a local fake model,
-a small local taskset (`interop/tw_evalset.py`) on the subprocess runtime, and the tap
+a small local taskset (`tests/support/interop/tw_evalset.py`) on the subprocess runtime, and the tap
 injected through a `sitecustomize` streaming every in-process rollout back."""
 
 from __future__ import annotations

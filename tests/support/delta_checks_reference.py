@@ -1,6 +1,6 @@
 """The boundary check as first written (`core.wire.delta_checks` before its fast
 rewrite): a typed pass over what readers use, then a separate walk of every container
-for depth. Kept only as the oracle the fast check is held to (tests/test_delta_checks.py):
+for depth. Kept only as the oracle the fast check is held to (tests/unit/wire/test_delta_checks.py):
 both must reject exactly the same deltas."""
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The `tracewatch` command as a user runs it, in a real terminal (tmux)."""

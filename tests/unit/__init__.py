@@ -1,0 +1,1 @@
+"""One part of core or tui in process, by package."""

@@ -1,4 +1,4 @@
-"""A tiny verifiers taskset for tests/test_serve_verifiers.py: three arithmetic tasks
+"""A tiny verifiers taskset for tests/integration/test_serve_verifiers.py: three arithmetic tasks
 with a task-specific field (`answer`), loaded by import name as verifiers loads any
 taskset plugin."""
 

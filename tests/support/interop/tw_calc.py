@@ -2,7 +2,7 @@
 the built-in `bash` harness on the `subprocess` runtime.
 
 verifiers loads plugins by import name, so this module must be importable in the
-server process (`tests/interop` goes on its PYTHONPATH). It exports one `Taskset`
+server process (`tests/support/interop` goes on its PYTHONPATH). It exports one `Taskset`
 and one `Harness`, which makes this harness the taskset's default.
 """
 

@@ -1,6 +1,6 @@
 """The boundary check (`core.wire.delta_checks`) is one fast pass that checks types
 where readers look and walks for depth only what no rule names. It is held to the
-straightforward check it replaced (tests/delta_checks_reference.py): on real
+straightforward check it replaced (tests/support/delta_checks_reference.py): on real
 verifiers deltas mutated anywhere, at any depth, both reject exactly the same ones."""
 
 from __future__ import annotations
