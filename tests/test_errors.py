@@ -15,8 +15,6 @@ from core.errors import TracewatchError
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACEWATCH = Path(sys.executable).with_name("tracewatch")
-GUEST = ("core.serve_verifiers", "core.taps.inject")
-"""Code that runs in another program's interpreter and imports nothing of core."""
 
 
 def _core_modules() -> list[str]:
@@ -24,7 +22,7 @@ def _core_modules() -> list[str]:
     for path in sorted((ROOT / "core").rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if parts[-1] != "__main__" and not name.startswith(GUEST):
+        if parts[-1] != "__main__":
             names.append(name)
     return names
 

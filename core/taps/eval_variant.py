@@ -1,10 +1,9 @@
 """A variant that is an eval run: `vf-eval ...` under our supervisor, with the tap in
-`core/taps/inject/` on its PYTHONPATH streaming every in-process rollout back.
+`tracewatch_guest/inject/` on its PYTHONPATH streaming every in-process rollout back.
 
-The child pushes [kind, run, payload, dropped] messages to a PULL socket bound here on
-127.0.0.1: `begin` (task data, model, sampling), `delta` (verifiers' own delta
-bytes), `reply` (a served-style reply), `run_dir` (where vf-eval writes its
-traces.jsonl). The eval is ours to stop (SIGTERM, grace, SIGKILL; vf-eval exits 130
+The child pushes the tap framing (`tracewatch_guest.framing`) to a PULL socket bound
+here on 127.0.0.1: each run's begin, deltas and reply, and where vf-eval writes its
+traces.jsonl (`run_dir`). The eval is ours to stop (SIGTERM, grace, SIGKILL; vf-eval exits 130
 on SIGTERM: cancelled). One rollout is not: vf-eval's runner (`gather_rollouts`)
 cancels every rollout when one of them ends by an exception, a cancel included.
 """
@@ -31,9 +30,10 @@ from core.supervision.child import ChildError, SupervisedChild
 from core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
 from core.taps.tap_variant import TapVariant
 from core.wire.protocol import unpack
+from tracewatch_guest import inject
+from tracewatch_guest.framing import ADDRESS_VAR, RUN_DIR, decode
 
-INJECT_DIR = Path(__file__).resolve().parent / "inject"
-ADDRESS_VAR = "TRACEWATCH_TAP"
+INJECT_DIR = Path(inject.__file__).resolve().parent
 RECEIVE_QUEUE = 100_000
 QUIET_AFTER_EXIT = 0.3
 """After the eval exits, what it sent last is awaited until this long passes without a message."""
@@ -209,20 +209,19 @@ class EvalVariant(TapVariant, CapturedChild):
         self.unread = await queue.read_at_stop(self._handle, lambda: max(exited, self._cancelled_at) + STOP_SECONDS, QUIET_AFTER_EXIT)
 
     def _handle(self, frames: list[bytes]) -> None:
-        if len(frames) != 4:
+        message = decode(frames)
+        if message is None:
             return
-        kind, run, payload, dropped = frames
-        with contextlib.suppress(ValueError):
-            if int(dropped) != self.dropped:
-                self.dropped = int(dropped)
-                self.store.touch_variant(self.name)
+        if message.dropped is not None and message.dropped != self.dropped:
+            self.dropped = message.dropped
+            self.store.touch_variant(self.name)
         try:
-            if not self.runs.message(kind, run, payload) and kind == b"run_dir":
-                self.run_dir = str(unpack(payload).get("path"))
+            if not self.runs.message(message.kind, message.run, message.payload) and message.kind == RUN_DIR:
+                self.run_dir = str(unpack(message.payload).get("path"))
                 self._event("run_dir", path=self.run_dir)
                 self.store.touch_variant(self.name)
         except Exception as error:  # one odd message must not stop the view of the rest
-            self.runs.lose(run, f"a tap message could not be read: {error!r}")
+            self.runs.lose(message.run, f"a tap message could not be read: {error!r}")
 
     # -- stopping ------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from core.session.store import RolloutStore
 from core.text import short_repr
 from core.wire.assembly import AssemblyError
 from core.wire.protocol import RunResponse, is_aborted, unpack
+from tracewatch_guest.framing import BEGIN, DELTA, REPLY
 
 
 def run_note(model: Any, sampling: Any) -> str:
@@ -73,14 +74,14 @@ class ObservedRuns:
         return rollout.key
 
     def message(self, kind: bytes, run: bytes, payload: bytes) -> bool:
-        """A tap's [kind, run, payload] news of a run (begin, delta, reply) fed in;
-        False for a kind that is not news of a run (the tap's own to read)."""
-        if kind == b"delta":
+        """A tap's news of a run (`tracewatch_guest.framing`: begin, delta, reply) fed
+        in; False for a kind that is not news of a run (the tap's own to read)."""
+        if kind == DELTA:
             self.delta(run, unpack(payload))
-        elif kind == b"begin":
+        elif kind == BEGIN:
             begin = unpack(payload)
             self.begin(run, begin.get("task_data"), f"{self.variant}-{run.decode()}", model=begin.get("model"), sampling=begin.get("sampling"))
-        elif kind == b"reply":
+        elif kind == REPLY:
             self.reply(run, unpack(payload))
         else:
             return False

@@ -22,6 +22,7 @@ from core.session.contracts import VariantState
 from core.session.store import RolloutStore
 from core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
 from core.taps.tap_variant import TapVariant
+from tracewatch_guest.framing import BYE, HELLO, WELCOME, decode
 
 WELCOME_TIMEOUT = 5.0
 NOT_OURS = "a relay only publishes: the runs belong to the program that drives them"
@@ -44,7 +45,7 @@ def check_relay_address(address: str, timeout: float = 2.0) -> None:
 def _bye(dealer: zmq.asyncio.Socket) -> None:
     """Tell the relay to send us no more (again is harmless)."""
     with contextlib.suppress(zmq.ZMQError):
-        dealer.send_multipart([b"bye"], zmq.NOBLOCK)
+        dealer.send_multipart([BYE], zmq.NOBLOCK)
 
 
 class RelayViewer(TapVariant):
@@ -110,14 +111,14 @@ class RelayViewer(TapVariant):
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.connect(self.address)
         try:
-            await dealer.send_multipart([b"hello"])
+            await dealer.send_multipart([HELLO])
             try:
                 frames = await asyncio.wait_for(dealer.recv_multipart(), WELCOME_TIMEOUT)
             except TimeoutError:
                 self.reason = f"no relay answered at {self.address} within {WELCOME_TIMEOUT:g}s (is it a tracewatch_relay.Relay?)"
                 self._set(VariantState.FAILED)
                 return
-            if frames[:1] != [b"welcome"]:
+            if frames[:1] != [WELCOME]:
                 self.reason = f"{self.address} answered {frames[:1]!r}, not a tracewatch relay's welcome"
                 self._set(VariantState.FAILED)
                 return
@@ -137,17 +138,16 @@ class RelayViewer(TapVariant):
             context.term()
 
     def _handle(self, frames: list[bytes]) -> None:
-        if len(frames) != 4:
+        message = decode(frames)
+        if message is None:
             return
-        kind, run, payload, dropped = frames
-        with contextlib.suppress(ValueError):
-            if int(dropped) > self.dropped:
-                self.dropped = int(dropped)
-                self._say(f"the relay dropped messages for us ({self.dropped:,} so far); runs in flight lose their view")
-                for lost in list(self.runs.keys):
-                    self.runs.lose(lost, "the relay dropped messages for this viewer")
-                self.store.touch_variant(self.name)
+        if message.dropped is not None and message.dropped > self.dropped:
+            self.dropped = message.dropped
+            self._say(f"the relay dropped messages for us ({self.dropped:,} so far); runs in flight lose their view")
+            for lost in list(self.runs.keys):
+                self.runs.lose(lost, "the relay dropped messages for this viewer")
+            self.store.touch_variant(self.name)
         try:
-            self.runs.message(kind, run, payload)
+            self.runs.message(message.kind, message.run, message.payload)
         except Exception as error:  # one odd message must not stop the view of the rest
-            self.runs.lose(run, f"a relay message could not be read: {error!r}")
+            self.runs.lose(message.run, f"a relay message could not be read: {error!r}")

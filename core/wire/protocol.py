@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import TracewatchError
 from core.text import short_repr
+from tracewatch_guest.framing import ABORTED_ERROR as ABORTED_ERROR  # verifiers' words, which guest code sends too
 
 KIND_DELTA = b"delta"
 KIND_REPLY = b"reply"
@@ -38,9 +39,6 @@ PHASES: tuple[Phase, ...] = ("boot", "setup", "agent", "finalize", "scoring")
 AgentPart = Literal["model", "harness"]
 AGENT_PARTS: tuple[AgentPart, ...] = ("model", "harness")
 """The agent span's two parts, as the server times them."""
-
-ABORTED_ERROR = "Cancelled: rollout aborted"
-"""The reply error verifiers' server sends for a run a cancel aborted."""
 
 
 def is_aborted(error: str | None) -> bool:

@@ -3,21 +3,18 @@ server; viewers (`tracewatch tap`) connected early and late see the same runs.""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import re
 import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
-import tracewatch_relay
 from core.engine.live import Engine
 from core.ports import free_address
 from core.session.config import Config
@@ -128,13 +125,6 @@ async def test_a_listener_that_is_not_a_relay_fails_the_viewer_with_the_reason(v
         assert isinstance(variant, RelayViewer)
         await asyncio.wait_for(variant.wait(), WAIT)
     assert variant.state is VariantState.FAILED and "no relay answered" in (variant.reason or "")
-
-
-def test_the_relay_imports_only_the_standard_library_pyzmq_and_msgpack() -> None:
-    tree = ast.parse(Path(tracewatch_relay.__file__).read_text())
-    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert names - set(sys.stdlib_module_names) <= {"zmq", "msgpack"}
 
 
 BACKLOG = 50_000

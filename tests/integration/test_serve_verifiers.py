@@ -39,7 +39,7 @@ def child_env(tmp_path: Path) -> dict[str, str]:
 
 
 def launch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "core.serve_verifiers", *args]
+    argv = [sys.executable, "-m", "tracewatch_guest.serve_verifiers", *args]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -102,7 +102,7 @@ def test_bad_env_configs_say_what_and_where(tmp_path, child_env, toml, expected)
 def test_without_verifiers_it_says_how_to_get_it(env_config, child_env):
     # `-S` leaves out site-packages: a Python without verifiers (or tracewatch), where
     # the launcher still runs as a plain script
-    argv = [sys.executable, "-S", str(REPO / "core" / "serve_verifiers.py"), "--env-config", str(env_config)]
+    argv = [sys.executable, "-S", str(REPO / "tracewatch_guest" / "serve_verifiers.py"), "--env-config", str(env_config)]
     result = subprocess.run(argv, env={**child_env, "PYTHONPATH": ""}, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "verifiers is not installed" in result.stderr and sys.executable in result.stderr
@@ -116,7 +116,7 @@ async def test_serves_health_and_stops_cleanly_on_sigterm(env_config, child_env,
     if workers is not None:
         args += ["--workers", str(workers)]
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "core.serve_verifiers", *args,
+        sys.executable, "-m", "tracewatch_guest.serve_verifiers", *args,
         env=child_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     client = None

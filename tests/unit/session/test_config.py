@@ -67,7 +67,7 @@ def test_verifiers_example_runs_the_launcher_in_the_config_directory(tmp_path):
     assert [v.model for v in config.variants] == ["Qwen/Qwen3-4B", "Qwen/Qwen3-8B"]
     assert first.working_dir() == tmp_path / "examples"
     assert first.server_argv(7000) == [
-        sys.executable, "-m", "core.serve_verifiers", "--env-config", "verifiers/env.toml",
+        sys.executable, "-m", "tracewatch_guest.serve_verifiers", "--env-config", "verifiers/env.toml",
         "--address", "tcp://127.0.0.1:7000",
     ]
     assert first.client_config() == ClientConfig(base_url="http://127.0.0.1:8000/v1", api_key_var="OPENAI_API_KEY")
@@ -365,7 +365,7 @@ def test_demo_tasks_are_what_the_demo_server_prints():
 
 def test_core_config_and_the_launcher_import_neither_textual_nor_verifiers():
     code = (
-        "import sys, core.session.config, core.serve_verifiers;"
+        "import sys, core.session.config, tracewatch_guest.serve_verifiers;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'verifiers')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

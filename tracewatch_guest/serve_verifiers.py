@@ -1,7 +1,7 @@
 """Serve a verifiers env for tracewatch, from the Python environment it is installed in.
 
-    python -m core.serve_verifiers --env-config env.toml [--address tcp://127.0.0.1:5000] [--workers N]
-    python -m core.serve_verifiers --env-config env.toml --write-tasks tasks.jsonl [--limit N]
+    python -m tracewatch_guest.serve_verifiers --env-config env.toml [--address tcp://127.0.0.1:5000] [--workers N]
+    python -m tracewatch_guest.serve_verifiers --env-config env.toml --write-tasks tasks.jsonl [--limit N]
 
 The env config is the `[env]` block of a vf-eval config (and optionally its `[serve]`
 block); tracewatch sends each rollout's model, endpoint and sampling itself, so the
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m core.serve_verifiers",
+        prog="python -m tracewatch_guest.serve_verifiers",
         description="Serve a verifiers env over its ZMQ wire for tracewatch, or write its tasks as JSONL.",
     )
     parser.add_argument("--env-config", required=True, help="TOML file with an [env] table (and optionally [serve])")
@@ -82,7 +82,7 @@ def _require_verifiers() -> None:
         if error.name == "verifiers":
             raise LaunchError(
                 f"verifiers is not installed for {sys.executable}. Run this launcher with the "
-                "Python that has your env installed (e.g. `uv run python -m core.serve_verifiers ...` "
+                "Python that has your env installed (e.g. `uv run python -m tracewatch_guest.serve_verifiers ...` "
                 "in your env's project), or install it here: pip install 'verifiers==0.4.0'"
             ) from None
         if error.name == "verifiers.v1" or error.name == "verifiers.v1.serve":

@@ -10,8 +10,8 @@ a served-style reply (the episode head and per-trace counts) to tracewatch. When
 It runs inside someone else's program, so: only the standard library, pyzmq and
 msgpack (without pyzmq it says so on stderr and does nothing); nothing named `core`
 or `tui` is imported (the user's project may have such packages); an existing
-`sitecustomize` still runs; sending never blocks (a full queue drops the message and
-counts it); and nothing here ever raises into the eval.
+`sitecustomize` still runs; sending never blocks (a full queue drops the
+message and counts it); and nothing here ever raises into the eval.
 """
 
 from __future__ import annotations
@@ -19,17 +19,22 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import itertools
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-ADDRESS_VAR = "TRACEWATCH_TAP"
+if TYPE_CHECKING:
+    from tracewatch_guest import framing
+
 QUEUE = 10_000
 """Messages that may wait for tracewatch before new ones are dropped (and counted)."""
 LINGER_MS = 3000
 """How long the eval's exit waits for queued messages to reach tracewatch."""
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_GUEST = os.path.dirname(_HERE)
+GUEST_PACKAGE = "tracewatch_guest"
 
 
 def _say(message: str) -> None:
@@ -57,6 +62,26 @@ def _chain() -> None:
             sys.modules["sitecustomize"] = ours
 
 
+def _load_framing() -> Any:
+    """`tracewatch_guest.framing`, from the package this file belongs to. The folder
+    that holds the package holds tracewatch's `core` and `tui` too, so it cannot go on
+    the eval's path: the package is imported from its own file, its folder alone its path."""
+    if GUEST_PACKAGE not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            GUEST_PACKAGE, os.path.join(_GUEST, "__init__.py"), submodule_search_locations=[_GUEST]
+        )
+        if spec is None or spec.loader is None:
+            raise ImportError(f"no {GUEST_PACKAGE} package at {_GUEST}")
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[GUEST_PACKAGE] = package
+        try:
+            spec.loader.exec_module(package)
+        except BaseException:
+            sys.modules.pop(GUEST_PACKAGE, None)
+            raise
+    return importlib.import_module(f"{GUEST_PACKAGE}.framing")
+
+
 class _Sender:
     """One PUSH socket to tracewatch; every send is non-blocking."""
 
@@ -73,7 +98,7 @@ class _Sender:
         self._socket.connect(address)
         self.dropped = 0
         self._ids = itertools.count()
-        self.send(b"hello", b"", self._pack({"pid": os.getpid(), "argv": sys.argv}, use_bin_type=True))
+        self.send(framing.HELLO, framing.NO_RUN, self.packed({"pid": os.getpid(), "argv": sys.argv}))
 
     def new_run(self) -> bytes:
         return str(next(self._ids)).encode()
@@ -83,7 +108,7 @@ class _Sender:
 
     def send(self, kind: bytes, run: bytes, payload: bytes) -> None:
         try:
-            self._socket.send_multipart([kind, run, payload, str(self.dropped).encode()], self._zmq.NOBLOCK)
+            self._socket.send_multipart(framing.encode(kind, run, payload, self.dropped), self._zmq.NOBLOCK)
         except self._zmq.Again:
             self.dropped += 1
         except Exception:
@@ -104,14 +129,14 @@ def _connect() -> _Sender | None:
     global _sender
     if _sender is None:
         try:
-            _sender = _Sender(os.environ[ADDRESS_VAR])
+            _sender = _Sender(os.environ[framing.ADDRESS_VAR])
         except ImportError as error:
             _say(f"cannot stream rollouts to tracewatch: {error.name or error} is not installed in this environment (pip install pyzmq msgpack)")
-            os.environ.pop(ADDRESS_VAR, None)
+            os.environ.pop(framing.ADDRESS_VAR, None)
             return None
         except Exception as error:
             _say(f"cannot stream rollouts to tracewatch: {error!r}")
-            os.environ.pop(ADDRESS_VAR, None)
+            os.environ.pop(framing.ADDRESS_VAR, None)
             return None
         import atexit
 
@@ -123,20 +148,8 @@ def _reply_of(episode: Any) -> dict[str, Any]:
     """What a served run replies: the episode without its traces, and their sizes."""
     from verifiers.v1.serve.delta import dump
 
-    return {
-        "success": True,
-        "error": None,
-        "head": dump(episode, exclude={"traces"}),
-        "traces": [{"id": t.id, "nodes": len(t.nodes), "calls": len(t.calls)} for t in episode.traces],
-    }
-
-
-def _failed(error: BaseException) -> dict[str, Any]:
-    import asyncio
-
-    if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
-        return {"success": False, "error": "Cancelled: rollout aborted"}
-    return {"success": False, "error": f"{type(error).__name__}: {error}"}
+    traces = ((t.id, len(t.nodes), len(t.calls)) for t in episode.traces)
+    return framing.served_reply(dump(episode, exclude={"traces"}), traces)
 
 
 def _wrap_run_slot(env_module: Any) -> None:
@@ -146,7 +159,7 @@ def _wrap_run_slot(env_module: Any) -> None:
         return
 
     async def run_slot(self: Any, slot: Any, ctx: Any, semaphore: Any = None, on_complete: Any = None, on_trace: Any = None) -> Any:
-        sender = _connect() if os.environ.get(ADDRESS_VAR) else None
+        sender = _connect() if os.environ.get(framing.ADDRESS_VAR) else None
         streamer = None
         if sender is not None:
             try:
@@ -154,16 +167,16 @@ def _wrap_run_slot(env_module: Any) -> None:
 
                 run = sender.new_run()
                 task = slot.task
-                begin = {
-                    "task_data": dump(task.data),
-                    "task_key": getattr(task, "key", None),
-                    "model": getattr(ctx, "model", None),
-                    "sampling": dump(ctx.sampling) if getattr(ctx, "sampling", None) is not None else None,
-                }
-                sender.send(b"begin", run, pack(begin))
+                begin = framing.begin_payload(
+                    dump(task.data),
+                    getattr(ctx, "model", None),
+                    dump(ctx.sampling) if getattr(ctx, "sampling", None) is not None else None,
+                    task_key=getattr(task, "key", None),
+                )
+                sender.send(framing.BEGIN, run, pack(begin))
 
                 async def send(delta: dict[str, Any], sender: _Sender = sender) -> None:
-                    sender.send(b"delta", run, pack(delta))
+                    sender.send(framing.DELTA, run, pack(delta))
 
                 streamer = DeltaStreamer(lambda: slot.traces, send)
                 await streamer.__aenter__()
@@ -186,13 +199,13 @@ def _wrap_run_slot(env_module: Any) -> None:
         except BaseException as error:
             try:
                 await streamer.__aexit__(type(error), error, None)
-                sender.send(b"reply", run, pack(_failed(error)))
+                sender.send(framing.REPLY, run, pack(framing.failed_reply(error)))
             except BaseException:
                 pass
             raise
         try:
             await streamer.__aexit__(None, None, None)
-            sender.send(b"reply", run, pack(_reply_of(episode)))
+            sender.send(framing.REPLY, run, pack(_reply_of(episode)))
         except Exception as error:
             _say(f"the end of a rollout could not be streamed: {error!r}")
         return episode
@@ -208,9 +221,9 @@ def _wrap_output_path(runner_module: Any) -> None:
 
     def output_path(config: Any) -> Any:
         path = original(config)
-        sender = _connect() if os.environ.get(ADDRESS_VAR) else None
+        sender = _connect() if os.environ.get(framing.ADDRESS_VAR) else None
         if sender is not None:
-            sender.send(b"run_dir", b"", sender.packed({"path": os.path.abspath(str(path))}))
+            sender.send(framing.RUN_DIR, framing.NO_RUN, sender.packed({"path": os.path.abspath(str(path))}))
         return path
 
     runner_module.output_path = output_path
@@ -243,8 +256,10 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def _install() -> None:
+    global framing  # bound here, not imported: see `_load_framing`
     _chain()
-    if os.environ.get(ADDRESS_VAR):
+    framing = _load_framing()
+    if os.environ.get(framing.ADDRESS_VAR):
         sys.meta_path.insert(0, _Finder())
 
 
