@@ -28,6 +28,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.retention import freeze_startup
 from core.session.store import Rollout, Status
+from core.tokens.tokenizer import Tokenizers
 from tui.compare_view import CompareView
 from tui.filter_field import FilterField
 from tui.footer import SteadyFooter
@@ -41,7 +42,9 @@ from tui.rollouts_table import RolloutsTable
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.side_by_side import SideBySideScreen
 from tui.timing_view import TimingView
+from tui.token_view import TokenScreen
 from tui.trace_pane import TracePane
+from tui.transcript import Transcript
 from tui.variants_panel import VariantCard, VariantsPanel
 
 TICK = 1 / 30
@@ -68,9 +71,10 @@ class TracewatchApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-medium"), (180, "-wide")]
     BINDINGS = bindings("app", "replay")
 
-    def __init__(self, engine: SessionView, *, title: str | None = None) -> None:
+    def __init__(self, engine: SessionView, *, title: str | None = None, tokenizers: Tokenizers | None = None) -> None:
         super().__init__()
         self.engine = engine
+        self.tokenizers = tokenizers or Tokenizers()
         self.store = engine.store
         self.title = title or "tracewatch"
         self.selected: str | None = None
@@ -513,6 +517,17 @@ class TracewatchApp(App[None]):
         transcript = self.trace_pane.transcript
         transcript.action_toggle_follow()
         self.notify("Following the newest turn." if transcript.following else "Follow off.")
+
+    @on(Transcript.TokensWanted)
+    def action_tokens(self) -> None:
+        transcript = self.trace_pane.transcript
+        state, node, rollout = transcript.trace_state, transcript.selected_node(), self._rollout()
+        if state is None or node is None or rollout is None:
+            self.notify("Open a trace with messages first.", severity="warning")
+            return
+        variant = self.engine.variants.get(rollout.variant)
+        text, note = self.tokenizers.for_variant(rollout.variant, variant.model if variant is not None else None)
+        self.push_screen(TokenScreen(state, node, text, note, f"{rollout.variant} · {rollout.task_label}"))
 
     def action_copy(self) -> None:
         block = self.trace_pane.transcript.selected_block()

@@ -22,11 +22,13 @@ from core.session.session import Session
 from core.session.store import Rollout
 from core.taps.forwarder import check_proxy_addresses
 from core.taps.relay_viewer import check_relay_address
+from core.tokens.tokenizer import Tokenizers, find_tokenizer
 
 COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare")
 
 
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
+    parser.add_argument("--tokenizer", metavar="T", help="token text for the token view (t): a tokenizer.json, a folder holding one, or a model name in the local Hugging Face cache (never downloaded); default: each variant's own")
     parser.add_argument("--headless", action="store_true", help="no screen: print one line per rollout event and a summary; exit 0 only if every rollout finished without error")
     parser.add_argument("--export-dir", type=Path, metavar="DIR", help="where `e` writes episodes (default: the session's folder under $TRACEWATCH_HOME/sessions)")
     if live:
@@ -278,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
             return export(args)
         if command == "compare":
             return compare_sources(args)
+        if args.tokenizer is not None:
+            find_tokenizer(args.tokenizer)
+        config = None
         if command in ("replay", "open"):
             engine = _offline_session(command, args)
         else:
@@ -293,10 +298,19 @@ def main(argv: list[str] | None = None) -> int:
     if not args.headless:
         from tui.app import TracewatchApp  # noqa: F401 - imported before the freeze: its modules are startup state
     with FreezeAfterSlowCollections():
-        return _run(engine, args, recorded=command not in ("replay", "open"))
+        return _run(engine, args, recorded=command not in ("replay", "open"), tokenizers=_tokenizers(args, config))
 
 
-def _run(engine: Session, args: argparse.Namespace, recorded: bool) -> int:
+def _tokenizers(args: argparse.Namespace, config: Config | None) -> Tokenizers:
+    """The command line's tokenizer, else each variant's; the demo's model reads with
+    the demo's tokenizer, so a demo recording shows text when replayed or opened."""
+    from core.demo.config import MODEL, TOKENIZER
+
+    by_variant = {variant.name: variant.tokenizer for variant in config.variants if variant.tokenizer} if config else {}
+    return Tokenizers(args.tokenizer, by_variant, {MODEL: str(TOKENIZER)})
+
+
+def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: Tokenizers) -> int:
     if args.headless:
         from core.engine.headless import run_headless
 
@@ -307,7 +321,7 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool) -> int:
             return 130
     from tui.app import TracewatchApp
 
-    app = TracewatchApp(engine)
+    app = TracewatchApp(engine, tokenizers=tokenizers)
     app.run()
     if app.return_code:  # it crashed (Textual printed why): keep what was recorded
         recorder = getattr(engine, "recorder", None)

@@ -20,7 +20,8 @@ class Key:
     """The command palette's description; the help screen and docs/keys.md show `local_help`."""
     where: str = "app"
     """Which widget binds it: app, table, transcript, compare (the Compare tab), sides
-    (the side-by-side traces), or replay (app keys that only a replay enables)."""
+    (the side-by-side traces), tokens (the token view), or replay (app keys that only a
+    replay enables)."""
     footer: str = ""
     """Its footer label; empty: not in the footer (the help has every key)."""
     priority: bool = False
@@ -38,7 +39,7 @@ class Key:
     def local_help(self) -> str:
         """The description under its place's heading: without the "table: " that the palette needs."""
         place, colon, rest = self.help.partition(": ")
-        return rest if colon and self.where != "app" and place in ("table", "trace", "compare", "side by side", "replays") else self.help
+        return rest if colon and self.where != "app" and place in ("table", "trace", "compare", "side by side", "tokens", "replays") else self.help
 
     def binding(self) -> Binding:
         return Binding(self.keys, self.action, self.footer or self.title, show=bool(self.footer), priority=self.priority)
@@ -69,6 +70,7 @@ WHERE = {
     "transcript": "Trace (when the transcript has focus)",
     "compare": "Compare tab (when it has focus: tab, or a click)",
     "sides": "Side by side (a task's traces, opened from the Compare tab)",
+    "tokens": "Tokens (a message's tokens: t, or a double click on the message)",
     "replay": "Replays only",
 }
 """Help sections, in the order shown."""
@@ -91,6 +93,7 @@ KEYS: tuple[Key, ...] = (
     Key("3", "show_tab('tab-logs')", "Show logs tab", "details: the variant servers' output"),
     Key("4", "show_tab('tab-compare')", "Show compare tab", "details: the variants task by task (mean ± standard error, where they differ)"),
     Key("f", "toggle_follow", "Toggle follow", "follow the transcript's newest turn (toggle)"),
+    Key("t", "tokens", "Tokens of the message", "the selected message's tokens (else the newest's), coloured stream by stream"),
     Key("ctrl+y,w", "copy", "Copy message", "copy the selected message or tool result (OSC 52)"),
     Key("ctrl+p", "command_palette", "Command palette", "command palette: every action", palette=False),
     Key("up", "cursor(-1)", "Row up", "table: previous row", where="table", palette=False),
@@ -122,6 +125,19 @@ KEYS: tuple[Key, ...] = (
     Key("left", "focus_side(0)", "Left side", "side by side: focus the left side (tab too)", where="sides", palette=False),
     Key("right", "focus_side(1)", "Right side", "side by side: focus the right side", where="sides", palette=False),
     Key("escape", "back", "Back", "side by side: back to the Compare tab", where="sides", priority=True, palette=False),
+    Key("left", "token(-1)", "Previous token", "tokens: the previous token", where="tokens", palette=False),
+    Key("right", "token(1)", "Next token", "tokens: the next token", where="tokens", palette=False),
+    Key("up", "line(-1)", "Line up", "tokens: the token a line up", where="tokens", palette=False),
+    Key("down", "line(1)", "Line down", "tokens: the token a line down", where="tokens", palette=False),
+    Key("pageup", "page(-1)", "Page up", "tokens: a page up", where="tokens", palette=False),
+    Key("pagedown", "page(1)", "Page down", "tokens: a page down", where="tokens", palette=False),
+    Key("home,g", "first_token", "First token", "tokens: the first token", where="tokens", palette=False),
+    Key("end,G", "last_token", "Last token", "tokens: the last token", where="tokens", palette=False),
+    Key("full_stop", "screen.colour(1)", "Next colouring", "tokens: colour by the next stream", where="tokens", palette=False),
+    Key("comma", "screen.colour(-1)", "Previous colouring", "tokens: colour by the previous stream", where="tokens", palette=False),
+    Key("right_square_bracket", "screen.message(1)", "Next message's tokens", "tokens: the next message", where="tokens", palette=False),
+    Key("left_square_bracket", "screen.message(-1)", "Previous message's tokens", "tokens: the previous message", where="tokens", palette=False),
+    Key("escape,t", "screen.back", "Back to the trace", "tokens: back to the trace", where="tokens", palette=False),
     Key("space", "replay_pause", "Replay: pause or play", "replays: pause or play", where="replay", footer="Pause"),
     Key("n", "replay_step", "Replay: step", "replays: step one record", where="replay", footer="Step"),
     Key("greater_than_sign", "replay_seek", "Replay: seek to rollout", "replays: play fast to the selected rollout's end, then pause", where="replay", footer="Seek"),

@@ -38,7 +38,7 @@ class HelpScreen(ModalScreen[None]):
             for key in keys:
                 text.append(f"{key.shown:>{width}}  ", style="bold")
                 text.append(f"{key.local_help}\n")
-        text.append("\nMouse: click a row, a column header to sort, a card's buttons, a tab, a Compare task (its traces side by side).", style="dim")
+        text.append("\nMouse: click a row, a column header to sort, a card's buttons, a tab, a Compare task (its traces side by side); double-click a message for its tokens.", style="dim")
         with VerticalScroll(classes="dialog", id="help"):
             yield Static(text, markup=False)
 

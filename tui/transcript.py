@@ -123,6 +123,9 @@ class Transcript(ScrollView, can_focus=True):
 
     BINDINGS = bindings("transcript")
 
+    class TokensWanted(Message):
+        """A double click on a message: the app opens its tokens."""
+
     class SearchMoved(Message):
         """The current search match changed: the trace pane says which of how many."""
 
@@ -224,6 +227,19 @@ class Transcript(ScrollView, can_focus=True):
         """Go to the bottom and follow from there."""
         self.following, self.new_since_left = True, 0
         self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    @property
+    def trace_state(self) -> TraceState | None:
+        return self._state
+
+    def selected_node(self) -> int | None:
+        """The node under the cursor, or the newest node: what the token view opens."""
+        if self._cursor is not None and self._blocks[self._cursor].kind == "node":
+            index: int = self._blocks[self._cursor].source[0]
+            return index
+        if self._state is not None and self._state.nodes:
+            return len(self._state.nodes) - 1
+        return None
 
     def selected_block(self) -> str | None:
         """The raw text of the message under the cursor, or of the last message: what
@@ -688,6 +704,8 @@ class Transcript(ScrollView, can_focus=True):
         position = self._block_at(self.scroll_offset.y + offset.y)
         if position is not None:
             self._set_cursor(position)
+            if event.chain >= 2 and self._blocks[position].kind == "node":
+                self.post_message(self.TokensWanted())
 
     def action_cursor(self, step: int) -> None:
         """Move the block cursor; from none, start at the message in view."""

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.demo import vocabulary
 from core.demo.tasks import DEFAULT_TASKS
 from core.session.config import Config, build_config
 from core.session.config_errors import ConfigError, Problem
+
+TOKENIZER = Path(__file__).with_name("tokenizer.json")
+"""The demo's own tokenizer (`core.demo.vocabulary` trains it)."""
+MODEL = "demo-model"
+"""The model the demo's servers name: its tokenizer is the demo's own."""
 
 
 def demo_config(python: str, speed: float = 1.0) -> Config:
@@ -24,10 +28,10 @@ def demo_config(python: str, speed: float = 1.0) -> Config:
                 "--seed", str(seed), "--speed", repr(float(speed)),
             ],
             "tasks": DEFAULT_TASKS,
-            "model": "demo-model",
+            "model": MODEL,
             "sampling": {"temperature": temperature},
             "health_timeout": 30.0,
-            "tokenizer": str(vocabulary.PATH),
+            "tokenizer": str(TOKENIZER),
         }
         for name, seed, temperature in (("baseline", 1, 0.2), ("candidate", 2, 0.8))
     ]

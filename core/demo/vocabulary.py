@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from core.demo.config import TOKENIZER
 from core.demo.content import HARNESS_PROMPTS, PROBLEMS, PROVIDER_ERRORS, SANDBOX_CRASH, TOOLS, judge_steps
 
-PATH = Path(__file__).with_name("tokenizer.json")
+PATH = TOKENIZER
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 """Control tokens of the demo's ChatML-like template: never text the model wrote."""
 MARKUP = ["<think>", "</think>", "<tool_call>", "</tool_call>"]

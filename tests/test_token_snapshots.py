@@ -1,0 +1,47 @@
+"""Golden screenshots of the token view (pytest-textual-snapshot) in two colourings,
+on the demo's training rollout played in-process: the sampler's logprobs, and the turn
+where the trainer disagrees with the sampler. `pytest --snapshot-update` rewrites them
+after a deliberate change; look at them before committing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from polling import until
+from training_session import KEY, training_deltas, training_engine
+
+from core.demo import vocabulary
+from core.tokens.tokenizer import Tokenizers
+from tui.app import TracewatchApp
+from tui.token_view import TokenScreen
+
+ROOT = Path(__file__).resolve().parent.parent
+NOW = 1_764_500_000.0
+
+
+@pytest.fixture(scope="module")
+def deltas() -> list[dict]:
+    return asyncio.run(training_deltas())
+
+
+def opened(*keys: str):
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await until(pilot, lambda: app.table.row_count == 1)
+        app.table.select(KEY)
+        await until(pilot, lambda: app.trace_pane.transcript.trace_state is not None)
+        await pilot.press("t")
+        await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen.lines.placed is not None)
+        await pilot.press(*keys)
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("keys", [(), ("left_square_bracket",) * 6 + ("full_stop",) * 6], ids=["logprob", "trainer-sampler"])
+def test_token_view(snap_compare, deltas: list[dict], keys: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # the view names its tokenizer relative to here
+    app = TracewatchApp(training_engine(deltas, clock=lambda: NOW), tokenizers=Tokenizers(by_variant={"trainer": str(vocabulary.PATH)}))
+    assert snap_compare(app, terminal_size=(120, 36), run_before=opened(*keys))

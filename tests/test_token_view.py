@@ -1,0 +1,180 @@
+"""The token view in the real app (run_test): opened from the transcript by key and by
+double click, coloured stream by stream, every stream's value under the cursor, live
+while a turn lands, offline from a recording, without a tokenizer, and on hostile
+nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from polling import until
+from rich.text import Text
+from textual.widgets import Static
+from training_session import KEY, TASK, training_deltas, training_engine
+
+from core.demo import vocabulary
+from core.engine.opened import OpenedRecording
+from core.recordings.recorder import Recorder
+from core.tokens.streams import read_message, token_values
+from core.tokens.tokenizer import Tokenizers
+from tui.app import TracewatchApp
+from tui.token_lines import TokenLines
+from tui.token_view import TokenScreen
+
+DEMO_TOKENIZER = Tokenizers(by_variant={"trainer": str(vocabulary.PATH)})
+
+
+def shown(screen: TokenScreen, widget_id: str) -> str:
+    rendered = screen.query_one(f"#{widget_id}", Static).render()
+    return rendered.plain if isinstance(rendered, Text) else str(rendered)
+
+
+def body(lines: TokenLines) -> str:
+    assert lines.placed is not None
+    return "\n".join("".join(text for _, text in line) for line in lines.placed.lines)
+
+
+async def open_tokens(pilot, app: TracewatchApp, *keys: str) -> TokenScreen:
+    await until(pilot, lambda: app.table.row_count == len(app.store.rollouts))
+    app.table.select(KEY)
+    await until(pilot, lambda: app.trace_pane.transcript.trace_state is not None)
+    await pilot.press(*keys)
+    return await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen.lines.placed is not None and app.screen)
+
+
+@pytest.fixture(scope="module")
+def deltas() -> list[dict]:
+    import asyncio
+
+    return asyncio.run(training_deltas())
+
+
+async def test_t_opens_the_newest_message_and_each_key_does_what_it_says(deltas: list[dict]) -> None:
+    app = TracewatchApp(training_engine(deltas), tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        trace = screen.trace
+        assert screen.node == len(trace.nodes) - 1
+        head = shown(screen, "tokens-head")
+        tokens = read_message(trace.nodes[screen.node])
+        assert f"message {len(trace.nodes)} of {len(trace.nodes)} (assistant)" in head
+        assert f"{len(tokens):,} tokens · {tokens.trained:,} trained" in head
+        assert "text: core/demo/tokenizer.json" in head or f"text: {vocabulary.PATH}" in head
+        text = body(screen.lines)
+        assert text.startswith("<|im_start|>") and text.rstrip().endswith("<|im_end|>")
+        assert "`[bold]`·markup" in text  # trace text is data: no markup, spaces shown
+
+        # back to the turn where the trainer disagrees: the header says where
+        mismatched = next(index for index in range(len(trace.nodes)) if "worst trainer-sampler -" in _head_of(trace, index))
+        await pilot.press(*["left_square_bracket"] * (screen.node - mismatched))
+        await until(pilot, lambda: screen.node == mismatched)
+        await pilot.press("full_stop")  # logprob -> probability
+        assert screen.lines.stream is not None and screen.lines.stream.key == "probability"
+        await pilot.press("comma", "comma")  # -> loss weight policy (wraps around)
+        assert screen.lines.stream.key == "loss:policy"
+        for _ in range(7):
+            await pilot.press("full_stop")
+        assert screen.lines.stream.key == "mismatch"
+        assert " trainer - sampler logprob " in shown(screen, "tokens-head")
+
+        await pilot.press("right", "right", "right", "right", "right")
+        tokens = screen.lines.tokens
+        assert screen.lines.cursor == 5 and tokens is not None
+        at = shown(screen, "tokens-at")
+        values = token_values(tokens, 5)
+        assert at.startswith(f"#5 id {values['id']} ")
+        assert f"logprobs {values['logprobs']:.4f}" in at and f"advantages {values['advantages']:.4f}" in at
+        assert f"loss_weights[policy] {values['loss_weights[policy]']:.4f}" in at
+        await pilot.press("end")
+        assert screen.lines.cursor == len(tokens) - 1
+        await pilot.press("home", "down")
+        assert screen.lines.cursor is not None and screen.lines.cursor > 0
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, TokenScreen))
+
+
+def _head_of(trace, index: int) -> str:
+    from core.tokens.summary import summarize
+    from tui.token_view import summary_text
+
+    return summary_text(summarize(read_message(trace.nodes[index]))).plain
+
+
+async def test_a_double_click_opens_that_message(deltas: list[dict]) -> None:
+    app = TracewatchApp(training_engine(deltas), tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 1)
+        app.table.select(KEY)
+        transcript = app.trace_pane.transcript
+        await until(pilot, lambda: transcript.trace_state is not None and transcript.plain_lines())
+        transcript.action_scroll_home()
+        await pilot.pause()
+        await pilot.click(transcript, offset=(5, 2), times=2)
+        screen = await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen)
+        assert screen.node == transcript.selected_node() == 0
+        assert "(system)" in shown(screen, "tokens-head")
+
+
+async def test_a_turn_that_lands_while_open_is_shown(deltas: list[dict]) -> None:
+    first_turn = next(index for index, delta in enumerate(deltas) if delta.get("nodes")) + 1
+    engine = training_engine(deltas[:first_turn])
+    app = TracewatchApp(engine, tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        before = len(screen.trace.nodes)
+        assert screen.node == before - 1
+        for delta in deltas[first_turn:]:
+            engine.store.apply(KEY, delta)
+        await until(pilot, lambda: screen.node == len(screen.trace.nodes) - 1 > before - 1, "the view moved to the newest message")
+        assert f"message {len(screen.trace.nodes)} of {len(screen.trace.nodes)}" in shown(screen, "tokens-head")
+
+
+async def test_a_recording_opened_offline_shows_the_same_tokens(deltas: list[dict], tmp_path: Path) -> None:
+    path = tmp_path / "training.twrec"
+    with Recorder(path, meta={"test": True}) as recorder:
+        recorder.event("trainer", "started", t=1.0, pid=1, address="tcp://127.0.0.1:1", model="demo-model", sampling={})
+        recorder.rollout(KEY, "trainer", 0, TASK, 0, t=1.0)
+        recorder.request(KEY, "req", t=1.0)
+        for index, delta in enumerate(deltas):
+            recorder.delta(KEY, delta, t=2.0 + index)
+    app = TracewatchApp(OpenedRecording(path), tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        live = training_engine(deltas).store.rollouts[KEY]
+        (trace,) = live.traces.values()
+        assert body(screen.lines).startswith("<|im_start|>assistant")
+        assert token_values(screen.lines.tokens, 3) == token_values(read_message(trace.nodes[-1]), 3)
+
+
+async def test_without_a_tokenizer_ids_show_with_how_to_get_text(deltas: list[dict]) -> None:
+    app = TracewatchApp(training_engine(deltas))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        tokens = screen.lines.tokens
+        assert tokens is not None
+        assert body(screen.lines).startswith(f"⟨{tokens.ids[0]}⟩⟨{tokens.ids[1]}⟩")
+        assert "--tokenizer PATH" in shown(screen, "tokens-head")
+
+
+async def test_a_hostile_message_is_shown_with_its_findings(deltas: list[dict]) -> None:
+    opened = next(delta for delta in deltas if delta.get("open"))
+    hostile = {
+        "parent": None, "message": {"role": "assistant", "content": "\x1b[31m[red]x[/red]"}, "sampled": True,
+        "token_ids": [1, 2, 3, "four", 2**64 - 1], "mask": [False, True, True, True], "is_content": [True] * 5,
+        "logprobs": [float("nan"), float("inf"), "x"], "advantages": [1.0], "entropies": {"no": "list"},
+        "loss_weights": {"\x1b[2Jevil": [1, 2]},
+    }
+    engine = training_engine([{"trace": opened["trace"], "open": opened["open"], "nodes": [hostile]}])
+    app = TracewatchApp(engine, tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        head = shown(screen, "tokens-head")
+        assert "⚠ mask has 4 flags for 5 tokens" in head
+        assert "⚠ token_ids: 2 of 5 are not token ids (shown as -1)" in head
+        assert "⚠ loss_weights[␛[2Jevil] has 2 values for 5 tokens: not placed" in head
+        assert "\x1b" not in head
+        for _ in range(6):
+            await pilot.press("full_stop")
+        await pilot.press("end")
+        assert shown(screen, "tokens-at").startswith("#4 id -1 ")
