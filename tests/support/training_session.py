@@ -7,8 +7,6 @@ import asyncio
 import random
 from collections.abc import Callable
 
-from tui_standin import StandInEngine, StandInVariant
-
 from core.demo.agent import Pace
 from core.demo.scenarios import Run, play
 from core.demo.streamer import DeltaStreamer
@@ -16,6 +14,7 @@ from core.demo.tasks import DEFAULT_TASKS, parse
 from core.demo.trace import LiveEpisode
 from core.session.store import RolloutStore
 from core.wire.protocol import unpack_delta
+from tests.support.tui_standin import StandInEngine, StandInVariant
 
 TASK = next(task for task in DEFAULT_TASKS if task["scenario"] == "training")
 KEY = "trainer/0"

@@ -8,16 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from polling import until
 from rich.text import Text
 from textual.widgets import Static
-from training_session import KEY, TASK, training_deltas, training_engine
 
 from core.demo import vocabulary
 from core.engine.opened import OpenedRecording
 from core.recordings.recorder import Recorder
 from core.tokens.streams import read_message, token_values
 from core.tokens.tokenizer import Tokenizers
+from tests.support.polling import until
+from tests.support.training_session import KEY, TASK, training_deltas, training_engine
 from tui.app import TracewatchApp
 from tui.token_lines import TokenLines
 from tui.token_view import TokenScreen

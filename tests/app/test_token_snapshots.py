@@ -6,18 +6,17 @@ after a deliberate change; look at them before committing."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
-from polling import until
-from training_session import KEY, training_deltas, training_engine
 
 from core.demo import vocabulary
 from core.tokens.tokenizer import Tokenizers
+from tests.support.polling import until
+from tests.support.repo import REPO
+from tests.support.training_session import KEY, training_deltas, training_engine
 from tui.app import TracewatchApp
 from tui.token_view import TokenScreen
 
-ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_764_500_000.0
 
 
@@ -42,6 +41,6 @@ def opened(*keys: str):
 
 @pytest.mark.parametrize("keys", [(), ("left_square_bracket",) * 6 + ("full_stop",) * 6], ids=["logprob", "trainer-sampler"])
 def test_token_view(snap_compare, deltas: list[dict], keys: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)  # the view names its tokenizer relative to here
+    monkeypatch.chdir(REPO)  # the view names its tokenizer relative to here
     app = TracewatchApp(training_engine(deltas, clock=lambda: NOW), tokenizers=Tokenizers(by_variant={"trainer": str(vocabulary.PATH)}))
     assert snap_compare(app, terminal_size=(120, 36), run_before=opened(*keys))
