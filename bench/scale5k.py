@@ -1,6 +1,6 @@
 """5,000 rollouts end to end: the real app, headless under `run_test`, attached to a
 local source streaming the demo's `scale` rollouts at socket speed, against the same
-app with 256 rollouts in the same run (issue 13's 5,000-rollout goals).
+app with 256 rollouts in the same run (the aims are in docs/performance.md).
 
 The demo server plays a few rollouts once; `bench/live.py`'s source replays them,
 round-robin, for every run the app starts (all of them at once: `max_concurrent` is
