@@ -34,7 +34,7 @@ def assemble_and_derive(frames: list[bytes]) -> None:
         if key is None:
             key = keys[delta["trace"]] = store.add_rollout("bench", len(keys), {}).key
             store.started(key, key)
-        store.apply(key, delta)
+        store.apply_delta(key, delta)
 
 
 def best(fn, frames: list[bytes], repeat: int = 5) -> float:

@@ -46,7 +46,7 @@ def change(store: RolloutStore, keys: list[str], tokens: int) -> None:
     for key in keys:
         rollout = store.rollouts[key]
         trace = next(iter(rollout.traces))
-        store.apply(key, {"trace": trace, "set": {"num_total_tokens": tokens}})
+        store.apply_delta(key, {"trace": trace, "set": {"num_total_tokens": tokens}})
 
 
 def timed(app: App, table: RolloutsTable, step: Callable[[], object]) -> float:

@@ -36,8 +36,8 @@ def build(store: RolloutStore, turns: int) -> tuple[str, str]:
     key, trace = "bench", "t"
     store.add_rollout("v", 0, {}, key=key)
     store.started(key, "req", t=0.0)
-    store.apply(key, {"trace": trace, "open": {"version": 1, "id": trace}})
-    store.apply(key, {"trace": trace, "nodes": [
+    store.apply_delta(key, {"trace": trace, "open": {"version": 1, "id": trace}})
+    store.apply_delta(key, {"trace": trace, "nodes": [
         {"parent": None, "message": {"role": "system", "content": "You are a coding agent."}, "sampled": False},
         {"parent": 0, "message": {"role": "user", "content": "Fix the failing test."}, "sampled": False},
     ]})
@@ -49,7 +49,7 @@ def build(store: RolloutStore, turns: int) -> tuple[str, str]:
 def append_turn(store: RolloutStore, key: str, trace: str) -> None:
     n = len(store.rollouts[key].traces[trace].nodes)
     output = "\n".join(f"line {i}: " + "output text " * (i % 12) for i in range(6))
-    store.apply(key, {"trace": trace, "nodes": [
+    store.apply_delta(key, {"trace": trace, "nodes": [
         {"parent": n - 1, "sampled": True, "message": {
             "role": "assistant", "content": f"Step {n}: let me run the tests again.",
             "tool_calls": [{"id": f"c{n}", "name": "bash", "arguments": '{"command": "pytest -x -q tests/"}'}]}},

@@ -49,7 +49,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots/make.py`
     sys.path.insert(0, str(ROOT))
 
-from core.demo.config import demo_config  # noqa: E402
+from core.demo.builtin_config import demo_config  # noqa: E402
 from core.engine.live import Engine  # noqa: E402
 from core.session.compare import compare_store  # noqa: E402
 from core.session.contracts import VariantState  # noqa: E402

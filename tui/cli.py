@@ -252,7 +252,7 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
         return config
     if args.config is not None:
         return load_config(args.config)
-    from core.demo.config import demo_config  # the demo only
+    from core.demo.builtin_config import demo_config  # the demo only
 
     return demo_config(sys.executable, speed=args.speed)
 

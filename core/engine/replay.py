@@ -14,7 +14,7 @@ from typing import Any
 
 from core.paths import new_session_dir
 from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record
-from core.recordings.format import Damage
+from core.recordings.file_format import Damage
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.session.contracts import ReplayPosition

@@ -51,7 +51,7 @@ class RecordedVariant:
     def cancel(self) -> None:
         pass
 
-    def apply(self, event: dict[str, Any]) -> None:
+    def apply_event(self, event: dict[str, Any]) -> None:
         kind = str(event.get("kind"))
         t = float(event.get("t") or 0.0)
         if kind in VariantState.__members__.values():
@@ -92,7 +92,7 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
     elif kind == "delta":
         key = record["id"]
         try:
-            store.apply(key, record["d"], t)
+            store.apply_delta(key, record["d"], t)
         except Exception as error:  # noqa: BLE001 - the run failed on it live, the same way
             rollout = store.rollouts[key]
             reason = delta_failure(rollout.request_id or "?", error)
@@ -111,7 +111,7 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
         store.ended(key, recorded_ending(record, episode), episode, t)
     elif kind == "event":
         variant = variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
-        variant.apply(record)
+        variant.apply_event(record)
         store.touch_variant(variant.name)
 
 

@@ -21,7 +21,7 @@ from typing import cast
 
 from core.errors import TracewatchError
 from core.recordings.apply_records import RecordedVariant, apply_record
-from core.recordings.format import Damage
+from core.recordings.file_format import Damage
 from core.recordings.index import read_records
 from core.recordings.recorder import Recorder
 from core.session.store import Rollout, RolloutStore

@@ -12,7 +12,7 @@ from typing import Any
 import msgpack
 
 from core.recordings.ending import recorded_ending
-from core.recordings.format import Damage
+from core.recordings.file_format import Damage
 from core.recordings.reader import Scan, read_header
 from core.session.store import Ending, RolloutFacts, Status, rollout_facts
 from core.wire.delta_checks import DeltaValueError, check_scalars

@@ -29,7 +29,7 @@ def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[st
     store.started(rollout.key, str(episode.get("id") or rollout.key), start)
     for trace in episode.get("traces") or []:
         try:
-            store.apply(rollout.key, trace_as_delta(trace), end or start)
+            store.apply_delta(rollout.key, trace_as_delta(trace), end or start)
         except AssemblyError as error:  # a value no reader could use: shown, not loaded
             store.failed(rollout.key, f"this episode cannot be shown: {error}", t=end or start)
             return

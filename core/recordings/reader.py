@@ -11,7 +11,7 @@ from typing import Any, BinaryIO
 
 import msgpack
 
-from core.recordings.format import FORMAT, MAGIC, VERSION, RecordingError, open_unpacker
+from core.recordings.file_format import FORMAT, MAGIC, VERSION, RecordingError, open_unpacker
 from core.text import short_repr
 
 

@@ -16,7 +16,7 @@ import msgpack
 
 from core.paths import make_private_dirs
 from core.recordings.ending import end_field
-from core.recordings.format import FORMAT, ROLLOUT_KINDS, VERSION
+from core.recordings.file_format import FORMAT, ROLLOUT_KINDS, VERSION
 from core.session.store import Ending
 from core.wire.protocol import packable
 

@@ -545,7 +545,7 @@ class RolloutStore:
             self._touch(rollout)
             self._bump(rollout)
 
-    def apply(self, key: str, delta: dict[str, Any], t: float | None = None) -> None:
+    def apply_delta(self, key: str, delta: dict[str, Any], t: float | None = None) -> None:
         """Apply a delta the client has not applied (replay, recordings)."""
         self.rollouts[key].assembly.apply(delta)
         self.observe(key, delta, t)

@@ -96,7 +96,7 @@ class ObservedRuns:
         try:
             if not isinstance(delta, dict):
                 raise AssemblyError(f"a delta is a {type(delta).__name__}, not a map")
-            self.store.apply(key, delta)
+            self.store.apply_delta(key, delta)
         except Exception as error:
             self.lose(run, f"a delta could not be applied: {error}")
 

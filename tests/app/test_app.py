@@ -447,7 +447,7 @@ def engine_with_a_multi_trace_rollout() -> tuple[StandInEngine, Rollout]:
     engine.store.started(rollout.key, "r-multi")
     for item in deltas:
         if item["request"] in ("run0", "run1"):
-            engine.store.apply(rollout.key, item["delta"])
+            engine.store.apply_delta(rollout.key, item["delta"])
     return engine, rollout
 
 
@@ -555,7 +555,7 @@ async def test_a_tall_pending_block_keeps_its_header_in_sight() -> None:
     rollout = store.add_rollout("baseline", 9, {"name": "tall"}, key="baseline/tall")
     store.started(rollout.key, "r-tall")
     lines = "\n".join(f"line {i}" for i in range(80))
-    store.apply(rollout.key, {"trace": "t-tall", "open": {"id": "t-tall"}, "pending": [{"role": "user", "content": lines}]})
+    store.apply_delta(rollout.key, {"trace": "t-tall", "open": {"id": "t-tall"}, "pending": [{"role": "user", "content": lines}]})
     app = TracewatchApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
         await started(pilot, rows=15)

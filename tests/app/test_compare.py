@@ -32,9 +32,9 @@ def scored(store: RolloutStore, variant: str, task: int, rewards: list[float | N
         if reward is None or reward == "cancelled":
             store.failed(rollout.key, "provider error" if reward is None else "cancelled by the user", cancelled=reward == "cancelled", t=2.0)
         else:
-            store.apply(rollout.key, {"trace": f"t-{rollout.key}", "open": {"id": f"t-{rollout.key}"}, "set": {"rewards": {"r": {"score": reward, "weight": 1.0}}}})
+            store.apply_delta(rollout.key, {"trace": f"t-{rollout.key}", "open": {"id": f"t-{rollout.key}"}, "set": {"rewards": {"r": {"score": reward, "weight": 1.0}}}})
             message = {"role": "assistant", "content": f"[b]reply of {variant}/{index} to task {task}"}
-            store.apply(rollout.key, {"trace": f"t-{rollout.key}", "nodes": [{"parent": None, "message": message, "sampled": True}]})
+            store.apply_delta(rollout.key, {"trace": f"t-{rollout.key}", "nodes": [{"parent": None, "message": message, "sampled": True}]})
             store.finished(rollout.key, {"traces": [dict(rollout.assembly.traces[f"t-{rollout.key}"])]}, t=2.0)
 
 
@@ -213,12 +213,12 @@ async def test_side_by_side_follows_rollouts_that_start_and_end_while_it_is_open
         late = store.add_rollout("b", 1, {"name": "task 1"}, 1)
         store.started(late.key, "r-late", t=5.0)
         message = {"role": "assistant", "content": "[b]the late reply"}
-        store.apply(late.key, {"trace": "t-late", "open": {"id": "t-late"}, "nodes": [{"parent": None, "message": message, "sampled": True}]})
+        store.apply_delta(late.key, {"trace": "t-late", "open": {"id": "t-late"}, "nodes": [{"parent": None, "message": message, "sampled": True}]})
         await until(pilot, lambda: "(1/2) · reward 0.00 · done" in str(right.head.render()), "the new rollout counted")
         await pilot.press("right", "full_stop")
         await until(pilot, lambda: "[b]the late reply" in shown(right.transcript), "the new rollout shown")
         assert "rollout 1 of run 1 (2/2) · reward – ·" in str(right.head.render())
-        store.apply(late.key, {"trace": "t-late", "set": {"rewards": {"r": {"score": 1.0, "weight": 1.0}}}})
+        store.apply_delta(late.key, {"trace": "t-late", "set": {"rewards": {"r": {"score": 1.0, "weight": 1.0}}}})
         store.finished(late.key, {"traces": [dict(late.assembly.traces["t-late"])]}, t=8.0)
         await until(pilot, lambda: "(2/2) · reward 1.00 · done" in str(right.head.render()), "its reward and ending")
         scored(store, "c", 1, [0.5])

@@ -85,7 +85,7 @@ def change(store: RolloutStore, clock: Clock, index: int, what: str) -> None:
         if what in ("open", "discard"):
             if rollout.status is Status.RUNNING:  # a trace's id is searched by words
                 trace = TRACE_IDS[index % len(TRACE_IDS)]
-                store.apply(key, {"trace": trace, "discard": True} if what == "discard" else {"trace": trace, "open": {}})
+                store.apply_delta(key, {"trace": trace, "discard": True} if what == "discard" else {"trace": trace, "open": {}})
         elif what == "start":
             store.started(key, f"req-{key}")
         else:

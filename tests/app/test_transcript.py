@@ -71,14 +71,14 @@ class Trace:
         self.nodes = 0
         self.after: Callable[[], None] | None = None
         """Called after each delta (a transcript drawing it as it lands)."""
-        store.apply(key, {"trace": trace, "open": {"version": 1, "id": trace}})
+        store.apply_delta(key, {"trace": trace, "open": {"version": 1, "id": trace}})
 
     @property
     def state(self) -> TraceState:
         return self.store.rollouts[self.key].traces[self.id]
 
     def apply(self, **delta) -> None:
-        self.store.apply(self.key, {"trace": self.id, **delta})
+        self.store.apply_delta(self.key, {"trace": self.id, **delta})
         if self.after is not None:
             self.after()
 
@@ -112,7 +112,7 @@ async def test_fixture_turns_appear_in_order_with_call_facts():
     async with app.run_test(size=SIZE) as pilot:
         transcript = app.query_one(Transcript)
         for row in fixture_rows("run0"):
-            store.apply(key, row["delta"], t=row["t"])
+            store.apply_delta(key, row["delta"], t=row["t"])
             trace = next(iter(store.rollouts[key].traces.values()))
             transcript.show(key, trace)
         await until(pilot, lambda: transcript.virtual_size.height > 20)
@@ -133,7 +133,7 @@ async def test_failed_call_and_trace_errors_are_shown():
         for request in ("run4", "error"):
             key = new_rollout(store, request)
             for row in fixture_rows(request):
-                store.apply(key, row["delta"], t=row["t"])
+                store.apply_delta(key, row["delta"], t=row["t"])
             transcript.show(key, next(iter(store.rollouts[key].traces.values())))
             await pilot.pause()
             text = "\n".join(all_lines(transcript))
@@ -155,7 +155,7 @@ async def test_pending_block_shows_then_goes_when_the_turn_commits():
     async with app.run_test(size=SIZE) as pilot:
         transcript = app.query_one(Transcript)
         for row in rows[:3]:  # open, set, pending
-            store.apply(key, row["delta"], t=row["t"])
+            store.apply_delta(key, row["delta"], t=row["t"])
         assert "pending" in rows[2]["delta"]
         transcript.show(key, next(iter(store.rollouts[key].traces.values())))
         await until(pilot, lambda: any("pending · sent to the model" in line for line in screen_lines(transcript)))
@@ -165,13 +165,13 @@ async def test_pending_block_shows_then_goes_when_the_turn_commits():
         assert any("Expression: 17 * 23" in line for line in screen)
         assert screen[[i for i, line in enumerate(screen) if line.strip()][-1]].startswith("┗━━")
 
-        store.apply(key, rows[3]["delta"], t=rows[3]["t"])  # the nodes land
+        store.apply_delta(key, rows[3]["delta"], t=rows[3]["t"])  # the nodes land
         transcript.refresh_trace()
         await pilot.pause()
         text = "\n".join(all_lines(transcript))
         assert "pending" not in text and "assistant  #2" in text
 
-        store.apply(key, rows[4]["delta"], t=rows[4]["t"])  # the next preview: a tool result
+        store.apply_delta(key, rows[4]["delta"], t=rows[4]["t"])  # the next preview: a tool result
         transcript.refresh_trace()
         await pilot.pause()
         tail = all_lines(transcript)[-4:]
@@ -405,7 +405,7 @@ async def test_pending_clock_advances_without_rendering_blocks():
     store = RolloutStore()
     trace = Trace(store)
     trace.add(node("user", "go", None))
-    store.apply(trace.key, {"trace": trace.id, "pending": [{"role": "user", "content": "go"}]}, t=100.0)
+    store.apply_delta(trace.key, {"trace": trace.id, "pending": [{"role": "user", "content": "go"}]}, t=100.0)
     app = TranscriptApp(clock=lambda: now[0])
     async with app.run_test(size=SIZE) as pilot:
         transcript = app.query_one(Transcript)
@@ -441,8 +441,8 @@ async def test_the_outcome_closes_the_transcript() -> None:
     store = RolloutStore()
     rollout = store.add_rollout("v", 0, {"name": "t"}, key="v/0")
     store.started(rollout.key, "r")
-    store.apply(rollout.key, {"trace": "t1", "open": {"id": "t1"}, "nodes": [{"message": {"role": "user", "content": "hi"}}]})
-    store.apply(rollout.key, {"trace": "t1", "set": {"rewards": {"correct": None}}})
+    store.apply_delta(rollout.key, {"trace": "t1", "open": {"id": "t1"}, "nodes": [{"message": {"role": "user", "content": "hi"}}]})
+    store.apply_delta(rollout.key, {"trace": "t1", "set": {"rewards": {"correct": None}}})
     app = TranscriptApp()
     async with app.run_test(size=(100, 30)) as pilot:
         transcript = app.query_one(Transcript)
@@ -450,7 +450,7 @@ async def test_the_outcome_closes_the_transcript() -> None:
         await pilot.pause()
         assert not any("outcome" in line for line in all_lines(transcript)), "seeded nulls are no outcome"
         verdict = {"score": 0.5, "weight": 2.0, "reason": "off by one \x1b[31m[bold]x[/bold]"}
-        store.apply(rollout.key, {"trace": "t1", "set": {"rewards": {"correct": verdict}, "metrics": {"turns": 3.0}, "ok": True, "stop_condition": "agent_completed"}})
+        store.apply_delta(rollout.key, {"trace": "t1", "set": {"rewards": {"correct": verdict}, "metrics": {"turns": 3.0}, "ok": True, "stop_condition": "agent_completed"}})
         transcript.refresh_trace()
         await pilot.pause()
         lines = all_lines(transcript)

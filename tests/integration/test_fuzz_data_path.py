@@ -219,7 +219,7 @@ def test_generated_deltas_never_break_the_store_or_a_reader(deltas):
     for delta in deltas:
         frame = msgpack.packb(delta, use_bin_type=True)
         try:
-            store.apply(key, unpack_delta(frame))
+            store.apply_delta(key, unpack_delta(frame))
         except AssemblyError:
             store.failed(key, "a delta could not be applied")
             break

@@ -17,7 +17,7 @@ from core.engine.headless import run_headless
 from core.engine.live import Engine
 from core.engine.opened import OpenedRecording, OpenedRun
 from core.engine.replay import ReplaySession
-from core.recordings.format import RecordingError
+from core.recordings.file_format import RecordingError
 from core.recordings.recorder import Recorder
 from core.session.config import load_config
 from core.session.store import RolloutStore, Status

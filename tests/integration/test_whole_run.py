@@ -158,7 +158,7 @@ def test_trace_events_nest_whatever_times_a_trace_reports(tmp_path_factory, roll
         store.add_rollout("v", number, {}, key=key)
         store.started(key, "r", T0 + 1)
         delta = {"trace": "t", "open": {"id": "t"}, "calls": [{"node": None, "time": {"start": T0 + a, "end": T0 + b}} for a, b in calls]}
-        store.apply(key, delta, T0 + 2)
+        store.apply_delta(key, delta, T0 + 2)
         store.rollouts[key].assembly.traces["t"]["timing"] = timing  # as a damaged file could hold it
         store.rollouts[key].traces["t"].revision += 1
         store.failed(key, "x", t=T0 + 3)

@@ -47,7 +47,7 @@ def feed(store: RolloutStore, variant: str, copies: int = 1, finish: bool = True
             keys[copy, run] = rollout.key
     for copy in range(copies):
         for item in deltas:
-            store.apply(keys[copy, item["request"]], item["delta"], t=base + item["t"])
+            store.apply_delta(keys[copy, item["request"]], item["delta"], t=base + item["t"])
     if finish:
         for (_copy, run), key in keys.items():
             reply = replies.get(run) or {}

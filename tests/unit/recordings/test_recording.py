@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from core.paths import default_recording_path
 from core.recordings import recorder as recording
-from core.recordings.format import RecordingError
+from core.recordings.file_format import RecordingError
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.recorder import Recorder

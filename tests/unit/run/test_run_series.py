@@ -141,7 +141,7 @@ def test_the_store_counts_each_rollout_once_and_keeps_its_times_when_its_traces_
     rollout = store.add_rollout("v", 0, {}, key="v/0")
     clock.now = T0 + 3
     store.started("v/0", "r")
-    store.apply("v/0", timed_trace(T0 + 4))
+    store.apply_delta("v/0", timed_trace(T0 + 4))
     times = rollout.times
     assert [s.phase for s in times.spans] == ["boot", "setup", "agent", "finalize", "scoring"]
     assert (times.model, times.harness, times.agent_seconds) == (6.0, 2.0, 8.0)
@@ -157,7 +157,7 @@ def test_the_store_counts_each_rollout_once_and_keeps_its_times_when_its_traces_
     # read again from its records, as an opened recording loads it: counted once
     store.reset_rollout("v/0")
     store.started("v/0", "r", T0 + 3)
-    store.apply("v/0", timed_trace(T0 + 4), T0 + 4)
+    store.apply_delta("v/0", timed_trace(T0 + 4), T0 + 4)
     store.ended("v/0", Ending(Status.DONE), t=T0 + 17)
     (column,) = store.series.columns("v", T0, T0 + 20, 1)
     assert (column.sums.done, column.sums.tokens, column.waiting, column.running) == (1, 700, 0, 0)

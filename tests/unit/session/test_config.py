@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.demo.config import demo_config
+from core.demo.builtin_config import demo_config
 from core.session import config as config_module
 from core.session.config import Config, load_config
 from core.session.config_errors import ConfigError

@@ -39,7 +39,7 @@ def running(store: RolloutStore, key: str = "v/0") -> str:
     """A started rollout with one open trace."""
     rollout = store.add_rollout("v", 0, {"name": "task"}, key=key)
     store.started(rollout.key, f"req-{key}")
-    store.apply(rollout.key, {"trace": "t", "open": {"id": "t"}})
+    store.apply_delta(rollout.key, {"trace": "t", "open": {"id": "t"}})
     return rollout.key
 
 
@@ -82,15 +82,15 @@ def test_activity_generating_then_tools_then_idle():
     rollout = store.rollouts[key]
     assert rollout.activity(clock.now) == ("idle", 0.0)
 
-    store.apply(key, {"trace": "t", "pending": [{"role": "user", "content": "2+2?"}]}, t=101.0)
+    store.apply_delta(key, {"trace": "t", "pending": [{"role": "user", "content": "2+2?"}]}, t=101.0)
     assert rollout.activity(104.0) == ("generating", 3.0), "since the preview arrived"
 
     call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]}
-    store.apply(key, {"trace": "t", "nodes": [{"sampled": True, "message": call}], "pending": []}, t=105.0)
+    store.apply_delta(key, {"trace": "t", "nodes": [{"sampled": True, "message": call}], "pending": []}, t=105.0)
     assert rollout.turns == 1
     assert rollout.activity(107.0) == ("tools", 2.0), "an assistant turn with tool calls: tools run"
 
-    store.apply(key, {"trace": "t", "nodes": [{"message": {"role": "tool", "content": "4"}}]}, t=108.0)
+    store.apply_delta(key, {"trace": "t", "nodes": [{"message": {"role": "tool", "content": "4"}}]}, t=108.0)
     assert rollout.activity(110.0) == ("idle", 2.0), "the tool answered: idle since that delta"
 
     store.finished(key, {"ok": True, "traces": [{"id": "t"}]}, t=111.0)
@@ -101,7 +101,7 @@ def test_stalled_means_running_and_silent_longer_than_the_threshold():
     clock = Clock()
     store = RolloutStore(stall_seconds=30.0, clock=clock)
     quiet, queued = running(store, "v/quiet"), store.add_rollout("v", 1, {}, key="v/queued").key
-    store.apply(quiet, {"trace": "t", "set": {"x": 1}}, t=100.0)
+    store.apply_delta(quiet, {"trace": "t", "set": {"x": 1}}, t=100.0)
     clock.now = 130.0
     assert store.stalled() == [], "exactly the threshold is not yet a stall"
     assert store.live_counts() == (1, 0)
@@ -124,10 +124,10 @@ def test_stats_count_every_status_and_take_percentiles_over_done_rollouts():
         scalars = {"timing": {**timing, "boot": span(10, 10 + boot_end)}}
         if reward is not None:
             scalars["rewards"] = {"correct": {"score": reward, "weight": 1.0}}
-        store.apply(key, {"trace": "t", "set": scalars})
+        store.apply_delta(key, {"trace": "t", "set": scalars})
         store.finished(key, {"ok": True, "traces": [{"id": "t"}]})
     failed = running(store, "v/failed")
-    store.apply(failed, {"trace": "t", "set": {"timing": {"boot": span(10, 110)}}})
+    store.apply_delta(failed, {"trace": "t", "set": {"timing": {"boot": span(10, 110)}}})
     store.failed(failed, "provider error")
     store.failed(running(store, "v/cancelled"), "by the user", cancelled=True)
     store.add_rollout("v", 9, {}, key="v/queued")
