@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -22,7 +23,7 @@ from textual.strip import Strip
 from core.tokens.streams import MessageTokens, Stream
 from core.tokens.tokenizer import Piece
 from tui.keys import bindings
-from tui.token_layout import Layout, lay_out
+from tui.token_layout import CHUNK, Layout
 from tui.virtual_size import set_virtual_size
 
 STEPS = 8
@@ -119,17 +120,33 @@ class TokenLines(ScrollView, can_focus=True):
         self.refresh()
 
     def _lay_out(self) -> None:
+        """The first screens now, the rest a chunk a turn after (`_lay_out_more`)."""
         width = self.scrollable_content_region.width
         self._strips.clear()
         if width <= 0:
             self.placed = None
             return
-        self.placed = lay_out(self.pieces, width)
-        set_virtual_size(self, Size(width, len(self.placed.lines)))
-        self.refresh()
+        placed = self.placed = Layout(self.pieces, width)
+        placed.reach_line(int(self.scroll_offset.y) + 2 * max(1, self.size.height))
+        self._sized()
+        if not placed.done:
+            self.call_later(self._lay_out_more, placed)
+
+    def _lay_out_more(self, placed: Layout) -> None:
+        if placed is not self.placed or placed.done:
+            return
+        placed.extend(CHUNK)
+        self._sized()
+        if not placed.done:
+            self.call_later(self._lay_out_more, placed)
+
+    def _sized(self) -> None:
+        if self.placed is not None:
+            set_virtual_size(self, Size(self.placed.width, len(self.placed)))
+            self.refresh()
 
     def on_resize(self) -> None:
-        if self.placed is None or self.placed.width != max(4, self.scrollable_content_region.width):
+        if self.tokens is not None and (self.placed is None or self.placed.width != max(4, self.scrollable_content_region.width)):
             self._lay_out()
             self._scroll_to_cursor()
 
@@ -144,12 +161,17 @@ class TokenLines(ScrollView, can_focus=True):
         index = int(self.scroll_offset.y) + y
         width = self.scrollable_content_region.width
         placed = self.placed
-        if placed is None or index >= len(placed.lines):
+        if placed is not None and not placed.done and index >= len(placed) - 1:
+            placed.reach_line(index)
+            self.call_later(self._sized)
+        if placed is None or index >= len(placed):
             return Strip.blank(width, self.rich_style)
         strip = self._strips.get(index)
         if strip is None:
-            segments = [Segment(text, self._style(token)) for token, text in placed.lines[index]]
-            strip = self._strips[index] = Strip(segments).extend_cell_length(width, self.rich_style).crop(0, width)
+            segments = [Segment(text, self._style(token)) for token, text in placed.fragments(index)]
+            strip = Strip(segments).extend_cell_length(width, self.rich_style).crop(0, width)
+            if placed.done or index < len(placed.tokens) - 1:  # a line still being laid out may grow
+                self._strips[index] = strip
         return strip
 
     def _style(self, token: int) -> Style:
@@ -180,11 +202,11 @@ class TokenLines(ScrollView, can_focus=True):
         return base + style
 
     def _forget_token(self, token: int | None) -> None:
-        if token is None or self.placed is None:
+        if token is None or self.placed is None or token >= len(self.placed.first_line):
             return
         first = self.placed.first_line[token]
         last = first
-        while last + 1 < len(self.placed.lines) and self.placed.lines[last + 1] and self.placed.lines[last + 1][0][0] == token:
+        while last + 1 < len(self.placed) and self.placed.tokens[last + 1][:1] == [token]:
             last += 1
         for line in range(first, last + 1):
             self._strips.pop(line, None)
@@ -196,6 +218,9 @@ class TokenLines(ScrollView, can_focus=True):
         if self.tokens is None or not len(self.tokens):
             return
         token = max(0, min(len(self.tokens) - 1, token))
+        if self.placed is not None:
+            self.placed.reach_token(token)
+            self._sized()
         old, self.cursor = self.cursor, token
         self._forget_token(old)
         self._forget_token(token)
@@ -205,6 +230,7 @@ class TokenLines(ScrollView, can_focus=True):
     def _scroll_to_cursor(self) -> None:
         if self.cursor is None or self.placed is None:
             return
+        self.placed.reach_token(self.cursor)
         line = self.placed.first_line[self.cursor]
         top, height = int(self.scroll_offset.y), self.scrollable_content_region.height
         if line < top:
@@ -213,24 +239,24 @@ class TokenLines(ScrollView, can_focus=True):
             self.scroll_to(y=line - height + 1, animate=False, immediate=True)
 
     def _token_at_line(self, line: int, column: int) -> int | None:
-        if self.placed is None or not 0 <= line < len(self.placed.lines):
+        if self.placed is None or not 0 <= line < len(self.placed):
             return None
-        fragments = self.placed.lines[line]
         at = 0
-        for token, text in fragments:
-            at += len(text)
+        for token, text in self.placed.fragments(line):
+            at += cell_len(text)
             if column < at:
                 return token
-        return fragments[-1][0] if fragments else None
+        on_line = self.placed.tokens[line]
+        return on_line[-1] if on_line else None
 
     def _column(self) -> int:
         if self.cursor is None or self.placed is None:
             return 0
         at = 0
-        for token, text in self.placed.lines[self.placed.first_line[self.cursor]]:
+        for token, text in self.placed.fragments(self.placed.first_line[self.cursor]):
             if token == self.cursor:
                 return at
-            at += len(text)
+            at += cell_len(text)
         return at
 
     def action_token(self, step: int) -> None:
@@ -239,9 +265,12 @@ class TokenLines(ScrollView, can_focus=True):
     def action_line(self, step: int) -> None:
         if self.cursor is None or self.placed is None:
             return
+        self.placed.reach_token(self.cursor)
         line = self.placed.first_line[self.cursor] + step
-        line = max(0, min(len(self.placed.lines) - 1, line))
-        while 0 < line < len(self.placed.lines) - 1 and not self.placed.lines[line]:
+        self.placed.reach_line(line)
+        self._sized()
+        line = max(0, min(len(self.placed) - 1, line))
+        while 0 < line < len(self.placed) - 1 and not self.placed.tokens[line]:
             line += 1 if step > 0 else -1
         token = self._token_at_line(line, self._column())
         if token is not None:

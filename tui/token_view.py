@@ -125,7 +125,7 @@ class TokenScreen(Screen[None]):
         nodes = self.trace.nodes
         self.node = max(0, min(len(nodes) - 1, node))
         tokens = self.tokens = read_message(nodes[self.node]) if nodes else read_message({})
-        ids = [int(token) for token in tokens.ids]
+        ids: list[int] = tokens.ids.tolist()
         pieces = self.text.pieces(ids) if self.text is not None else [id_piece(token) for token in ids]
         self.streams = streams_of(tokens)
         self.lines.show(tokens, pieces, self._stream())

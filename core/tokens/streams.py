@@ -70,6 +70,7 @@ def read_message(node: Any) -> MessageTokens:
     mask, mask_fits = _flags("mask", _items(node, "mask", findings), count, findings)
     content_items = _items(node, "is_content", findings)
     content, content_fits = _flags("is_content", content_items, count, findings)
+    attributed = content_items is not None and len(content_items) > 0
     compact: dict[str, Floats] = {}
     trained = int(mask.sum())
     for name in COMPACT_STREAMS:
@@ -88,23 +89,69 @@ def read_message(node: Any) -> MessageTokens:
     return MessageTokens(
         ids=ids,
         mask=mask,
-        is_content=content if content_items and content_fits else None,
+        is_content=content if attributed and content_fits else None,
         compact=compact,
         loss_weights=_loss_weights(node.get("loss_weights"), count, findings),
         findings=tuple(findings),
     )
 
 
-def _items(node: Mapping[Any, Any], name: str, findings: list[str]) -> list[Any] | None:
+_FLOAT64 = 0xCB
+_TRUE, _FALSE = 0xC3, 0xC2
+
+
+def _array_body(raw: bytes | memoryview) -> tuple[int, int]:
+    """A packed array's item count and where its items start."""
+    marker = raw[0]
+    if marker == 0xDC:
+        return int.from_bytes(raw[1:3], "big"), 3
+    if marker == 0xDD:
+        return int.from_bytes(raw[1:5], "big"), 5
+    return marker & 0x0F, 1
+
+
+def _packed_floats(packed: Packed) -> Floats | None:
+    """A packed array of float64s read straight from its bytes (each item a marker byte
+    and 8 big-endian bytes), none becoming a Python object; None when it holds
+    anything else."""
+    count, start = _array_body(packed.raw)
+    if len(packed.raw) - start != 9 * count:
+        return None
+    items = np.frombuffer(packed.raw, dtype=np.dtype([("marker", "u1"), ("value", ">f8")]), count=count, offset=start)
+    if not (items["marker"] == _FLOAT64).all():
+        return None
+    return items["value"].astype(np.float64)
+
+
+def _packed_flags(packed: Packed) -> Flags | None:
+    """A packed array of booleans (one byte each) read straight from its bytes."""
+    count, start = _array_body(packed.raw)
+    if len(packed.raw) - start != count:
+        return None
+    items = np.frombuffer(packed.raw, dtype=np.uint8, count=count, offset=start)
+    if not ((items == _TRUE) | (items == _FALSE)).all():
+        return None
+    flags: Flags = items == _TRUE
+    return flags
+
+
+Items = list[Any] | npt.NDArray[Any]
+"""A stream's items: decoded, or read straight from packed bytes into an array."""
+
+
+def _items(node: Mapping[Any, Any], name: str, findings: list[str]) -> Items | None:
     """A stream's items; None when it is absent (None or missing) or not a list."""
     return _listed(node.get(name), name, findings)
 
 
-def _listed(value: Any, name: str, findings: list[str]) -> list[Any] | None:
+def _listed(value: Any, name: str, findings: list[str]) -> Items | None:
     if value is None:
         return None
     if isinstance(value, Packed):
-        return value.decode()
+        direct: npt.NDArray[Any] | None = _packed_flags(value)
+        if direct is None:
+            direct = _packed_floats(value)
+        return value.decode() if direct is None else direct
     if isinstance(value, list | tuple):
         return list(value)
     findings.append(f"{name} is {short_repr(value, 30)}, not a list: ignored")
@@ -115,10 +162,12 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _converted(items: list[Any], kinds: str) -> npt.NDArray[Any] | None:
+def _converted(items: Items, kinds: str) -> npt.NDArray[Any] | None:
     """`items` as a 1-d array when they are all plain numbers (or all bools) that numpy
     reads as `kinds`: the fast path. None sends the caller to the item-by-item one, as
     does a bool among numbers, which numpy would quietly read as 0 or 1."""
+    if isinstance(items, np.ndarray):
+        return items if items.dtype.kind in kinds else None
     types = set(map(type, items))
     if not (types <= {int, float} or types == {bool}):
         return None
@@ -131,8 +180,8 @@ def _converted(items: list[Any], kinds: str) -> npt.NDArray[Any] | None:
     return None
 
 
-def _ids(items: list[Any] | None, findings: list[str]) -> Ids:
-    if not items:
+def _ids(items: Items | None, findings: list[str]) -> Ids:
+    if items is None or not len(items):
         return np.zeros(0, np.int64)
     array = _converted(items, "iu")
     if array is not None and (array.dtype.kind == "i" or int(array.max()) <= _INT64.max):
@@ -149,12 +198,12 @@ def _ids(items: list[Any] | None, findings: list[str]) -> Ids:
     return ids
 
 
-def _flags(name: str, items: list[Any] | None, count: int, findings: list[str]) -> tuple[Flags, bool]:
+def _flags(name: str, items: Items | None, count: int, findings: list[str]) -> tuple[Flags, bool]:
     """The flags over the `count` tokens (False where there is none) and whether the
     stream fits them; an empty `is_content` is "not attributed", not a misfit."""
     flags = np.zeros(count, np.bool_)
-    if items is None or (not items and name == "is_content"):
-        return flags, items is None or not items
+    if items is None or (not len(items) and name == "is_content"):
+        return flags, True
     array = _converted(items, "biu")
     if array is not None and (array.dtype.kind == "b" or bool(np.isin(array, (0, 1)).all())):
         given = array.astype(np.bool_)
@@ -171,7 +220,7 @@ def _flags(name: str, items: list[Any] | None, count: int, findings: list[str]) 
     return flags, fits
 
 
-def _floats(name: str, items: list[Any], findings: list[str]) -> Floats:
+def _floats(name: str, items: Items, findings: list[str]) -> Floats:
     array = _converted(items, "fiu")
     bad = 0
     if array is not None:

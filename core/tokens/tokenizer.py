@@ -120,13 +120,14 @@ class TokenText:
     def pieces(self, ids: Iterable[int]) -> list[Piece]:
         """Each id's piece, in order; an id outside the vocabulary reads as itself."""
         ids = list(ids)
-        missing = sorted({index for index in ids if index not in self._pieces})
+        missing = sorted(set(ids).difference(self._pieces))
         known = [index for index in missing if 0 <= index < self._size]
-        for index, text in zip(known, self._tokenizer.decode_batch([[index] for index in known], skip_special_tokens=False)):
-            self._pieces[index] = Piece(text, index in self._special)
+        decode = self._tokenizer.decode  # one id at a time: decode_batch's thread pool costs more than it saves
+        for index in known:
+            self._pieces[index] = Piece(decode([index], skip_special_tokens=False), index in self._special)
         for index in missing:
             self._pieces.setdefault(index, Piece(f"⟨{index}?⟩", True))
-        return [self._pieces[index] for index in ids]
+        return list(map(self._pieces.__getitem__, ids))
 
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)

@@ -32,7 +32,7 @@ def opened(*keys: str):
         app.table.select(KEY)
         await until(pilot, lambda: app.trace_pane.transcript.trace_state is not None)
         await pilot.press("t")
-        await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen.lines.placed is not None)
+        await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen.lines.placed is not None and app.screen.lines.tokens is not None)
         await pilot.press(*keys)
         await pilot.pause()
 

@@ -32,7 +32,8 @@ def shown(screen: TokenScreen, widget_id: str) -> str:
 
 def body(lines: TokenLines) -> str:
     assert lines.placed is not None
-    return "\n".join("".join(text for _, text in line) for line in lines.placed.lines)
+    lines.placed.finish()
+    return "\n".join(lines.placed.text(line) for line in range(len(lines.placed)))
 
 
 async def open_tokens(pilot, app: TracewatchApp, *keys: str) -> TokenScreen:
@@ -40,7 +41,7 @@ async def open_tokens(pilot, app: TracewatchApp, *keys: str) -> TokenScreen:
     app.table.select(KEY)
     await until(pilot, lambda: app.trace_pane.transcript.trace_state is not None)
     await pilot.press(*keys)
-    return await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen.lines.placed is not None and app.screen)
+    return await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen.lines.placed is not None and app.screen.lines.tokens is not None and app.screen)
 
 
 @pytest.fixture(scope="module")
