@@ -41,6 +41,7 @@ from tui.rollout_filter import RowFilter
 from tui.rollouts_table import RolloutsTable
 from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.side_by_side import SideBySideScreen
+from tui.timeline_view import TimelineView
 from tui.timing_view import TimingView
 from tui.token_view import TokenScreen
 from tui.trace_pane import TracePane
@@ -84,6 +85,7 @@ class TracewatchApp(App[None]):
         self._ticks = 0
         self._next_second = 0.0
         self._dirty_variants: set[str] = set()
+        self._timeline_moved = False
         self._quitting = False
         self._side_variants: list[str] = []
         """The variants side by side showed last: the next task opens with them."""
@@ -111,6 +113,8 @@ class TracewatchApp(App[None]):
                 with TabPane("Compare", id="tab-compare"):
                     with VerticalScroll(id="compare-scroll", can_focus=False):  # the view's cursor scrolls it
                         yield CompareView(self.store, id="compare")
+                with TabPane("Timeline", id="tab-timeline"):
+                    yield TimelineView(self.store, id="timeline")
         yield SteadyFooter()
 
     async def on_mount(self) -> None:
@@ -124,6 +128,7 @@ class TracewatchApp(App[None]):
         self.status = self.query_one("#status", Static)
         self.panel = self.query_one(VariantsPanel)
         self.compare = self.query_one(CompareView)
+        self.timeline = self.query_one(TimelineView)
         self._set_palette()
         self._add_cards()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -160,7 +165,7 @@ class TracewatchApp(App[None]):
         the first row (docs/performance.md)."""
         self.palette = Palette(self.table)
         self.table.set_palette(self.palette)
-        self.timing.palette = self.compare.palette = self.palette
+        self.timing.palette = self.compare.palette = self.timeline.palette = self.palette
 
     # -- the tick ------------------------------------------------------------------
 
@@ -182,6 +187,11 @@ class TracewatchApp(App[None]):
             self._dirty_variants |= changes.variants
             if self.detail.active == "tab-compare":
                 self.compare.follow()
+            elif self.detail.active == "tab-timeline":
+                self._timeline_moved |= bool(changes)
+                if self._timeline_moved and self._ticks % CARD_EVERY == 0:  # as often as the cards
+                    self._timeline_moved = False
+                    self.timeline.sync()
             if now >= self._next_second:
                 self._second()
             elif self._dirty_variants and self._ticks % CARD_EVERY == 0:
@@ -197,6 +207,8 @@ class TracewatchApp(App[None]):
         self._show_timing(now)
         self._draw_status(now)
         self.logs.poll(visible=self.detail.active == "tab-logs")
+        if self.detail.active == "tab-timeline":
+            self.timeline.sync()
 
     @on(LogsView.Unread)
     def _logs_unread(self) -> None:
@@ -237,6 +249,9 @@ class TracewatchApp(App[None]):
         self._show_timing(self.store.clock())
         if self.detail.active == "tab-compare":  # what moved while it was hidden
             self.compare.refresh(layout=True)
+        elif self.detail.active == "tab-timeline":
+            self.timeline.sync()
+            self.timeline.select(self.selected)
 
     def _draw_status(self, now: float) -> None:
         running, stalled = self.store.live_counts(now)
@@ -281,9 +296,23 @@ class TracewatchApp(App[None]):
         changes, filtering included), so `c` and `x` act on the row the user sees."""
         self._select(event.key)
 
+    @on(TimelineView.Highlighted)
+    def _timeline_highlighted(self, event: TimelineView.Highlighted) -> None:
+        """The timeline's cursor moves the table's (and so the selection) with it; a
+        rollout the table's filter hides is selected all the same."""
+        self.table.select(event.key)
+        self._select(event.key)
+
+    @on(TimelineView.Chosen)
+    def _timeline_chosen(self, event: TimelineView.Chosen) -> None:
+        self._timeline_highlighted(TimelineView.Highlighted(event.key))
+        self.action_open_trace()
+
     def _select(self, key: str | None) -> None:
         if key != self.selected:
             self.selected = key
+            if self.detail.active == "tab-timeline":
+                self.timeline.select(key)
             # The cursor's move reaches the screen first: reading a rollout's traces
             # back (`engine.select`) and laying out a long transcript take tens of ms
             # each, and a held arrow key must not wait on them for every row it passes.

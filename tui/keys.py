@@ -39,7 +39,7 @@ class Key:
     def local_help(self) -> str:
         """The description under its place's heading: without the "table: " that the palette needs."""
         place, colon, rest = self.help.partition(": ")
-        return rest if colon and self.where != "app" and place in ("table", "trace", "compare", "side by side", "tokens", "replays") else self.help
+        return rest if colon and self.where != "app" and place in ("table", "trace", "compare", "timeline", "side by side", "tokens", "replays") else self.help
 
     def binding(self) -> Binding:
         return Binding(self.keys, self.action, self.footer or self.title, show=bool(self.footer), priority=self.priority)
@@ -62,6 +62,9 @@ _NAMES = {
     "right": "→",
     "comma": ",",
     "full_stop": ".",
+    "plus": "+",
+    "equals_sign": "=",
+    "minus": "-",
 }
 
 WHERE = {
@@ -69,6 +72,7 @@ WHERE = {
     "table": "Rollouts table",
     "transcript": "Trace (when the transcript has focus)",
     "compare": "Compare tab (when it has focus: tab, or a click)",
+    "timeline": "Timeline tab (when it has focus: tab, or a click)",
     "sides": "Side by side (a task's traces, opened from the Compare tab)",
     "tokens": "Tokens (a message's tokens: t, or a double click on the message)",
     "replay": "Replays only",
@@ -92,6 +96,7 @@ KEYS: tuple[Key, ...] = (
     Key("2", "show_tab('tab-timing')", "Show timing tab", "details: phase waterfall and per-variant p50/p95"),
     Key("3", "show_tab('tab-logs')", "Show logs tab", "details: the variant servers' output"),
     Key("4", "show_tab('tab-compare')", "Show compare tab", "details: the variants task by task (mean ± standard error, where they differ)"),
+    Key("5", "show_tab('tab-timeline')", "Show timeline tab", "details: every rollout on one time axis by phase, each variant's concurrency above"),
     Key("f", "toggle_follow", "Toggle follow", "follow the transcript's newest turn (toggle)"),
     Key("t", "tokens", "Tokens of the message", "the selected message's tokens (else the newest's), coloured stream by stream"),
     Key("ctrl+y,w", "copy", "Copy message", "copy the selected message or tool result (OSC 52)"),
@@ -118,6 +123,18 @@ KEYS: tuple[Key, ...] = (
     Key("home,g", "first", "First task", "compare: the first task", where="compare", palette=False),
     Key("end,G", "last", "Last task", "compare: the last task", where="compare", palette=False),
     Key("enter", "choose", "Traces side by side", "compare: the task's traces side by side (a click too)", where="compare", palette=False),
+    Key("up", "cursor(-1)", "Rollout up", "timeline: previous rollout", where="timeline", palette=False),
+    Key("down", "cursor(1)", "Rollout down", "timeline: next rollout", where="timeline", palette=False),
+    Key("pageup", "page(-1)", "Page up", "timeline: a page up", where="timeline", palette=False),
+    Key("pagedown", "page(1)", "Page down", "timeline: a page down", where="timeline", palette=False),
+    Key("home,g", "first", "First rollout", "timeline: the first rollout", where="timeline", palette=False),
+    Key("end,G", "last", "Last rollout", "timeline: the last rollout", where="timeline", palette=False),
+    Key("plus,equals_sign", "zoom(0.5)", "Zoom in", "timeline: zoom in (shift or ctrl with the mouse wheel too)", where="timeline", palette=False),
+    Key("minus", "zoom(2.0)", "Zoom out", "timeline: zoom out", where="timeline", palette=False),
+    Key("left,h", "pan(-1)", "Earlier", "timeline: pan to earlier (the wheel sideways too)", where="timeline", palette=False),
+    Key("right,l", "pan(1)", "Later", "timeline: pan to later", where="timeline", palette=False),
+    Key("0", "fit", "Whole run", "timeline: the whole run again, following it live", where="timeline", palette=False),
+    Key("enter", "choose", "Open trace", "timeline: open the rollout's trace (a click on it too)", where="timeline", palette=False),
     Key("comma", "cycle(-1)", "Previous rollout", "side by side: the focused side's previous rollout of the task", where="sides", palette=False),
     Key("full_stop", "cycle(1)", "Next rollout", "side by side: the focused side's next rollout of the task", where="sides", palette=False),
     Key("v", "choose_variant(1)", "Next variant", "side by side: the focused side's next variant that ran the task", where="sides", palette=False),

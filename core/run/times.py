@@ -87,3 +87,47 @@ def _duration(agent: dict[str, Any], part: str) -> float:
     span = agent.get(part)
     value = span.get("duration") if isinstance(span, dict) else None
     return float(value) if isinstance(value, (int, float)) and 0 <= value < 1e9 else 0.0
+
+
+def bar_segments(times: RolloutTimes | None, queued: float | None, horizon: float) -> list[tuple[float, float, str]]:
+    """A rollout's time as (start, end, segment) pieces in order, for a timeline bar:
+    waiting from `queued` until its first span starts, then each span (an open one
+    up to `horizon`), the agent span cut into its model calls and the harness time
+    between them. Without call times, the agent span is model then harness in the
+    proportion the server reported."""
+    pieces: list[tuple[float, float, str]] = []
+    spans = times.spans if times is not None else ()
+    first = spans[0].start if spans else horizon
+    if queued is not None and queued < first:
+        pieces.append((queued, first, "waiting"))
+    cursor = first
+    for span in spans:
+        start, end = max(span.start, cursor), min(span.end if span.end is not None else horizon, horizon)
+        if end <= start:
+            continue
+        if span.phase == "agent" and times is not None:
+            pieces += _agent_pieces(times, start, end)
+        else:
+            pieces.append((start, end, span.phase))
+        cursor = end
+    return pieces
+
+
+def _agent_pieces(times: RolloutTimes, start: float, end: float) -> list[tuple[float, float, str]]:
+    pieces = []
+    cursor = start
+    if len(times.calls) >= 2:
+        for call_start, call_end in times.call_intervals():
+            call_start, call_end = max(call_start, cursor), min(call_end, end)
+            if call_end <= call_start:
+                continue
+            if call_start > cursor:
+                pieces.append((cursor, call_start, "harness"))
+            pieces.append((call_start, call_end, "model"))
+            cursor = call_end
+    elif times.model + times.harness > 0:
+        cursor = min(end, start + (end - start) * times.model / (times.model + times.harness))
+        pieces.append((start, cursor, "model"))
+    if cursor < end:
+        pieces.append((cursor, end, "harness"))
+    return pieces

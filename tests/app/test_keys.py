@@ -16,6 +16,7 @@ from tui.keys import KEYS, WHERE
 from tui.rollouts_table import RolloutsTable
 from tui.screens import HelpScreen
 from tui.side_by_side import SideBySideScreen
+from tui.timeline_view import TimelineView
 from tui.token_lines import TokenLines
 from tui.transcript import Transcript
 
@@ -28,6 +29,7 @@ WIDGETS = {
     "compare": CompareView,
     "sides": SideBySideScreen,
     "tokens": TokenLines,
+    "timeline": TimelineView,
 }
 
 
@@ -45,7 +47,7 @@ def test_every_key_is_bound_where_the_table_says() -> None:
 
 def test_every_binding_is_in_the_table() -> None:
     listed = {(name, key.action) for key in KEYS for name in key.keys.split(",")}
-    for where in ("app", "transcript", "table", "compare", "sides", "tokens"):
+    for where in ("app", "transcript", "table", "compare", "timeline", "sides", "tokens"):
         missing = bound(WIDGETS[where]) - listed
         assert not missing, f"{where} binds keys the help does not list: {missing}"
 
