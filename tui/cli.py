@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 def _tokenizers(args: argparse.Namespace, config: Config | None) -> Tokenizers:
     """The command line's tokenizer, else each variant's; the demo's model reads with
     the demo's tokenizer, so a demo recording shows text when replayed or opened."""
-    from core.demo.config import MODEL, TOKENIZER
+    from core.demo.builtin_config import MODEL, TOKENIZER
 
     by_variant = {variant.name: variant.tokenizer for variant in config.variants if variant.tokenizer} if config else {}
     return Tokenizers(args.tokenizer, by_variant, {MODEL: str(TOKENIZER)})

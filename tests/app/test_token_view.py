@@ -126,7 +126,7 @@ async def test_a_turn_that_lands_while_open_is_shown(deltas: list[dict]) -> None
         before = len(screen.trace.nodes)
         assert screen.node == before - 1
         for delta in deltas[first_turn:]:
-            engine.store.apply(KEY, delta)
+            engine.store.apply_delta(KEY, delta)
         await until(pilot, lambda: screen.node == len(screen.trace.nodes) - 1 > before - 1, "the view moved to the newest message")
         assert f"message {len(screen.trace.nodes)} of {len(screen.trace.nodes)}" in shown(screen, "tokens-head")
 

@@ -41,7 +41,7 @@ def training_engine(deltas: list[dict], clock: Callable[[], float] | None = None
     store.add_rollout("trainer", 0, TASK, 0, key=KEY)
     store.started(KEY, "req-trainer")
     for delta in deltas:
-        store.apply(KEY, delta)
+        store.apply_delta(KEY, delta)
     return engine
 
 
