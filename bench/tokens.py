@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from textual.app import App
 from textual.pilot import Pilot
 
-from core.demo.config import TOKENIZER
+from core.demo.builtin_config import TOKENIZER
 from core.demo.content import PROBLEMS
 from core.session.store import RolloutStore, TraceState
 from core.tokens.streams import read_message
@@ -69,8 +69,8 @@ def trace_with(ids: list[int], key: str) -> TraceState:
     store = RolloutStore()
     store.add_rollout("v", 0, {}, key=key)
     store.started(key, "req", t=0.0)
-    store.apply(key, {"trace": "t", "open": {"version": 1, "id": "t"}})
-    store.apply(key, unpack_delta(pack({"trace": "t", "nodes": [node]})))
+    store.apply_delta(key, {"trace": "t", "open": {"version": 1, "id": "t"}})
+    store.apply_delta(key, unpack_delta(pack({"trace": "t", "nodes": [node]})))
     return store.rollouts[key].traces["t"]
 
 
