@@ -24,7 +24,7 @@ from core.taps.forwarder import check_proxy_addresses
 from core.taps.relay_viewer import check_relay_address
 from core.tokens.tokenizer import Tokenizers, find_tokenizer
 
-COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare")
+COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare", "tokens")
 
 
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
@@ -64,7 +64,7 @@ def main_parser() -> argparse.ArgumentParser:
     parser = _parser(
         "tracewatch",
         "Watch verifiers rollouts live. With no CONFIG, runs the built-in demo: two variants of a demo env server, no model, no network.",
-        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch eval -- vf-eval ... | tracewatch tap ADDRESS | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT | tracewatch compare SOURCE... (each takes --help).",
+        epilog="Other forms: tracewatch attach ADDRESS --tasks FILE | tracewatch proxy --listen ADDRESS --upstream ADDRESS | tracewatch eval -- vf-eval ... | tracewatch tap ADDRESS | tracewatch replay FILE | tracewatch open PATH | tracewatch export FILE OUT | tracewatch compare SOURCE... | tracewatch tokens SOURCE --rollout ID (each takes --help).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('tracewatch')}")
     parser.add_argument("config", nargs="?", type=Path, help="a TOML config of variants (see README)")
@@ -156,6 +156,19 @@ def compare_parser() -> argparse.ArgumentParser:
         "Compare variants task by task, offline: per task each variant's mean reward, passes of k, turns and time; each variant's mean reward ± standard error; the tasks where they disagree.",
     )
     parser.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="a recording (*.twrec), a verifiers run directory or a traces JSONL file; several side by side")
+    return parser
+
+
+def tokens_parser() -> argparse.ArgumentParser:
+    parser = _parser(
+        "tracewatch tokens",
+        "Print a rollout's messages token by token, offline: id, text and every stream (mask, is_content, logprobs, advantages, reference and trainer logprobs, entropies, loss weights), the values the token view shows.",
+    )
+    parser.add_argument("source", type=Path, metavar="SOURCE", help="a recording (*.twrec), a verifiers run directory or a traces JSONL file")
+    parser.add_argument("--rollout", required=True, metavar="ID", help="the rollout's key (as the table and `export` name it) or one of its trace ids")
+    parser.add_argument("--node", type=int, metavar="N", help="only node N of each trace (default: every node that carries token ids)")
+    parser.add_argument("--tokenizer", metavar="T", help="token text: a tokenizer.json, a folder holding one, or a model name in the local Hugging Face cache (default: the demo's for its model, else ids)")
+    parser.add_argument("--format", choices=("table", "jsonl"), default="table", help="table: tab-separated, for reading; jsonl: one object per message, then one per token")
     return parser
 
 
@@ -271,15 +284,19 @@ def _offline_session(command: str, args: argparse.Namespace) -> Session:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "eval": eval_parser, "tap": tap_parser, "replay": replay_parser, "open": open_parser, "export": export_parser, "compare": compare_parser}
+    parsers = {None: main_parser, "attach": attach_parser, "proxy": proxy_parser, "eval": eval_parser, "tap": tap_parser, "replay": replay_parser, "open": open_parser, "export": export_parser, "compare": compare_parser, "tokens": tokens_parser}
     args = parsers[command]().parse_args(argv[1:] if command else argv)
-    if command in ("export", "compare"):
+    if command in ("export", "compare", "tokens"):
         resume_collection()  # no session: the collector as usual from here
     try:
         if command == "export":
             return export(args)
         if command == "compare":
             return compare_sources(args)
+        if command == "tokens":
+            from tui.tokens_command import print_tokens
+
+            return print_tokens(args)
         if args.tokenizer is not None:
             find_tokenizer(args.tokenizer)
         config = None

@@ -84,7 +84,7 @@ class TrainingTokens:
         fields: dict[str, Any] = {"logprobs": logprobs}
         if self.turn < ANNOTATED_FROM:
             return fields
-        trainer = [round(value + rng.gauss(0.0, 0.01), 4) for value in logprobs]
+        trainer = [round(min(0.0, value + rng.gauss(0.0, 0.01)), 4) for value in logprobs]
         if self.turn == MISMATCH_TURN and count > 8:
             start = rng.randrange(count - 6)
             for index in range(start, start + 6):

@@ -13,11 +13,10 @@ from textual.widgets import Static
 
 from core.demo import vocabulary
 from core.engine.opened import OpenedRecording
-from core.recordings.recorder import Recorder
 from core.tokens.streams import read_message, token_values
 from core.tokens.tokenizer import Tokenizers
 from tests.support.polling import until
-from tests.support.training_session import KEY, TASK, training_deltas, training_engine
+from tests.support.training_session import KEY, training_deltas, training_engine, write_training_recording
 from tui.app import TracewatchApp
 from tui.token_lines import TokenLines
 from tui.token_view import TokenScreen
@@ -133,12 +132,7 @@ async def test_a_turn_that_lands_while_open_is_shown(deltas: list[dict]) -> None
 
 async def test_a_recording_opened_offline_shows_the_same_tokens(deltas: list[dict], tmp_path: Path) -> None:
     path = tmp_path / "training.twrec"
-    with Recorder(path, meta={"test": True}) as recorder:
-        recorder.event("trainer", "started", t=1.0, pid=1, address="tcp://127.0.0.1:1", model="demo-model", sampling={})
-        recorder.rollout(KEY, "trainer", 0, TASK, 0, t=1.0)
-        recorder.request(KEY, "req", t=1.0)
-        for index, delta in enumerate(deltas):
-            recorder.delta(KEY, delta, t=2.0 + index)
+    write_training_recording(path, deltas)
     app = TracewatchApp(OpenedRecording(path), tokenizers=DEMO_TOKENIZER)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_tokens(pilot, app, "t")

@@ -3,15 +3,16 @@ scenario played in-process (no server, no waits), its deltas fed to a real store
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 from core.demo.agent import Pace
 from core.demo.scenarios import Run, play
 from core.demo.streamer import DeltaStreamer
 from core.demo.tasks import DEFAULT_TASKS, parse
 from core.demo.trace import LiveEpisode
+from core.recordings.recorder import Recorder
 from core.session.store import RolloutStore
 from core.wire.protocol import unpack_delta
 from tests.support.tui_standin import StandInEngine, StandInVariant
@@ -45,5 +46,11 @@ def training_engine(deltas: list[dict], clock: Callable[[], float] | None = None
     return engine
 
 
-def all_training_deltas() -> list[dict]:
-    return asyncio.run(training_deltas())
+def write_training_recording(path: Path, deltas: list[dict]) -> None:
+    """A recording of the training rollout, as a live session would write it."""
+    with Recorder(path, meta={"test": True}) as recorder:
+        recorder.event("trainer", "started", t=1.0, pid=1, address="tcp://127.0.0.1:1", model="demo-model", sampling={})
+        recorder.rollout(KEY, "trainer", 0, TASK, 0, t=1.0)
+        recorder.request(KEY, "req", t=1.0)
+        for index, delta in enumerate(deltas):
+            recorder.delta(KEY, delta, t=2.0 + index)

@@ -1,0 +1,75 @@
+"""`tracewatch tokens`: a rollout's tokens from a recording, with the values the token
+view shows, as a table or strict JSON lines; hostile values and unknown ids are said
+plainly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from core.tokens.streams import read_message, token_values
+from tests.support.training_session import KEY, training_deltas, training_engine, write_training_recording
+from tui.cli import main
+
+
+@pytest.fixture(scope="module")
+def deltas() -> list[dict]:
+    return asyncio.run(training_deltas())
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["tokens", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_jsonl_has_every_stream_the_view_shows(deltas: list[dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "training.twrec"
+    write_training_recording(path, deltas)
+    (trace,) = training_engine(deltas).store.rollouts[KEY].traces.values()
+    node = len(trace.nodes) - 1
+    code, out, _ = run(capsys, str(path), "--rollout", KEY, "--node", str(node), "--format", "jsonl")
+    assert code == 0
+    head, *rows = [json.loads(line) for line in out.splitlines()]
+    tokens = read_message(trace.nodes[node])
+    assert head["kind"] == "message" and head["tokens"] == len(tokens) == len(rows) and head["trained"] == tokens.trained
+    assert head["role"] == "assistant" and head["findings"] == []
+    for index, row in enumerate(rows):
+        expected = token_values(tokens, index)
+        assert {name: row[name] for name in expected} == expected
+    assert rows[0]["text"] == "<|im_start|>" and rows[0]["special"] is True  # the demo's model reads with its tokenizer
+
+    code, out, _ = run(capsys, str(path), "--rollout", trace.id)  # a trace id names it too; every node with tokens
+    lines = out.splitlines()
+    assert code == 0 and sum(line.startswith(f"# {KEY} · ") for line in lines) == len(trace.nodes)
+    assert "# ! logprobs has 0 values for" in out  # the tool result trained on
+    header = next(line for line in lines if line.startswith("index\t"))
+    assert header.split("\t")[:6] == ["index", "id", "text", "mask", "is_content", "logprobs"]
+
+
+def strict(constant: str) -> None:
+    raise AssertionError(f"{constant} is not JSON")
+
+
+def test_hostile_values_stay_strict_json(deltas: list[dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    opened = next(delta for delta in deltas if delta.get("open"))
+    hostile = {"parent": None, "message": {"role": "assistant", "content": "x"}, "sampled": True,
+               "token_ids": [5, 6, 7], "mask": [True, True, True], "logprobs": [float("nan"), float("-inf"), 1e308],
+               "trainer_logprobs": [0.0, 0.0]}
+    path = tmp_path / "hostile.twrec"
+    write_training_recording(path, [{"trace": opened["trace"], "open": opened["open"], "nodes": [hostile]}])
+    code, out, _ = run(capsys, str(path), "--rollout", KEY, "--format", "jsonl", "--tokenizer", "nowhere/not-cached-model")
+    head, *rows = [json.loads(line, parse_constant=strict) for line in out.splitlines()]
+    assert [row["logprobs"] for row in rows] == ["NaN", "-inf", 1e308]
+    assert "trainer_logprobs has 2 values for 3 trained tokens: not placed" in head["findings"]
+    assert [row["text"] for row in rows] == ["⟨5⟩", "⟨6⟩", "⟨7⟩"]  # a tokenizer that is not there: ids
+
+
+def test_an_unknown_rollout_is_named_with_what_there_is(deltas: list[dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "training.twrec"
+    write_training_recording(path, deltas)
+    code, _, err = run(capsys, str(path), "--rollout", "nope")
+    assert code == 2 and f"no rollout or trace 'nope' in this source (rollouts: {KEY})" in err

@@ -1,0 +1,147 @@
+"""`tracewatch tokens`: a rollout's messages token by token, for scripts and CI, with
+the values the token view shows (`core.tokens.streams.token_values`) from a recording,
+a run directory or a traces JSONL file.
+
+`table` is for a reader (token text made visible as the view shows it); `jsonl` is one
+object per message (its summary and findings) then one per token, with non-finite
+numbers written as the strings "NaN", "inf" and "-inf" so that no value is lost and
+every line is strict JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from core.errors import TracewatchError
+from core.paths import RECORDING_SUFFIX
+from core.session.session import Session
+from core.session.store import TraceState
+from core.tokens.streams import MessageTokens, read_message, token_values
+from core.tokens.summary import summarize
+from core.tokens.tokenizer import Piece, Tokenizers
+from tui.literal import safe
+from tui.token_layout import id_piece
+
+
+class NoSuchRollout(TracewatchError):
+    """The source holds no rollout (or trace) by that id."""
+
+
+def open_source(path: Path) -> Session:
+    from core.engine.opened import OpenedRecording, OpenedRun  # offline only
+
+    return OpenedRecording(path) if path.suffix == RECORDING_SUFFIX else OpenedRun(path)
+
+
+def find_traces(session: Session, wanted: str) -> tuple[str, list[TraceState]]:
+    """The rollout `wanted` names (its key, or one of its trace ids) and its traces, or
+    only that trace when a trace id named it."""
+    store = session.store
+    key = wanted if wanted in store.rollouts else None
+    if key is None:
+        key = next((k for k, rollout in store.rollouts.items() if wanted in rollout.trace_ids), None)
+    if key is None:
+        known = ", ".join(list(store.rollouts)[:5])
+        raise NoSuchRollout(f"no rollout or trace {wanted!r} in this source (rollouts: {known}{', ...' if len(store.rollouts) > 5 else ''})")
+    session.select(key)
+    traces = list(store.rollouts[key].traces.values())
+    named = [trace for trace in traces if trace.id == wanted]
+    return key, named or traces
+
+
+def finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def messages(traces: list[TraceState], node: int | None) -> Iterator[tuple[TraceState, int, Any, MessageTokens]]:
+    """Each message to print: its trace, index, role and tokens."""
+    for trace in traces:
+        nodes = trace.nodes
+        indexes = [node] if node is not None else range(len(nodes))
+        for index in indexes:
+            if not 0 <= index < len(nodes):
+                raise NoSuchRollout(f"trace {trace.id} has {len(nodes)} nodes; there is no node {index}")
+            raw = nodes[index]
+            tokens = read_message(raw)
+            if node is not None or len(tokens) or tokens.findings:
+                message = raw.get("message") if isinstance(raw, dict) else None
+                yield trace, index, message.get("role") if isinstance(message, dict) else None, tokens
+
+
+def print_tokens(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    session = open_source(args.source)
+    key, traces = find_traces(session, args.rollout)
+    variant = session.store.rollouts[key].variant
+    view = session.variants.get(variant)
+    text, note = Tokenizers(args.tokenizer, by_model=_demo()).for_variant(variant, view.model if view is not None else None)
+    if text is None and args.format == "table":
+        print(f"note: {note}", file=sys.stderr)
+    shown = 0
+    for trace, index, role, tokens in messages(traces, args.node):
+        ids: list[int] = tokens.ids.tolist()
+        pieces = text.pieces(ids) if text is not None else [id_piece(token) for token in ids]
+        if args.format == "jsonl":
+            _jsonl(out, key, trace.id, index, role, tokens, pieces)
+        else:
+            _table(out, key, trace.id, index, role, tokens, pieces)
+        shown += 1
+    if not shown:
+        print(f"rollout {key}: no message carries token ids", file=sys.stderr)
+    return 0
+
+
+def _demo() -> dict[str, str]:
+    from core.demo.builtin_config import MODEL, TOKENIZER
+
+    return {MODEL: str(TOKENIZER)}
+
+
+def _jsonl(out: IO[str], key: str, trace: str, index: int, role: Any, tokens: MessageTokens, pieces: list[Piece]) -> None:
+    summary = summarize(tokens)
+    where = {"rollout": key, "trace": trace, "node": index}
+    head = {
+        "kind": "message", **where, "role": role, "tokens": summary.tokens, "trained": summary.trained,
+        "content": summary.content, "mean_logprob": summary.mean_logprob,
+        "lowest_logprob": None if summary.lowest_logprob is None else vars(summary.lowest_logprob),
+        "worst_mismatch": None if summary.worst_mismatch is None else vars(summary.worst_mismatch),
+        "findings": list(summary.findings),
+    }
+    out.write(json.dumps(head, allow_nan=False, default=finite) + "\n")
+    for position, piece in enumerate(pieces):
+        row = {"kind": "token", **where, **token_values(tokens, position), "text": piece.text, "special": piece.special}
+        out.write(json.dumps({name: finite(value) for name, value in row.items()}, allow_nan=False) + "\n")
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _table(out: IO[str], key: str, trace: str, index: int, role: Any, tokens: MessageTokens, pieces: list[Piece]) -> None:
+    summary = summarize(tokens)
+    out.write(f"# {safe(key)} · trace {safe(trace)} · node {index} ({safe(str(role))}) · {summary.tokens} tokens · {summary.trained} trained")
+    if summary.mean_logprob is not None:
+        out.write(f" · mean logprob {summary.mean_logprob:.4f}")
+    out.write("\n")
+    for finding in summary.findings:
+        out.write(f"# ! {safe(finding)}\n")
+    if not len(tokens):
+        return
+    rows = [token_values(tokens, position) for position in range(len(tokens))]
+    names = [name for name in rows[0] if name not in ("index", "id")]
+    out.write("\t".join(["index", "id", "text", *(safe(name) for name in names)]) + "\n")
+    for row, piece in zip(rows, pieces):
+        text = safe(piece.text) if piece.special else safe(json.dumps(piece.text, ensure_ascii=False))
+        out.write("\t".join([str(row["index"]), str(row["id"]), text, *(_number(row[name]) for name in names)]) + "\n")
