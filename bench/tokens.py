@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from textual.app import App
 from textual.pilot import Pilot
 
-from core.demo.builtin_config import TOKENIZER
+from core.demo import TOKENIZER
 from core.demo.content import PROBLEMS
 from core.session.store import RolloutStore, TraceState
 from core.tokens.streams import read_message

@@ -13,6 +13,8 @@ worth showing (each waited for with a deadline), then a PNG of each SVG:
     timing.svg          a finished rollout's phase waterfall and per-variant p50/p95
     compare.svg         the variants task by task: mean ± standard error, where they differ
     side-by-side.svg    a task's traces side by side, one variant's rollout on each side
+    tokens.svg          a training rollout's message token by token, coloured by where the
+                        trainer disagrees with the sampler, the cursor on the worst token
     cancel-variant.svg  a variant cancel escalating: runs cancelled, SIGTERM sent, grace left
 
 For the last one the candidate's demo server is first frozen with SIGSTOP: a wedged
@@ -153,6 +155,16 @@ def by_scenario(engine: Engine, variant: str, scenario: str) -> Rollout:
     raise LookupError(f"no {scenario} rollout in {variant}")
 
 
+def worst_mismatch(trace) -> tuple[int, int] | None:
+    """The node and token where the trainer's logprob is furthest from the sampler's."""
+    from core.tokens.streams import read_message
+    from core.tokens.summary import summarize
+
+    found = [(abs(worst.value), index, worst.index) for index in range(len(trace.nodes))
+             if (worst := summarize(read_message(trace.nodes[index])).worst_mismatch) is not None]
+    return max(found)[1:] if found else None
+
+
 def has_pending(rollout: Rollout) -> bool:
     trace = rollout.primary
     return trace is not None and bool(trace.pending) and not rollout.status.finished
@@ -174,6 +186,7 @@ async def session(speed: float, out: Path) -> list[Path]:
     from tui.app import TracewatchApp
     from tui.screens import ConfirmScreen
     from tui.side_by_side import SideBySideScreen
+    from tui.token_view import TokenScreen
 
     engine = Engine(demo_config(sys.executable, speed=speed))
     app = TracewatchApp(engine)
@@ -247,7 +260,30 @@ async def session(speed: float, out: Path) -> list[Path]:
             await pilot.press("escape")
             await wait_for(pilot, "the Compare tab again", lambda: not isinstance(app.screen, SideBySideScreen), 5)
 
-            # 4. Cancel the candidate variant while its server is wedged: the card shows
+            # 4. The training rollout's tokens: the turn where the trainer disagrees with
+            #    the sampler most, coloured by that, the cursor on the worst token.
+            training = by_scenario(engine, "baseline", "training")
+            await wait_for(pilot, "the training rollout to finish", lambda: training.status is Status.DONE, 120)
+            await shots.select(training.key)
+            await pilot.press("1")
+            await shots.settle(0.5)
+            await pilot.press("t")
+            screen = await wait_for(pilot, "the token view", lambda: isinstance(app.screen, TokenScreen) and app.screen.tokens is not None and app.screen, 10)
+            worst = worst_mismatch(screen.trace)
+            if worst is None:
+                raise RuntimeError("the training rollout has no trainer-sampler mismatch to show")
+            node, token = worst
+            await pilot.press(*["left_square_bracket"] * (screen.node - node))
+            await wait_for(pilot, "the mismatched turn", lambda: screen.node == node, 5)
+            while screen.lines.stream is None or screen.lines.stream.key != "mismatch":
+                await pilot.press("full_stop")
+            screen.lines.move_to(token)
+            await shots.settle(0.5)
+            shots.shoot("tokens", "tracewatch: a message token by token, coloured by trainer minus sampler logprob")
+            await pilot.press("escape")
+            await wait_for(pilot, "the main screen again", lambda: not isinstance(app.screen, TokenScreen), 5)
+
+            # 5. Cancel the candidate variant while its server is wedged: the card shows
             #    the escalation and the grace left.
             candidate = engine.variants["candidate"]
             frozen = server_pid(candidate)

@@ -25,6 +25,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
+from core.demo import TOKENIZERS as DEMO_TOKENIZERS
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.retention import freeze_startup
 from core.session.store import Rollout, Status
@@ -43,7 +44,6 @@ from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tui.side_by_side import SideBySideScreen
 from tui.timeline_view import TimelineView
 from tui.timing_view import TimingView
-from tui.token_view import TokenScreen
 from tui.trace_pane import TracePane
 from tui.transcript import Transcript
 from tui.variants_panel import VariantCard, VariantsPanel
@@ -75,7 +75,7 @@ class TracewatchApp(App[None]):
     def __init__(self, engine: SessionView, *, title: str | None = None, tokenizers: Tokenizers | None = None) -> None:
         super().__init__()
         self.engine = engine
-        self.tokenizers = tokenizers or Tokenizers()
+        self.tokenizers = tokenizers or Tokenizers(by_model=DEMO_TOKENIZERS)
         self.store = engine.store
         self.title = title or "tracewatch"
         self.selected: str | None = None
@@ -554,6 +554,8 @@ class TracewatchApp(App[None]):
         if state is None or node is None or rollout is None:
             self.notify("Open a trace with messages first.", severity="warning")
             return
+        from tui.token_view import TokenScreen  # numpy with it: not at every start
+
         variant = self.engine.variants.get(rollout.variant)
         text, note = self.tokenizers.for_variant(rollout.variant, variant.model if variant is not None else None)
         self.push_screen(TokenScreen(state, node, text, note, f"{rollout.variant} · {rollout.task_label}"))

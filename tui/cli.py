@@ -11,6 +11,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from core.demo import TOKENIZERS as DEMO_TOKENIZERS
 from core.engine.live import Engine
 from core.errors import TracewatchError
 from core.paths import RECORDING_SUFFIX, default_recording_path
@@ -321,10 +322,8 @@ def main(argv: list[str] | None = None) -> int:
 def _tokenizers(args: argparse.Namespace, config: Config | None) -> Tokenizers:
     """The command line's tokenizer, else each variant's; the demo's model reads with
     the demo's tokenizer, so a demo recording shows text when replayed or opened."""
-    from core.demo.builtin_config import MODEL, TOKENIZER
-
     by_variant = {variant.name: variant.tokenizer for variant in config.variants if variant.tokenizer} if config else {}
-    return Tokenizers(args.tokenizer, by_variant, {MODEL: str(TOKENIZER)})
+    return Tokenizers(args.tokenizer, by_variant, DEMO_TOKENIZERS)
 
 
 def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: Tokenizers) -> int:

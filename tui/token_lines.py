@@ -185,10 +185,12 @@ class TokenLines(ScrollView, can_focus=True):
         base = self.rich_style
         if cursor:
             return base + self.get_component_rich_style("tokens--cursor")
+        if level == NO_VALUE:
+            base += self.get_component_rich_style("tokens--none")
         if special:
             base += self.get_component_rich_style("tokens--special")
         if level == NO_VALUE:
-            return base + self.get_component_rich_style("tokens--none")
+            return base
         if level == 0 or self.stream is None:
             return base
         positive, negative = HUES[self.stream.scale]

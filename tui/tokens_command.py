@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from core.demo import TOKENIZERS as DEMO_TOKENIZERS
 from core.errors import TracewatchError
 from core.paths import RECORDING_SUFFIX
 from core.session.session import Session
@@ -82,7 +83,7 @@ def print_tokens(args: argparse.Namespace) -> int:
     key, traces = find_traces(session, args.rollout)
     variant = session.store.rollouts[key].variant
     view = session.variants.get(variant)
-    text, note = Tokenizers(args.tokenizer, by_model=_demo()).for_variant(variant, view.model if view is not None else None)
+    text, note = Tokenizers(args.tokenizer, by_model=DEMO_TOKENIZERS).for_variant(variant, view.model if view is not None else None)
     if text is None and args.format == "table":
         print(f"note: {note}", file=sys.stderr)
     shown = 0
@@ -97,12 +98,6 @@ def print_tokens(args: argparse.Namespace) -> int:
     if not shown:
         print(f"rollout {key}: no message carries token ids", file=sys.stderr)
     return 0
-
-
-def _demo() -> dict[str, str]:
-    from core.demo.builtin_config import MODEL, TOKENIZER
-
-    return {MODEL: str(TOKENIZER)}
 
 
 def _jsonl(out: IO[str], key: str, trace: str, index: int, role: Any, tokens: MessageTokens, pieces: list[Piece]) -> None:

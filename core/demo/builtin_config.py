@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.demo import MODEL, TOKENIZER
 from core.demo.tasks import DEFAULT_TASKS
 from core.session.config import Config, build_config
 from core.session.config_errors import ConfigError, Problem
-
-TOKENIZER = Path(__file__).with_name("tokenizer.json")
-"""The demo's own tokenizer (`core.demo.vocabulary` trains it)."""
-MODEL = "demo-model"
-"""The model the demo's servers name: its tokenizer is the demo's own."""
 
 
 def demo_config(python: str, speed: float = 1.0) -> Config:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from core.demo.builtin_config import TOKENIZER
+from core.demo import TOKENIZER
 from core.demo.content import HARNESS_PROMPTS, PROBLEMS, PROVIDER_ERRORS, SANDBOX_CRASH, TOOLS, judge_steps
 
 PATH = TOKENIZER

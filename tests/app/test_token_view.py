@@ -22,6 +22,7 @@ from tui.token_lines import TokenLines
 from tui.token_view import TokenScreen
 
 DEMO_TOKENIZER = Tokenizers(by_variant={"trainer": str(vocabulary.PATH)})
+"""Named by the variant, as a config does (the app's default finds it by the demo's model)."""
 
 
 def shown(screen: TokenScreen, widget_id: str) -> str:
@@ -143,7 +144,7 @@ async def test_a_recording_opened_offline_shows_the_same_tokens(deltas: list[dic
 
 
 async def test_without_a_tokenizer_ids_show_with_how_to_get_text(deltas: list[dict]) -> None:
-    app = TracewatchApp(training_engine(deltas))
+    app = TracewatchApp(training_engine(deltas), tokenizers=Tokenizers())
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_tokens(pilot, app, "t")
         tokens = screen.lines.tokens
