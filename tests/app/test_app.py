@@ -15,6 +15,7 @@ from textual.widgets import Button, Input, Static, TabbedContent
 
 from core.session.store import Rollout, RolloutStore
 from core.wire.episode_json import episode_json
+from tests.support.app_screen import notices, screen_text, select, svg_text, table
 from tests.support.polling import until
 from tests.support.tui_standin import StandInEngine, StandInVariant, load_fixture, make_engine
 from tui.app import TracewatchApp
@@ -28,42 +29,15 @@ from tui.timing_view import TimingView
 INJECTION = "\x1b[31m[bold red]EVIL[/bold red] [link=x]y[/link]\x07"
 
 
-def table(app: TracewatchApp) -> RolloutsTable:
-    return app.query_one(RolloutsTable)
-
-
 async def started(pilot: Pilot, rows: int = 14) -> RolloutsTable:
     """Once the app has composed and drawn every rollout of the store."""
     await until(pilot, lambda: any(t.row_count == rows for t in pilot.app.query(RolloutsTable)))
     return table(pilot.app)
 
 
-async def select(pilot: Pilot, key: str) -> None:
-    """Select a row and wait for the trace pane to show it (it follows the cursor's
-    repaint)."""
-    app = pilot.app
-    table(app).select(key)
-    await until(pilot, lambda: app.selected == key and app.trace_pane.rollout is app.store.rollouts[key])
-
-
 def svg(app: TracewatchApp, directory: Path, name: str) -> str:
     path = Path(app.save_screenshot(filename=f"{name}.svg", path=str(directory)))
     return path.read_text()
-
-
-def svg_text(markup: str) -> str:
-    return markup.replace("&#160;", " ")
-
-
-def screen_text(app: TracewatchApp) -> str:
-    """What the screen shows now, as text."""
-    return svg_text(app.export_screenshot())
-
-
-def notices(app: TracewatchApp) -> list[str]:
-    """The notifications on screen (title and message), for an app run with
-    `notifications=True`."""
-    return [str(toast.render()) for toast in app.screen.query("Toast")]
 
 
 async def test_table_fills_then_updates_only_changed_rows() -> None:

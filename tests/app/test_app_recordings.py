@@ -10,34 +10,11 @@ from textual.widgets import Static
 
 from core.engine.opened import OpenedRecording
 from core.engine.replay import ReplaySession
-from core.recordings.recorder import Recorder
 from tests.support.polling import until
-from tests.support.tui_standin import load_fixture, make_engine
+from tests.support.tui_standin import make_engine, write_recording
 from tui.app import TracewatchApp
 from tui.logs_view import LogLines, LogsView
 from tui.variants_panel import VariantCard
-
-T0 = 1_700_000_000.0
-
-
-def write_recording(path: Path) -> None:
-    """Two variants' lifecycles (model and sampling on their "started" events) and
-    the fixture's runs under each, at recorded times."""
-    deltas, tasks, replies = load_fixture()
-    with Recorder(path, meta={"test": True}) as rec:
-        for variant, temperature in (("baseline", 0.2), ("candidate", 0.8)):
-            rec.event(variant, "starting", t=T0)
-            rec.event(variant, "started", t=T0 + 1, pid=100, address="tcp://127.0.0.1:1", model="demo-model", sampling={"temperature": temperature})
-            rec.event(variant, "running", t=T0 + 2)
-            for index, (run, task) in enumerate(tasks.items()):
-                rec.rollout(f"{variant}/{run}", variant, index, task, 0, t=T0 + 2)
-                rec.request(f"{variant}/{run}", f"req-{variant}-{run}", t=T0 + 2)
-        for item in deltas:
-            for variant in ("baseline", "candidate"):
-                rec.delta(f"{variant}/{item['request']}", item["delta"], t=T0 + 2 + item["t"])
-        for run, reply in replies.items():
-            for variant in ("baseline", "candidate"):
-                rec.reply(f"{variant}/{run}", reply, t=T0 + 30)
 
 
 def card_text(card: VariantCard) -> str:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 from textual.widgets import Static
 
 from core.session.compare import compare, compare_lines, compare_store
 from core.session.store import RolloutStore
-from tests.app.test_app_recordings import write_recording
+from tests.support.app_screen import open_side_by_side
 from tests.support.polling import until
-from tests.support.tui_standin import StandInEngine, StandInVariant, make_engine
+from tests.support.tui_standin import StandInEngine, StandInVariant, make_engine, write_recording
 from tui import compare_view
 from tui.app import TracewatchApp
 from tui.cli import main
@@ -103,20 +102,6 @@ async def test_the_compare_tab() -> None:
 
 def shown(transcript: Transcript) -> str:
     return "\n".join(transcript.render_line(y).text for y in range(transcript.scrollable_content_region.height))
-
-
-async def open_side_by_side(app: TracewatchApp, pilot: Any, rows: int, *keys: str) -> tuple[CompareView, SideBySideScreen, Side, Side]:
-    """Once the table holds `rows`, the Compare tab focused, `keys` pressed there,
-    then the side-by-side screen they open and its two sides."""
-    await until(pilot, lambda: app.table.row_count == rows)
-    await pilot.press("4")
-    view = app.query_one(CompareView)
-    await until(pilot, lambda: view.region.height > 1)
-    view.focus()
-    await pilot.press(*keys)
-    screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
-    left, right = screen.query(Side)
-    return view, screen, left, right
 
 
 async def test_a_task_opens_its_traces_side_by_side_and_each_side_cycles_its_rollouts() -> None:

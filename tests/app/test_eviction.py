@@ -19,8 +19,7 @@ from core.recordings.recorder import Recorder
 from core.session.compare import compare_store
 from core.session.config import load_config
 from core.session.store import Rollout
-from tests.app.test_app import notices, screen_text, select
-from tests.app.test_compare import open_side_by_side
+from tests.support.app_screen import notices, open_side_by_side, screen_text, select
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import until
 from tui.app import TracewatchApp

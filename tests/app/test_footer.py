@@ -14,9 +14,8 @@ from textual.widgets import Input, Static
 from textual.widgets._footer import FooterKey
 
 from core.engine.replay import ReplaySession
-from tests.app.test_app_recordings import write_recording
 from tests.support.polling import until
-from tests.support.tui_standin import make_engine
+from tests.support.tui_standin import make_engine, write_recording
 from tui.app import TracewatchApp
 from tui.footer import SteadyFooter
 

@@ -14,9 +14,8 @@ from textual.pilot import Pilot
 
 from core.engine.opened import OpenedRecording
 from core.engine.replay import ReplaySession
-from tests.app.test_app_recordings import write_recording
 from tests.support.polling import until
-from tests.support.tui_standin import StandInEngine, make_engine
+from tests.support.tui_standin import StandInEngine, make_engine, write_recording
 from tui.app import TracewatchApp
 from tui.compare_view import CompareView
 from tui.logs_view import LogLines

@@ -21,9 +21,9 @@ from core.session.config import Config
 from core.session.contracts import VariantState
 from core.session.store import Status
 from core.taps.relay_viewer import RelayViewer
-from tests.integration.test_tap_drain import assert_read_in_order_or_counted
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import eventually, until
+from tests.support.tap_checks import assert_read_in_order_or_counted
 from tracewatch_relay import Relay, RelayedClient
 from tui.app import TracewatchApp
 

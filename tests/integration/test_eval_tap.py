@@ -18,10 +18,10 @@ from core.session.config import Config, build_config
 from core.session.contracts import VariantState
 from core.session.store import Status
 from core.taps.eval_variant import INJECT_DIR, EvalVariant
-from tests.integration.test_tap_drain import assert_read_in_order_or_counted
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import eventually
 from tests.support.repo import INTEROP
+from tests.support.tap_checks import assert_read_in_order_or_counted
 
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 WAIT = 120.0

@@ -5,30 +5,14 @@ other."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import zmq
 import zmq.asyncio
 
-from core.session.store import Rollout
 from core.taps.drain import SocketQueue
 
 SENT = 200_000
 """More than any machine reads in one turn (100 ns a message)."""
-
-
-def assert_read_in_order_or_counted(rollout: Rollout, sent: int, unread: int, reason: str | None, left: Callable[[int], str]) -> None:
-    """A tap's run of an opening delta then `sent` deltas setting `i`, after a stop
-    that may have left some unread: those read were applied in order, those left were
-    counted, none is both, and the tap's reason says `left(unread)` if and only if
-    something was left."""
-    read = rollout.deltas - 1  # the opening delta came first
-    assert read + unread <= sent
-    assert rollout.assembly.traces["t"]["i"] == read - 1  # the last one read, in order
-    if unread:
-        assert reason == left(unread)
-    else:
-        assert reason is None
 
 
 async def test_a_stop_reads_until_its_end_then_counts_the_rest_and_loses_none() -> None:

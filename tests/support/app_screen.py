@@ -1,0 +1,55 @@
+"""Reading and steering the real app in tests: its table, a selected row, what the
+screen shows as text, its notifications, and the side-by-side screen the Compare tab opens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.pilot import Pilot
+
+from tests.support.polling import until
+from tui.app import TracewatchApp
+from tui.compare_view import CompareView
+from tui.rollouts_table import RolloutsTable
+from tui.side_by_side import Side, SideBySideScreen
+
+
+def table(app: TracewatchApp) -> RolloutsTable:
+    return app.query_one(RolloutsTable)
+
+
+async def select(pilot: Pilot, key: str) -> None:
+    """Select a row and wait for the trace pane to show it (it follows the cursor's
+    repaint)."""
+    app = pilot.app
+    table(app).select(key)
+    await until(pilot, lambda: app.selected == key and app.trace_pane.rollout is app.store.rollouts[key])
+
+
+def svg_text(markup: str) -> str:
+    return markup.replace("&#160;", " ")
+
+
+def screen_text(app: TracewatchApp) -> str:
+    """What the screen shows now, as text."""
+    return svg_text(app.export_screenshot())
+
+
+def notices(app: TracewatchApp) -> list[str]:
+    """The notifications on screen (title and message), for an app run with
+    `notifications=True`."""
+    return [str(toast.render()) for toast in app.screen.query("Toast")]
+
+
+async def open_side_by_side(app: TracewatchApp, pilot: Any, rows: int, *keys: str) -> tuple[CompareView, SideBySideScreen, Side, Side]:
+    """Once the table holds `rows`, the Compare tab focused, `keys` pressed there,
+    then the side-by-side screen they open and its two sides."""
+    await until(pilot, lambda: app.table.row_count == rows)
+    await pilot.press("4")
+    view = app.query_one(CompareView)
+    await until(pilot, lambda: view.region.height > 1)
+    view.focus()
+    await pilot.press(*keys)
+    screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
+    left, right = screen.query(Side)
+    return view, screen, left, right
