@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from core.demo.builtin_config import demo_config
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import alive, wait_until
 
@@ -119,6 +120,10 @@ def session_pids(home: Path) -> set[int]:
     return pids
 
 
+DEMO_ROLLOUTS = sum(len(v.task_list()) * v.rollouts_per_task for v in demo_config(sys.executable).variants)
+"""What the built-in demo runs, read from its own config (it grows as scenarios are added)."""
+
+
 def rows(screen: str, variant: str) -> list[str]:
     """The table's rows of a variant (its name, then the column gap)."""
     return [line for line in screen.splitlines() if re.match(rf" {variant} {{2,}}\S", line)]
@@ -140,7 +145,7 @@ def test_demo_in_a_terminal_cancel_a_rollout_and_a_variant_then_quit(tmp_path: P
     found: set[int] = set()
     try:
         term.start(command, tmp_path)
-        running = re.compile(r"18 rollouts · [1-9]\d* running")
+        running = re.compile(rf"{DEMO_ROLLOUTS} rollouts · [1-9]\d* running")
         term.wait(running.search, "the demo's rollouts to run")
         tmux_server = int(term.pane("#{pid}"))  # its command line names the home too
 
