@@ -8,9 +8,10 @@ and to resume after a drop) and pushes the chunks to the app, which reads the me
 out of them. A push is never waited on: when the queue is full the chunk is dropped,
 its messages counted, and that leg's copies pick up again at the next message start.
 The counters go along every quarter second. The app gives orders on stdin (`cancel
-REQUEST_ID`); end of stdin means the app has gone, and forwarding stops with it. The
-first stdout line is the bound listen address, or the process exits 2 with the reason
-on stderr.
+REQUEST_ID`, `fail REQUEST_ID_HEX`, `stop`). End of stdin without a `stop` means the
+app died: the drivers' runs are not the app's to end, so forwarding goes on, unwatched,
+until the last driver disconnects. The first stdout line is the bound listen address,
+or the process exits 2 with the reason on stderr.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import select
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from typing import TextIO
 
 import msgpack
 import zmq
@@ -37,6 +40,12 @@ CLOSE_LINGER_MS = 200
 app reads what is already queued for half a second at most anyway."""
 STATUS_EVERY = 0.25
 STATUS, CLOSED, RESUMED = b"status", b"closed", b"resumed"
+UNWATCHED_POLL = 0.1
+"""How often a forwarder whose app died looks whether its drivers have gone."""
+FAILED_IN_FLIGHT = (
+    "the tracewatch proxy's forwarding process died while this run was in flight; its deltas and reply are lost "
+    "(a new forwarding process now listens on the same address)"
+)
 
 
 class PushingForwarder(Forwarder):
@@ -48,11 +57,16 @@ class PushingForwarder(Forwarder):
         self._push.setsockopt(zmq.LINGER, 1000)
         self._push.connect(copies)
         self._status_at = 0.0
+        self.unwatched = False
+        """The app died: the bytes go on, nothing is pushed."""
 
     def _stream(self) -> ZmtpStream:
         return ZmtpStream(keep=False)
 
     def _copy(self, leg: Leg, data: bytes) -> None:
+        if self.unwatched:
+            leg.stream.scan(data)  # where messages begin is still needed to answer runs a dead forwarder left
+            return
         inside = leg.stream.under_way
         starts, first, before = leg.stream.scan(data)
         self.forwarded += starts
@@ -75,12 +89,14 @@ class PushingForwarder(Forwarder):
         return True
 
     def _closed(self, link: Link) -> None:
+        if self.unwatched:
+            return
         with contextlib.suppress(zmq.Again):
             self._push.send_multipart([CLOSED, link.driver, b""], zmq.NOBLOCK)
 
     def _tick(self) -> None:
         now = time.monotonic()
-        if now - self._status_at < STATUS_EVERY:
+        if self.unwatched or now - self._status_at < STATUS_EVERY:
             return
         self._status_at = now
         status = {
@@ -115,15 +131,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(forwarder.listen, flush=True)
     try:
-        for line in sys.stdin:
-            order, _, argument = line.strip().partition(" ")
-            if order == "cancel" and argument:
-                forwarder.cancel(argument)
+        if not obey(forwarder, sys.stdin):
+            forwarder.unwatched = True
+            while forwarder.drivers:
+                time.sleep(UNWATCHED_POLL)
     except KeyboardInterrupt:
         pass
     forwarder.stop()
     forwarder.close()
     return 0
+
+
+def obey(forwarder: PushingForwarder, orders: TextIO) -> bool:
+    """Carry out the app's orders until it says stop (True) or its end of the pipe
+    closes without a word (False: it died)."""
+    for line in orders:
+        order, _, argument = line.strip().partition(" ")
+        if order == "stop":
+            return True
+        if order == "cancel" and argument:
+            forwarder.cancel(argument)
+        elif order == "fail" and argument:
+            with contextlib.suppress(ValueError):
+                forwarder.fail(bytes.fromhex(argument), FAILED_IN_FLIGHT)
+    return False
 
 
 
@@ -151,6 +182,7 @@ class ForwardingProcess:
         self._copies = f"tcp://127.0.0.1:{self._pull.bind_to_random_port('tcp://127.0.0.1')}"
         self._stderr = tempfile.TemporaryFile()
         self._process: subprocess.Popen[bytes] | None = None
+        self._stopped = False
 
     @property
     def pid(self) -> int | None:
@@ -178,10 +210,29 @@ class ForwardingProcess:
         self.listen = line
 
     def cancel(self, request_id: str) -> None:
+        self._order(f"cancel {request_id}")
+
+    def fail(self, request_ids: list[bytes]) -> None:
+        """Have every driver that connects told these runs failed (they were in
+        flight through a forwarder that died)."""
+        for request_id in request_ids:
+            self._order(f"fail {request_id.hex()}")
+
+    def _order(self, line: str) -> None:
         if self._process is not None and self._process.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._process.stdin.write(f"cancel {request_id}\n".encode())
+            with contextlib.suppress(OSError, ValueError):
+                self._process.stdin.write(f"{line}\n".encode())
                 self._process.stdin.flush()
+
+    def died(self) -> str | None:
+        """How the process ended, if it ended without being stopped (it is reaped here)."""
+        process = self._process
+        if process is None or self._stopped or (code := process.poll()) is None:
+            return None
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
 
     def take(self, limit: int) -> list[Copy]:
         """The messages in the chunks that came, until there are `limit` or no more."""
@@ -215,9 +266,11 @@ class ForwardingProcess:
             self.notes.append(f"driver {driver.decode()}: {stream.unreadable}; its frames go on, unseen")
 
     def stop(self, timeout: float = 5.0) -> None:
-        """End of stdin: the process stops forwarding and exits."""
+        """The stop order: the process stops forwarding and exits."""
         process = self._process
         if process is not None:
+            self._order("stop")
+            self._stopped = True
             with contextlib.suppress(OSError):
                 if process.stdin is not None:
                     process.stdin.close()

@@ -9,6 +9,13 @@ anyone: the messages are read out of a copy of the bytes after they went on (`zm
 for whoever watches, into a bounded queue; when that is full the copy is dropped and
 counted, never the bytes. Our own requests (a cancel the user asked for, health
 probes) go on a separate DEALER, so their replies never reach a driver.
+
+A forwarder that replaces one that died answers the runs that were in flight through
+it: a driver that reconnects is told, on each such request id, that its run failed,
+or verifiers' client (which has no timeout) would wait for that reply forever. Which
+new connection is which old driver cannot be known (a DEALER's reconnect carries no
+name), so every connection gets every such reply; a client drops replies to ids it
+never sent, and the ids are random.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from typing import Any
 import zmq
 
 from core.errors import TracewatchError
-from core.taps.zmtp import ZmtpStream
-from core.wire.protocol import KIND_REPLY, CancelRequest, HealthRequest, request_payload, unpack
+from core.taps.zmtp import ZmtpStream, encode_message
+from core.wire.protocol import KIND_REPLY, CancelRequest, HealthRequest, pack, request_payload, unpack
 
 COPY_CAPACITY = 100_000
 """Messages the watcher may fall behind by before copies are dropped."""
@@ -36,6 +43,9 @@ CHUNK = 65536
 """The most bytes relayed per receive."""
 RELAY_TURNS = 16
 """Turns of relaying, while bytes keep coming, before the watcher's copies are read."""
+ORPHAN_SECONDS = 30.0
+"""How long the runs a dead forwarder left are answered to drivers that connect (a
+driver reconnects within a tenth of a second of the new listener)."""
 
 TO_SERVER = "up"
 TO_DRIVER = "down"
@@ -81,6 +91,8 @@ class Link:
     legs: list[Leg] = field(default_factory=list)
     connected: bool = False
     closed: bool = False
+    owed: bytes = b""
+    """Failure replies to put on the driver's side at the next message boundary."""
 
 
 class Forwarder:
@@ -104,6 +116,7 @@ class Forwarder:
         """The last health probe's answer: None before the first answer or miss."""
         self.upstream_note = "not probed yet"
         self._commands: collections.deque[tuple[str, str]] = collections.deque()
+        self._failing: collections.deque[bytes] = collections.deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listener: socket.socket | None = None
@@ -111,6 +124,11 @@ class Forwarder:
         self._relayed: list[tuple[Leg, bytes]] = []
         """What went on this turn, for the watcher once nothing else waits to go on."""
         self._ended: list[Link] = []
+        self._orphans: list[tuple[bytes, float]] = []
+        """Failure replies (ZMTP bytes) owed to every driver, until when."""
+        self._owing: set[Link] = set()
+        self._open: set[Link] = set()
+        self._poller: zmq.Poller | None = None
 
     def start(self) -> None:
         """Bind the listen address here, so a taken one is an error to the caller,
@@ -138,6 +156,10 @@ class Forwarder:
         aborted reply)."""
         self._commands.append(("cancel", request_id))
 
+    def fail(self, request_id: bytes, error: str) -> None:
+        """Answer `request_id`, on every driver's connection, with a failed run's reply."""
+        self._failing.append(encode_message([request_id, KIND_REPLY, pack({"success": False, "error": error})]))
+
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -160,7 +182,7 @@ class Forwarder:
         listener = self._listener
         assert listener is not None
         context = zmq.Context[zmq.Socket[bytes]]()
-        poller = zmq.Poller()
+        poller = self._poller = zmq.Poller()
         poller.register(listener, zmq.POLLIN)
         control = self._dealer(context)
         poller.register(control, zmq.POLLIN)
@@ -213,6 +235,31 @@ class Forwarder:
             control.send_multipart(
                 [uuid.uuid4().hex.encode(), CancelRequest.method.encode(), request_payload(CancelRequest(request_id=request_id))]
             )
+        while self._failing:
+            reply = self._failing.popleft()
+            self._orphans.append((reply, time.monotonic() + ORPHAN_SECONDS))
+            for link in self._open:
+                link.owed += reply
+                self._owing.add(link)
+        if self._owing:
+            self._pay()
+
+    def _pay(self) -> None:
+        """Put the failure replies owed on each driver's side once that side rests
+        between messages, all of it relayed so far having gone on."""
+        for link in list(self._owing):
+            leg = link.legs[1]
+            if not leg.unsent and leg.stream.between_messages:
+                owed, link.owed = link.owed, b""
+                self._owing.discard(link)
+                try:
+                    leg.unsent = owed[leg.target.send(owed) :]
+                except (BlockingIOError, InterruptedError):
+                    leg.unsent = owed
+                except OSError:
+                    continue  # the driver went; its link closes when next read
+                assert self._poller is not None
+                self._interest(link, self._poller)
 
     def _probe_health(
         self, control: zmq.Socket[bytes], probe: tuple[str, float] | None, next_probe: float, interval: float
@@ -273,7 +320,13 @@ class Forwarder:
                 Leg(TO_DRIVER, driver, server, client, self._stream()),
             ]
             links[client.fileno()] = links[server.fileno()] = link
+            self._open.add(link)
             self.drivers += 1
+            now = time.monotonic()
+            self._orphans = [(reply, until) for reply, until in self._orphans if until > now]
+            if self._orphans:
+                link.owed = b"".join(reply for reply, _ in self._orphans)
+                self._owing.add(link)
             if server.connect_ex(address) not in (0, errno.EINPROGRESS):
                 self._close(link, links, poller, closing)
                 continue
@@ -336,6 +389,8 @@ class Forwarder:
         if link.closed:
             return
         link.closed = True
+        self._open.discard(link)
+        self._owing.discard(link)
         for sock in (link.client, link.server):
             links.pop(sock.fileno(), None)
             poller.register(sock, 0)  # unregisters it, if it was

@@ -6,6 +6,11 @@ waits for us; here, on the app's loop, copies of the frames are read a slice of 
 at a time and fed to the same assembly, store and recording as a run we dispatch. The
 server is not ours, so the variant offers no cancel; a rollout's cancel is a real
 `cancel` sent upstream, and the driver gets verifiers' own aborted reply.
+
+A forwarding process that dies (killed, crashed) is noticed within a turn of the
+loop and replaced on the same address, where the drivers reconnect by themselves; the
+runs that were in flight through it are failed here and answered as failed to their
+drivers, whose client would otherwise wait for their replies forever.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +59,8 @@ class ProxyVariant(TapVariant):
         self._upstream_seen: tuple[bool | None, str] | None = None
         self._forwarded_seen = 0
         self._touched = 0.0
+        self.restarts = 0
+        """Forwarding processes that died and were replaced."""
 
     @property
     def address(self) -> str:
@@ -135,7 +143,7 @@ class ProxyVariant(TapVariant):
         if unread:
             lost.append(left_unread(unread, "frame copies"))
         if lost:
-            self.reason = f"the view {' and '.join(lost)} (the drivers got every frame)"
+            self.reason = "; ".join(filter(None, [self.reason, f"the view {' and '.join(lost)} (the drivers got every frame)"]))
         self._say(f"stopped: {counters_line(forwarder)}")
         self._event("exited", detail=counters_line(forwarder))
         self._set(VariantState.DONE)
@@ -163,9 +171,41 @@ class ProxyVariant(TapVariant):
 
     async def _watch(self, forwarder: ForwardingProcess) -> None:
         while True:
-            handled = read_for(TURN_SECONDS, lambda: forwarder.take(1), self._read_or_say)  # one chunk's copies at a time
+            handled = read_for(TURN_SECONDS, functools.partial(forwarder.take, 1), self._read_or_say)  # one chunk's copies at a time
             self._check(forwarder)
+            if (how := forwarder.died()) is not None:
+                if (replacement := await self._replace(forwarder, how)) is None:
+                    return
+                forwarder = replacement
             await asyncio.sleep(0 if handled else IDLE_WAIT)
+
+    async def _replace(self, dead: ForwardingProcess, how: str) -> ForwardingProcess | None:
+        """A new forwarding process on the dead one's address; the runs in flight
+        through the dead one fail, here and (through the new one) to their drivers."""
+        read_for(STOP_SECONDS, lambda: dead.take(1), self._read_or_say)  # what it pushed before it died
+        dead.close()
+        in_flight = [run[1] for run in self.runs.keys if isinstance(run, tuple)]
+        died = f"the forwarding process died ({how}) at {time.strftime('%H:%M:%S')}"
+        self.runs.end_all(f"{died} while the run was in flight; its driver was sent this error")
+        self._say(f"{died}; starting a new one on {self.listen}")
+        replacement = ForwardingProcess(self.listen, self.upstream)
+        try:
+            await asyncio.to_thread(replacement.start)
+        except (ForwarderError, OSError) as error:
+            replacement.close()
+            self.forwarder = None
+            self.reason = f"{died} and no new one could listen on {self.listen}: {error}; {ROUTE_LOST.format(listen=self.listen, upstream=self.upstream)}"
+            self._set(VariantState.FAILED)
+            return None
+        replacement.fail(in_flight)
+        self.forwarder = replacement
+        self._dropped_seen = 0
+        self.restarts += 1
+        self.reason = f"{died}; a new one listens on the same address ({len(in_flight)} run(s) in flight failed to their drivers)"
+        self._say(self.reason)
+        self._event("forwarder restarted", detail=self.reason)
+        self.store.touch_variant(self.name)
+        return replacement
 
     def _read_or_say(self, copy: Copy) -> None:
         try:

@@ -27,6 +27,8 @@ class ZmtpStream:
         self.under_way = False
         """A message's first byte was seen, its last not yet (`in_message`, or in the
         middle of a message's last frame)."""
+        self.commanded = False
+        """A command frame began (the handshake's READY comes first after the greeting)."""
         self._greeting = bytearray()
         self._buffer = bytearray()
         self._skip = 0
@@ -40,6 +42,17 @@ class ZmtpStream:
         self._skip = 0
         self._frames = []
         self.in_message = self.under_way = False
+
+    @property
+    def between_messages(self) -> bool:
+        """Past the handshake and between two frames of no message: a whole message
+        put on the connection here reads as one to its receiver."""
+        return (
+            self.unreadable is None
+            and self.commanded
+            and len(self._greeting) == GREETING
+            and not (self._skip or self._buffer or self.in_message)
+        )
 
     def scan(self, data: bytes) -> tuple[int, int | None, int]:
         """Messages that begin in `data`; the first offset in it where a reader may
@@ -103,7 +116,9 @@ class ZmtpStream:
                 first, before = position - held + offset, starts
             if keep and position + head + size > end:
                 break  # the rest of this frame is still to come
-            if not flags & COMMAND:
+            if flags & COMMAND:
+                self.commanded = True
+            else:
                 if not in_message:
                     starts += 1
                 in_message = bool(flags & MORE)
@@ -132,3 +147,16 @@ def greeting_problem(greeting: bytes) -> str | None:
     if mechanism != b"NULL":
         return f"the connection uses the {mechanism.decode(errors='replace')} mechanism (encrypted)"
     return None
+
+
+def encode_message(frames: list[bytes]) -> bytes:
+    """A message's frames as ZMTP 3 puts them on the wire."""
+    out = bytearray()
+    for i, body in enumerate(frames):
+        more = MORE if i < len(frames) - 1 else 0
+        if len(body) > 255:
+            out += bytes([more | LONG]) + len(body).to_bytes(8, "big")
+        else:
+            out += bytes([more, len(body)])
+        out += body
+    return bytes(out)

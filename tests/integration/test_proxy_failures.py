@@ -1,0 +1,138 @@
+"""A proxy's failure never hangs the driver: verifiers' own EnvClient (which has no
+timeout) drives through a real proxy while the app is killed (the forwarder goes on
+forwarding, unwatched, until the driver disconnects) or the forwarding process is
+killed (the app notices, says so, starts a new one on the same address, and the runs
+that were in flight get an error reply at once)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from verifiers.v1.configs.client import EvalClientConfig
+from verifiers.v1.serve import EnvClient as VerifiersClient
+from verifiers.v1.types import SamplingConfig
+
+from core.engine.live import Engine
+from core.ports import PORT_ATTEMPTS, free_address
+from core.session.config import Config
+from core.session.contracts import VariantState
+from core.session.store import Status
+from core.taps.proxy_variant import ProxyVariant
+from tests.support.demo_launch import launch, stop
+from tests.support.polling import alive, eventually, pid_gone, wait_until
+
+WAIT = 60.0
+SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
+
+
+def task(i: int, scenario: str) -> dict:
+    return {"id": f"f{i}", "name": f"{scenario} {i}", "prompt": "p", "scenario": scenario, "kind": "coding"}
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    proc, address = launch(speed=20.0, seed=5, stderr=subprocess.DEVNULL)
+    yield address
+    stop(proc)
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{thread}/children") as listing:
+            found += [int(child) for child in listing.read().split()]
+    return found
+
+
+async def test_a_killed_app_leaves_the_forwarder_forwarding_until_its_driver_disconnects(upstream) -> None:
+    listen = free_address()
+    app = subprocess.Popen(
+        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    client = VerifiersClient(listen)
+    seen: dict[int, int] = {}
+    runs: list[asyncio.Future] = []
+    forwarding = None
+    try:
+        await client.wait_for_server_startup(timeout=WAIT)
+        (forwarding,) = wait_until(lambda: children(app.pid), WAIT, "the forwarding process")
+
+        def counting(i: int):
+            return lambda _delta: seen.__setitem__(i, seen.get(i, 0) + 1)
+
+        runs = [asyncio.ensure_future(client.run(EvalClientConfig(), "demo-model", SAMPLING, task(i, "slow"), counting(i))) for i in range(4)]
+        await eventually(lambda: len(seen) == len(runs), WAIT, "every run streaming through the proxy")
+        assert not any(run.done() for run in runs), "the runs are mid-way when the app dies"
+        os.kill(app.pid, signal.SIGKILL)
+        app.wait()
+        episodes = await asyncio.wait_for(asyncio.gather(*runs), WAIT)
+        assert all(episode.traces and episode.traces[0].nodes for episode in episodes), "every run finished through the orphaned forwarder"
+        assert alive(forwarding), "the forwarder stays while its driver is connected"
+    finally:
+        for run in runs:
+            run.cancel()
+        await client.close()
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+    wait_until(lambda: pid_gone(forwarding), WAIT, "the forwarder gone once its driver disconnected")
+
+
+@pytest.fixture
+async def proxy_engine(upstream, tmp_path):
+    engines: list[Engine] = []
+    for _ in range(PORT_ATTEMPTS):  # another process may bind the free port before the proxy does
+        engine = Engine(Config.for_proxy(free_address(), upstream, "px"), session_dir=tmp_path / "s")
+        engines.append(engine)
+        await engine.start()
+        variant = engine.variants["px"]
+        assert isinstance(variant, ProxyVariant)
+        await eventually(lambda v=variant: v.state is not VariantState.STARTING, WAIT, "the forwarding process up")
+        if variant.state is not VariantState.FAILED or "in use" not in (variant.reason or ""):
+            break
+    assert variant.state is VariantState.RUNNING, variant.reason
+    yield engine, variant
+    for engine in engines:
+        await engine.shutdown()
+
+
+async def test_a_killed_forwarder_is_replaced_on_its_address_and_the_runs_it_carried_fail_at_once(proxy_engine) -> None:
+    engine, variant = proxy_engine
+    listen, first = variant.listen, variant.forwarder.pid
+    client = VerifiersClient(listen)
+    runs: list[asyncio.Future] = []
+    try:
+        await client.wait_for_server_startup(timeout=WAIT)
+        runs = [asyncio.ensure_future(client.run(EvalClientConfig(), "demo-model", SAMPLING, task(i, "stuck"))) for i in range(4)]
+        carried = await eventually(
+            lambda: len(r := [x for x in engine.store.variant_rollouts("px") if x.status is Status.RUNNING]) == len(runs) and r,
+            WAIT,
+            "every stuck run seen running",
+        )
+        os.kill(first, signal.SIGKILL)
+        # verifiers' client has no timeout: without an answer these would wait forever
+        outcomes = await asyncio.wait_for(asyncio.gather(*runs, return_exceptions=True), WAIT)
+        assert all(isinstance(o, RuntimeError) and "forwarding process died" in str(o) for o in outcomes), outcomes
+        assert variant.forwarder is not None and variant.forwarder.pid != first and variant.listen == listen
+        assert variant.state is VariantState.RUNNING and variant.restarts == 1
+        assert "killed by SIGKILL" in (variant.reason or "") and "4 run(s) in flight failed" in (variant.reason or "")
+        for rollout in carried:
+            assert rollout.status is Status.FAILED and "forwarding process died" in (rollout.reason or "")
+        wait_until(lambda: not os.path.exists(f"/proc/{first}"), WAIT, "the dead forwarder reaped, not a zombie")
+        after = await asyncio.wait_for(client.run(EvalClientConfig(), "demo-model", SAMPLING, task(9, "normal")), WAIT)
+        assert after.traces[0].nodes, "the same client's next run goes through the new forwarder"
+        await eventually(
+            lambda: any(r.task_data["id"] == "f9" and r.status is Status.DONE for r in engine.store.variant_rollouts("px")),
+            WAIT,
+            "the new forwarder's run shown done",
+        )
+    finally:
+        for run in runs:
+            run.cancel()
+        await client.close()
