@@ -9,8 +9,12 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from core.errors import TracewatchError
 
@@ -31,7 +35,7 @@ def tracewatch_home() -> Path:
 
 
 def default_recording_path() -> Path:
-    return tracewatch_home() / "recordings" / f"{_stamp()}{RECORDING_SUFFIX}"
+    return trusted_state_dir("recordings") / f"{_stamp()}{RECORDING_SUFFIX}"
 
 
 def _stamp() -> str:
@@ -50,7 +54,39 @@ def sessions_root() -> Path:
 
 def new_session_dir() -> Path:
     """Where one session keeps its captures, outcome records and exports."""
-    return sessions_root() / _stamp()
+    return trusted_state_dir("sessions") / _stamp()
+
+
+def trusted_state_dir(name: str) -> Path:
+    """`tracewatch_home() / name`, once the home and that folder, where they exist, are
+    ones only this user controls (ssh's StrictModes, for the same reason): whoever can
+    swap a link in or write beside our files there can redirect or read transcripts.
+    Missing ones are left for `make_private_dirs`, which creates them 0700."""
+    home = tracewatch_home()
+    for folder in (home, home / name):
+        _refuse_untrusted(folder)
+    return home / name
+
+
+def _refuse_untrusted(folder: Path) -> None:
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    why = None
+    if stat.S_ISLNK(info.st_mode):
+        why = "is a symlink"
+    elif not stat.S_ISDIR(info.st_mode):
+        why = "is not a directory"
+    elif info.st_uid != os.getuid():
+        why = f"belongs to another user (uid {info.st_uid})"
+    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    if why is not None:
+        raise PrivatePathError(
+            f"{folder} {why}, so someone else could redirect or read what tracewatch writes there; "
+            "refusing it (make it a directory of your own, mode 700, or set TRACEWATCH_HOME to one)"
+        )
 
 
 def claim_session(path: Path) -> int:
@@ -143,11 +179,26 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def write_private(path: str | os.PathLike[str], text: str) -> Path:
-    """Write `text` to a file only its owner can read (0600 whatever the umask, even if
-    it existed wider), never through a symlink."""
-    path = Path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with open(fd, "w", encoding="utf-8") as handle:
-        os.fchmod(fd, 0o600)
-        handle.write(text)
-    return path
+    """Write `text` to a file only its owner can read, as `private_output` does."""
+    with private_output(path) as out:
+        out.write(text)
+    return Path(path)
+
+
+@contextmanager
+def private_output(path_out: str | os.PathLike[str]) -> Iterator[TextIO]:
+    """A text file that appears at `path_out` only when written whole and is private
+    (0600 whatever the umask). It is written to a new file of a name nobody could
+    guess, created exclusively and never through a link, then renamed over `path_out`
+    (a rename replaces a link there rather than writing through it): a file or link
+    planted beside the output can neither receive the text nor be truncated."""
+    path_out = Path(path_out)
+    fd, partial = tempfile.mkstemp(dir=path_out.parent, prefix=f".{path_out.name}.", suffix=".partial")
+    try:
+        with open(fd, "w", encoding="utf-8") as out:
+            os.fchmod(fd, 0o600)
+            yield out
+        os.replace(partial, path_out)
+    except BaseException:
+        os.unlink(partial)
+        raise

@@ -5,12 +5,11 @@ of a verifiers `traces.jsonl`), encoded as `core.wire.episode_json` writes wire 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from core.paths import private_output
 from core.recordings.ending import end_field, recorded_ending
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
@@ -149,22 +148,6 @@ def export_recording(
                 result.lines += _write_line(out, record, result)
             result.truncated = recording.truncated
     return result
-
-
-@contextmanager
-def private_output(path_out: str | os.PathLike[str]) -> Iterator[TextIO]:
-    """A text file that appears at `path_out` only when written whole (beside it, then
-    renamed) and is private (0600), as the recording it came from is."""
-    path_out = Path(path_out)
-    partial = path_out.with_name(f".{path_out.name}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        with open(fd, "w", encoding="utf-8") as out:
-            yield out
-        os.replace(partial, path_out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
 
 
 def _write_line(out: Any, value: Any, result: Exported) -> int:

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from core.paths import private_output
 from core.recordings.apply_records import RecordedVariant, apply_record
-from core.recordings.export import private_output
 from core.recordings.index import RecordingIndex
 from core.session.store import Rollout, RolloutStore
 from core.wire.episode_json import json_line
