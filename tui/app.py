@@ -46,6 +46,7 @@ from tui.timeline_view import TimelineView
 from tui.timing_view import TimingView
 from tui.trace_pane import TracePane
 from tui.transcript import Transcript
+from tui.trends_view import TrendsView
 from tui.variants_panel import VariantCard, VariantsPanel
 
 TICK = 1 / 30
@@ -115,6 +116,9 @@ class TracewatchApp(App[None]):
                         yield CompareView(self.store, id="compare")
                 with TabPane("Timeline", id="tab-timeline"):
                     yield TimelineView(self.store, id="timeline")
+                with TabPane("Trends", id="tab-trends"):
+                    with VerticalScroll(id="trends-scroll"):
+                        yield TrendsView(self.store, id="trends")
         yield SteadyFooter()
 
     async def on_mount(self) -> None:
@@ -129,6 +133,7 @@ class TracewatchApp(App[None]):
         self.panel = self.query_one(VariantsPanel)
         self.compare = self.query_one(CompareView)
         self.timeline = self.query_one(TimelineView)
+        self.trends = self.query_one(TrendsView)
         self._set_palette()
         self._add_cards()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -165,7 +170,7 @@ class TracewatchApp(App[None]):
         the first row (docs/performance.md)."""
         self.palette = Palette(self.table)
         self.table.set_palette(self.palette)
-        self.timing.palette = self.compare.palette = self.timeline.palette = self.palette
+        self.timing.palette = self.compare.palette = self.timeline.palette = self.trends.palette = self.palette
 
     # -- the tick ------------------------------------------------------------------
 
@@ -209,6 +214,8 @@ class TracewatchApp(App[None]):
         self.logs.poll(visible=self.detail.active == "tab-logs")
         if self.detail.active == "tab-timeline":
             self.timeline.sync()
+        elif self.detail.active == "tab-trends":
+            self.trends.show()
 
     @on(LogsView.Unread)
     def _logs_unread(self) -> None:
@@ -252,6 +259,8 @@ class TracewatchApp(App[None]):
         elif self.detail.active == "tab-timeline":
             self.timeline.sync()
             self.timeline.select(self.selected)
+        elif self.detail.active == "tab-trends":
+            self.trends.show()
 
     def _draw_status(self, now: float) -> None:
         running, stalled = self.store.live_counts(now)

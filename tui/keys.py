@@ -97,6 +97,7 @@ KEYS: tuple[Key, ...] = (
     Key("3", "show_tab('tab-logs')", "Show logs tab", "details: the variant servers' output"),
     Key("4", "show_tab('tab-compare')", "Show compare tab", "details: the variants task by task (mean ± standard error, where they differ)"),
     Key("5", "show_tab('tab-timeline')", "Show timeline tab", "details: every rollout on one time axis by phase, each variant's concurrency above"),
+    Key("6", "show_tab('tab-trends')", "Show trends tab", "details: per variant over time: finished per minute, reward, error rate, tokens/s, p50 agent time"),
     Key("f", "toggle_follow", "Toggle follow", "follow the transcript's newest turn (toggle)"),
     Key("t", "tokens", "Tokens of the message", "the selected message's tokens (else the newest's), coloured stream by stream"),
     Key("ctrl+y,w", "copy", "Copy message", "copy the selected message or tool result (OSC 52)"),

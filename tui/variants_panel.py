@@ -16,10 +16,14 @@ from core.session.store import RolloutStore, Status
 from tui.literal import safe
 from tui.numbers import clock
 from tui.palette import Palette
+from tui.trends_view import card_trends
 
 _STEP = {"cancel-runs": "cancel sent to runs", "sigterm": "SIGTERM sent", "sigkill": "SIGKILL sent"}
 """A step's short label on the card; its full detail goes to the card's tooltip, so the
 grace left (what the user acts on) is never cut off the card's last line."""
+SPARKLINE = 12
+"""Cells of each trend on a card, beside its name: the run so far, finished per minute
+and the rolling mean reward."""
 _STATE_LOOK = {"idle": "boot", "starting": "setup", "running": "scoring", "draining": "scoring"}
 """A state's colour, named by the phase that shares it (see `Palette`)."""
 
@@ -129,6 +133,8 @@ class VariantCard(Horizontal, can_focus=True):
         else:
             last = Text(" · ").join([reward, Text(f"{stats.scored} scored", style=palette.muted)]) if reward else Text()
             rows = [head, server, counts, last]
+        if len(rows) == 4:
+            head.append_text(card_trends(self.store, variant.name, SPARKLINE, palette))
         text = Text("\n", no_wrap=True, overflow="ellipsis", end="").join(rows)
         return text
 

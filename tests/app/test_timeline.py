@@ -5,21 +5,11 @@ zooms and pans, draws only the rows on screen, and its cursor is the table's."""
 from __future__ import annotations
 
 from core.run.times import RolloutTimes, Span, bar_segments
-from core.session.store import RolloutStore, Status
+from core.session.store import Status
 from tests.support.polling import until
-from tests.support.timed_runs import timed_run
-from tests.support.tui_standin import StandInEngine, StandInVariant
+from tests.support.timed_runs import NOW, timed_engine
 from tui.app import TracewatchApp
 from tui.timeline_view import ENDS, TimelineView
-
-NOW = 1_764_500_000.0
-
-
-def timed_engine(count: int = 12, slots: int = 3) -> StandInEngine:
-    store = RolloutStore(clock=lambda: NOW)
-    for variant in ("baseline", "candidate"):
-        timed_run(store, variant, count, NOW - 40.0, NOW, slots=slots)
-    return StandInEngine(store, {name: StandInVariant(name, store) for name in store.variants})
 
 
 def line_text(view: TimelineView, y: int) -> str:

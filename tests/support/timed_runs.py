@@ -10,6 +10,10 @@ import heapq
 import random
 
 from core.session.store import Ending, RolloutStore, Status
+from tests.support.tui_standin import StandInEngine, StandInVariant
+
+NOW = 1_764_500_000.0
+"""The frozen clock of `timed_engine`."""
 
 
 def timed_run(store: RolloutStore, variant: str, count: int, start: float, now: float, slots: int = 4, seed: int = 0) -> list[str]:
@@ -68,3 +72,11 @@ def timed_run(store: RolloutStore, variant: str, count: int, start: float, now: 
             store.ended(key, Ending(status, None if status is Status.DONE else f"{status.value} on purpose"), t=end)
         heapq.heappush(free, end)
     return keys
+
+
+def timed_engine(count: int = 12, slots: int = 3) -> StandInEngine:
+    """Two variants' timed runs 40 s in at a frozen clock, behind a stand-in session."""
+    store = RolloutStore(clock=lambda: NOW)
+    for variant in ("baseline", "candidate"):
+        timed_run(store, variant, count, NOW - 40.0, NOW, slots=slots)
+    return StandInEngine(store, {name: StandInVariant(name, store) for name in store.variants})
