@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from core.errors import TracewatchError
+from core.text import UNSAFE
 
 RECORDING_SUFFIX = ".twrec"
 """What a recording's file name ends with (`tracewatch open` tells a recording from a run folder by it)."""
@@ -87,6 +88,14 @@ def _refuse_untrusted(folder: Path) -> None:
             f"{folder} {why}, so someone else could redirect or read what tracewatch writes there; "
             "refusing it (make it a directory of your own, mode 700, or set TRACEWATCH_HOME to one)"
         )
+
+
+def file_name(text: str) -> str:
+    """`text` as one file name that stays in its folder: path separators, control and
+    direction characters become "_", and a leading dot too (no "..", no hidden file).
+    Config names are checked already; names read back from a recording are not."""
+    name = "".join("_" if c in "/\\" or not c.isprintable() or UNSAFE.match(c) else c for c in text)
+    return "_" + name[1:] if name.startswith(".") or not name else name
 
 
 def claim_session(path: Path) -> int:

@@ -5,7 +5,8 @@ character reaches the terminal: each is shown visibly instead. C0 controls (ESC,
 backspace, carriage return, ...) become their Unicode control pictures ("\\x1b" shows as
 "␛"), DEL shows as "␡"; C1 controls, bidi controls, zero-width and other invisible
 format characters, line separators and lone surrogates, which have no picture, show as
-a literal escape ("\\x9b", "\\u202e", "\\u200b"). Tabs are expanded.
+a literal escape ("\\x9b", "\\u202e", "\\u200b"), as `core.text` spells them. Tabs are
+expanded.
 
 The common case (plain text) costs one regex search; only text that holds something
 to escape pays for `str.translate`.
@@ -13,37 +14,11 @@ to escape pays for `str.translate`.
 
 from __future__ import annotations
 
-import re
-
 from rich.cells import cell_len, split_graphemes
 
+from core.text import ESCAPES, UNSAFE_BUT_NEWLINE, visible
+
 TAB_SIZE = 4
-
-_ESCAPED = (
-    [*range(0x00, 0x20), *range(0x7F, 0xA0), 0x00AD, 0x061C, 0x180E, *range(0x200B, 0x2010)]
-    + [0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x2066, 0x2070)]
-    + [0xFEFF, *range(0xFFF9, 0xFFFC), *range(0xD800, 0xE000)]
-)
-"""Code points that control a terminal or change how the text around them is shown:
-bidi marks, embeddings, overrides and isolates can make a command read as something
-else, and zero-width characters (ZWSP, ZWJ, word joiner, BOM, soft hyphen, invisible
-operators) hide text or make two different strings look the same; surrogates cannot be
-encoded for the terminal at all."""
-
-
-def _picture(code: int) -> str:
-    if code < 0x20:
-        return chr(0x2400 + code)
-    if code == 0x7F:
-        return "\u2421"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-_TABLE = {code: _picture(code) for code in _ESCAPED}
-_UNSAFE = re.compile("[" + "".join(re.escape(chr(code)) for code in _ESCAPED) + "]")
-_UNSAFE_BUT_NEWLINE = re.compile(
-    "[" + "".join(re.escape(chr(code)) for code in _ESCAPED if code != 0x0A) + "]"
-)
 
 
 def safe(text: str) -> str:
@@ -51,9 +26,7 @@ def safe(text: str) -> str:
     control (newline included) replaced by a visible stand-in."""
     if "\t" in text:
         text = text.expandtabs(TAB_SIZE)
-    if _UNSAFE.search(text) is None:
-        return text
-    return text.translate(_TABLE)
+    return visible(text)
 
 
 def safe_lines(text: str) -> list[str]:
@@ -61,9 +34,9 @@ def safe_lines(text: str) -> list[str]:
     if "\t" in text:
         text = text.expandtabs(TAB_SIZE)
     lines = text.split("\n")
-    if _UNSAFE_BUT_NEWLINE.search(text) is None:
+    if UNSAFE_BUT_NEWLINE.search(text) is None:
         return lines
-    return [line.translate(_TABLE) for line in lines]
+    return [line.translate(ESCAPES) for line in lines]
 
 
 def wrap(text: str, width: int) -> list[tuple[int, int, int]]:

@@ -17,8 +17,16 @@ from typing import TextIO
 
 from core.session.contracts import SessionView, VariantState
 from core.session.store import Rollout, Status
+from core.text import visible
 
 POLL_SECONDS = 0.2
+
+
+def _say(out: TextIO, line: str) -> None:
+    """One line as it is read: names, task labels and reasons come from configs,
+    servers and recordings, so each control or direction character shows as its
+    escape, as in trace text."""
+    print(visible(line), file=out, flush=True)
 
 
 def rollout_line(rollout: Rollout, now: float) -> str:
@@ -64,7 +72,7 @@ async def run_headless(
                 task.cancel()
     progress.report()
     for line in summary_lines(engine):
-        print(line, file=out, flush=True)
+        _say(out, line)
     if interrupts.received:
         return 128 + interrupts.received[0]
     ok = store.rollouts and all(r.status is Status.DONE for r in store.rollouts.values())
@@ -83,16 +91,13 @@ class _Interrupts:
 
     def on_signal(self, signum: signal.Signals) -> None:
         if self.received:
-            print(f"{signum.name} again: killing the servers still stopping", file=self.out, flush=True)
+            _say(self.out, f"{signum.name} again: killing the servers still stopping")
             for variant in self.engine.variants.values():
                 if variant.state is VariantState.CANCELLING:
                     variant.cancel()
             return
         self.received.append(signum)
-        print(
-            f"{signum.name}: cancelling every run and stopping every server (again to kill them now)",
-            file=self.out, flush=True,
-        )  # fmt: skip
+        _say(self.out, f"{signum.name}: cancelling every run and stopping every server (again to kill them now)")
         self.stop.set()
 
 
@@ -127,7 +132,7 @@ class _Progress:
                 continue
             self.states[name] = variant.state.value
             reason = f" · {variant.reason}" if variant.reason else ""
-            print(f"{name}: {variant.state.value}{reason}", file=self.out, flush=True)
+            _say(self.out, f"{name}: {variant.state.value}{reason}")
 
     def _rollouts(self, keys: Iterable[str], now: float) -> None:
         for key in keys:
@@ -135,7 +140,7 @@ class _Progress:
             if rollout.status is Status.QUEUED or self.seen.get(key) == rollout.status:
                 continue
             self.seen[key] = rollout.status
-            print(rollout_line(rollout, now), file=self.out, flush=True)
+            _say(self.out, rollout_line(rollout, now))
 
     def _stalled(self, now: float) -> None:
         """Each stalled rollout said once; with `cancel_stalled`, one silent that long
@@ -146,11 +151,11 @@ class _Progress:
             label = f"{rollout.key} [{rollout.task_label}]"
             if rollout.key not in self.flagged:
                 self.flagged.add(rollout.key)
-                print(f"{label} stalled: no delta for {idle:.0f}s", file=self.out, flush=True)
+                _say(self.out, f"{label} stalled: no delta for {idle:.0f}s")
             if limit is not None and idle >= limit and rollout.key not in self.cancelled:
                 self.cancelled.add(rollout.key)
                 self.engine.cancel_rollout(rollout.key)
-                print(f"{label} cancelling: silent for {idle:.0f}s", file=self.out, flush=True)
+                _say(self.out, f"{label} cancelling: silent for {idle:.0f}s")
 
 
 def summary_lines(engine: SessionView) -> list[str]:

@@ -34,7 +34,7 @@ from core.paths import DEFAULT_KEEP_SESSIONS
 from core.ports import LOOPBACK
 from core.session.config_errors import ConfigError, Problem, field_path, problems_of, suggest
 from core.session.secrets import find_secrets
-from core.text import short_repr
+from core.text import UNSAFE, short_repr
 from core.wire.protocol import ClientConfig, SamplingConfig
 
 PLACEHOLDERS = ("address", "port", "python")
@@ -54,10 +54,24 @@ MAX_CONFIG_BYTES = 16 << 20
 
 
 def _short_name(value: str) -> str:
+    """A variant's name names its run folders and files and is printed on terminals,
+    so it may not leave the session folder or disguise itself."""
     if not value.strip():
         raise ValueError("expected a non-empty name")
-    if len(value) > 64 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(f"expected a short name without control characters, got {short_repr(value)}")
+    if len(value) > 64:
+        raise ValueError(f"expected a name of at most 64 characters, got {short_repr(value)}")
+    why = (
+        "a path separator" if "/" in value or "\\" in value
+        else "'..'" if ".." in value
+        else "a leading dot" if value.startswith(".")
+        else "a control, direction or invisible character" if UNSAFE.search(value) or not value.isprintable()
+        else None
+    )  # fmt: skip
+    if why is not None:
+        raise ValueError(
+            f"expected a name without path separators, '..', a leading dot or control, direction or "
+            f"invisible characters (it names folders and is printed), got {short_repr(value)}, which has {why}"
+        )
     return value
 
 

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from core.paths import claim_session, private_dir, write_private
+from core.paths import claim_session, file_name, private_dir, write_private
 from core.session.contracts import ReplayControls, VariantView
 from core.session.store import Rollout, RolloutStore
 from core.wire.episode_json import episode_json, partial_episode
@@ -97,7 +97,7 @@ class Session:
         if directory.is_relative_to(self.session_dir):
             self._claim()
         directory = private_dir(directory)
-        path = write_private(directory / f"{key.replace('/', '-')}.json", episode_json(record))
+        path = write_private(directory / file_name(f"{key.replace('/', '-')}.json"), episode_json(record))
         self.exported.append(path)
         return path
 

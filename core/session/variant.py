@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import TracewatchError
-from core.paths import private_dir
+from core.paths import file_name, private_dir
 from core.ports import LOOPBACK, PORT_ATTEMPTS, PortsTaken, free_port, port_taken
 from core.session.config import VariantConfig
 from core.session.contracts import VariantState
@@ -271,7 +271,7 @@ class Variant(CapturedChild):
 
     async def _launch(self, port: int) -> str:
         self.address = f"tcp://{LOOPBACK}:{port}"
-        run_dir = private_dir(self.session_dir / f"{self.name}-{self._starts}")
+        run_dir = private_dir(self.session_dir / file_name(f"{self.name}-{self._starts}"))
         self.stdout_path = run_dir / "stdout.log"
         self.stderr_path = run_dir / "stderr.log"
         env = {**os.environ, **self.config.environment()}

@@ -21,7 +21,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from core.paths import private_dir
+from core.paths import file_name, private_dir
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore
 from core.session.variant_life import CapturedChild
@@ -176,7 +176,7 @@ class EvalVariant(TapVariant, CapturedChild):
             context.term()
 
     async def _launch(self, tap_address: str) -> SupervisedChild:
-        run_dir = private_dir(self.session_dir / f"{self.name}-{self._starts}")
+        run_dir = private_dir(self.session_dir / file_name(f"{self.name}-{self._starts}"))
         self.stdout_path, self.stderr_path = run_dir / "stdout.log", run_dir / "stderr.log"
         env = {**os.environ, **self.env, ADDRESS_VAR: tap_address}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(INJECT_DIR), env.get("PYTHONPATH")]))
