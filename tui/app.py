@@ -100,7 +100,7 @@ class TracewatchApp(App[None]):
         yield VariantsPanel(id="variants")
         with Vertical(id="body"):
             with Vertical(id="table-pane"):
-                yield FilterField(self._apply_filter, placeholder="filter: variant:NAME status:running phase:agent text", id="filter", compact=True, select_on_focus=False)
+                yield FilterField(self._apply_filter, placeholder="filter: variant:NAME status:running phase:agent reward:<1 elapsed:>1m error:TEXT text", id="filter", compact=True, select_on_focus=False)
                 yield Static(markup=False, id="filter-hint")
                 yield RolloutsTable(self.store, self.store.clock, id="rollouts")
             with TabbedContent(id="detail", initial="tab-trace"):

@@ -39,6 +39,9 @@ class Column:
     sorts again each second."""
     filtered: bool = False
     """The filter has a `key:VALUE` field for it."""
+    measure: Callable[[Rollout, float], float | None] | None = None
+    """The number the filter compares (`reward:<1`), given the rollout and `now`; None
+    where the rollout has none yet (no reward), which no comparison lets through."""
 
 
 def rollout_number(rollout: Rollout) -> str:
@@ -100,24 +103,28 @@ COLUMNS: tuple[Column, ...] = (
         "turns", "Turns", 5, 9,
         sort=lambda r, now: r.turns,
         cell=lambda r, now, palette, stall: (str(r.turns), PLAIN),
+        measure=lambda r, now: r.turns,
     ),
     Column(
         "tokens", "Tokens", 7, 10,
         sort=lambda r, now: r.tokens,
         cell=lambda r, now, palette, stall: (f"{r.tokens:,}", PLAIN),
+        measure=lambda r, now: r.tokens,
     ),
     Column(
         "reward", "Reward", 6, 4,
         sort=lambda r, now: (r.reward is not None, r.reward or 0.0),
         cell=lambda r, now, palette, stall: (reward_text(r.reward), PLAIN),
+        measure=lambda r, now: r.reward,
     ),
     Column(
         "elapsed", "Elapsed", 7, 5,
         sort=lambda r, now: r.elapsed(now),
         cell=lambda r, now, palette, stall: (clock(r.elapsed(now)) if r.started_at else "", PLAIN),
         ticks=True,
+        measure=lambda r, now: r.elapsed(now) if r.started_at else None,
     ),
-    Column("errors", "Errors", 6, 6, sort=lambda r, now: r.errors, cell=_errors),
+    Column("errors", "Errors", 6, 6, sort=lambda r, now: r.errors, cell=_errors, measure=lambda r, now: r.errors),
     Column("trace", "Trace", 9, 11, sort=lambda r, now: next(iter(r.trace_ids), ""), cell=_trace),
 )
 """Left to right: what a glance needs first (what runs, where it is, what it does now)

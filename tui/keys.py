@@ -83,7 +83,7 @@ KEYS: tuple[Key, ...] = (
     # Footer first, in the order a narrow footer keeps them: help and quit never drop off.
     Key("question_mark", "help", "Help", "help: every key, by where it works", footer="Help"),
     Key("q", "quit", "Quit", "quit: cancel every run, stop every server, exit", footer="Quit"),
-    Key("slash", "filter", "Filter rollouts", "filter: variant:NAME status:running,failed phase:agent TEXT (in the trace: search it)", footer="Filter", priority=True),
+    Key("slash", "filter", "Filter rollouts", "filter rows (variant: status: phase: error: reward:<1 elapsed:>1m30s …); in a trace, search", footer="Filter", priority=True),
     Key("escape", "clear_filter", "Clear filter", "clear the filter and go back to the table"),
     Key("s", "start_variant", "Start variant", "start the selected rollout's variant (or the focused card's)", footer="Start", writes=True),
     Key("x", "cancel_variant", "Cancel variant", "cancel a variant: confirm with y; again while cancelling: SIGKILL now", footer="Stop var", writes=True),
@@ -97,7 +97,7 @@ KEYS: tuple[Key, ...] = (
     Key("3", "show_tab('tab-logs')", "Show logs tab", "details: the variant servers' output"),
     Key("4", "show_tab('tab-compare')", "Show compare tab", "details: the variants task by task (mean ± standard error, where they differ)"),
     Key("5", "show_tab('tab-timeline')", "Show timeline tab", "details: every rollout on one time axis by phase, each variant's concurrency above"),
-    Key("6", "show_tab('tab-trends')", "Show trends tab", "details: per variant over time: finished per minute, reward, error rate, tokens/s, p50 agent time"),
+    Key("6", "show_tab('tab-trends')", "Show trends tab", "details: trends per variant (finished/min, reward, errors, tokens/s, p50 agent time)"),
     Key("f", "toggle_follow", "Toggle follow", "follow the transcript's newest turn (toggle)"),
     Key("t", "tokens", "Tokens of the message", "the selected message's tokens (else the newest's), coloured stream by stream"),
     Key("ctrl+y,w", "copy", "Copy message", "copy the selected message or tool result (OSC 52)"),

@@ -2,11 +2,16 @@
 
 Field values match as substrings and a field's comma-separated values are alternatives;
 bare words must all appear in the variant, task, key or a trace id. `status:stalled`
-picks rollouts with no delta for longer than the store's stall threshold.
+picks rollouts with no delta for longer than the store's stall threshold. The numeric
+columns take comparisons (`reward:<1`, `tokens:>=5000`, `elapsed:>1m30s`; no operator
+means equal), alternatives again comma-separated; a rollout without the number (no
+reward yet) matches none. `error:TEXT` looks in why a rollout failed or was cancelled.
 """
 
 from __future__ import annotations
 
+import operator
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -16,6 +21,58 @@ from tui.columns import COLUMNS
 FIELDS = (*(column.key for column in COLUMNS if column.filtered), "status")
 """The `name:VALUE` fields: the columns marked `filtered`, and a rollout's status
 (which the Phase column shows only in part)."""
+MEASURES = {column.key: column.measure for column in COLUMNS if column.measure is not None}
+"""The `name:<NUMBER` fields: the columns with a number to compare."""
+OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq, "=": operator.eq, "": operator.eq}
+_COMPARISON = re.compile(r"(<=|>=|==|<|>|=)?(.*)")
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+TIMED = "elapsed"
+"""The measure that moves with the clock alone, as `stalled` does."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One numeric field's test: any of its (operator, number) alternatives holds."""
+
+    field: str
+    alternatives: tuple[tuple[str, float], ...]
+
+    def holds(self, value: float | None) -> bool:
+        return value is not None and any(OPERATORS[op](value, number) for op, number in self.alternatives)
+
+
+def parse_number(field: str, text: str) -> float | None:
+    """A comparison's number: seconds for `elapsed` (`90`, `1m30s`, `2h`, `1:30`), a
+    plain number for the others; None if it is not one."""
+    if field == TIMED:
+        if ":" in text:
+            whole_minutes, _, rest = text.partition(":")
+            return float(whole_minutes) * 60 + float(rest) if whole_minutes.isdigit() and rest.isdigit() else None
+        match = _DURATION.fullmatch(text)
+        if text and match is not None and any(match.groups()):
+            hours, minutes, seconds = (float(part or 0) for part in match.groups())
+            return hours * 3600 + minutes * 60 + seconds
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if number == number else None  # NaN compares with nothing
+
+
+def parse_comparison(field: str, value: str) -> Comparison | str:
+    """`<1,>=0.5` as a Comparison, or what was expected instead."""
+    alternatives = []
+    for part in (v for v in value.split(",") if v):
+        match = _COMPARISON.fullmatch(part)
+        assert match is not None  # the pattern matches any text
+        op, number_text = match.groups()
+        number = parse_number(field, number_text)
+        if number is None:
+            unit = "seconds, or a time such as 1m30s" if field == TIMED else "a number"
+            return f"{field}:{value} is not a comparison: {field}: takes <, <=, >, >= or = then {unit} ({field}:>{'60' if field == TIMED else '1'})"
+        alternatives.append((op or "=", number))
+    return Comparison(field, tuple(alternatives))
 STATUSES = (*(status.value for status in Status), "stalled")
 
 
@@ -25,23 +82,45 @@ class RowFilter:
     statuses: tuple[str, ...] = ()
     phases: tuple[str, ...] = ()
     words: tuple[str, ...] = ()
+    comparisons: tuple[Comparison, ...] = ()
+    errors: tuple[str, ...] = ()
+    malformed: tuple[str, ...] = ()
+    """What a comparison that could not be read should have been (it filters nothing)."""
 
     @classmethod
     def parse(cls, text: str) -> RowFilter:
         fields: dict[str, list[str]] = {name: [] for name in FIELDS}
         words: list[str] = []
+        comparisons: list[Comparison] = []
+        errors: list[str] = []
+        malformed: list[str] = []
         for token in text.lower().split():
             name, colon, value = token.partition(":")
             if colon and name in fields:
                 fields[name].extend(v for v in value.split(",") if v)
+            elif colon and name in MEASURES:
+                parsed = parse_comparison(name, value) if value.strip(",") else None
+                if isinstance(parsed, Comparison):
+                    comparisons.append(parsed)
+                elif parsed is not None:
+                    malformed.append(parsed)
+            elif colon and name == "error":
+                errors.extend(v for v in value.split(",") if v)
             else:
                 words.append(token)
         return cls(
-            tuple(fields["variant"]), tuple(fields["status"]), tuple(fields["phase"]), tuple(words)
+            tuple(fields["variant"]), tuple(fields["status"]), tuple(fields["phase"]), tuple(words),
+            tuple(comparisons), tuple(errors), tuple(malformed),
         )
 
     def __bool__(self) -> bool:
-        return bool(self.variants or self.statuses or self.phases or self.words)
+        return bool(self.variants or self.statuses or self.phases or self.words or self.comparisons or self.errors)
+
+    @property
+    def moves_with_time(self) -> bool:
+        """Time alone can change what it lets through: it asks for `stalled`, or
+        compares the elapsed time."""
+        return self.asks_stalled or any(c.field == TIMED for c in self.comparisons)
 
     @property
     def asks_stalled(self) -> bool:
@@ -54,13 +133,15 @@ class RowFilter:
         store scanned again. Each field keeps `wider`'s constraint or tightens it (a value
         that contains one of `wider`'s), every bare word of `wider` is inside one of
         ours, and `wider` never asks for `stalled`, the one test time alone can turn true."""
-        if wider.asks_stalled:
+        if wider.moves_with_time:
             return False
         return (
             _tightens(self.variants, wider.variants, _contains)
             and _tightens(self.statuses, wider.statuses, _status_implies)
             and _tightens(self.phases, wider.phases, _contains)
             and all(any(old in new for new in self.words) for old in wider.words)
+            and set(wider.comparisons) <= set(self.comparisons)
+            and all(any(old in new for new in self.errors) for old in wider.errors)
         )
 
     def problems(self, variants: Iterable[str]) -> list[str]:
@@ -72,7 +153,7 @@ class RowFilter:
             for value in values:
                 if not _any_in((value,), " ".join(known[name])):
                     found.append(f"{name}:{value} matches nothing; {name} is one of {', '.join(known[name]) or '(none yet)'}")
-        return found
+        return [*found, *self.malformed]
 
     def matches(self, rollout: Rollout, now: float, stall_seconds: float) -> bool:
         return self.matcher(now, stall_seconds)(rollout)
@@ -85,6 +166,7 @@ class RowFilter:
         A pass over 5,000 rollouts then costs a few lookups a row, not a substring
         search per value and a joined, lowered text per row."""
         variants, phases, words = self.variants, self.phases, self.words
+        outcome = self._outcome(now)
         statuses = frozenset(status for status in Status if _any_in(self.statuses, status.value))
         stalled = self.asks_stalled
         by_variant: dict[str, bool] = {}
@@ -106,6 +188,8 @@ class RowFilter:
                     ok = by_phase[phase] = _any_in(phases, phase)
                 if not ok:
                     return False
+            if outcome is not None and not outcome(rollout):
+                return False
             if words:
                 text, ids = rollout.search_text, None
                 for word in words:
@@ -117,6 +201,20 @@ class RowFilter:
             return True
 
         return matches
+
+    def _outcome(self, now: float) -> Callable[[Rollout], bool] | None:
+        """The comparisons and `error:` texts as one test (None: there are none)."""
+        comparisons, errors = self.comparisons, self.errors
+        if not comparisons and not errors:
+            return None
+
+        def holds(rollout: Rollout) -> bool:
+            if not all(comparison.holds(MEASURES[comparison.field](rollout, now)) for comparison in comparisons):
+                return False
+            reason = (rollout.reason or "").lower()
+            return all(text in reason for text in errors)
+
+        return holds
 
     def same_rows(self, other: RowFilter, variants: Iterable[str]) -> bool:
         """This filter and `other` let the same rollouts through, now and later: the
@@ -130,13 +228,15 @@ class RowFilter:
     def _meaning(self, variants: tuple[str, ...]) -> tuple[object, ...] | None:
         """What the filter lets through: per field the values it accepts (None: every
         one), and its words less those inside another; None if it asks for `stalled`."""
-        if self.asks_stalled:
+        if self.moves_with_time:
             return None
         return (
             _accepted(self.variants, variants, str.lower),
             _accepted(self.statuses, tuple(status.value for status in Status), str),
             _accepted(self.phases, ROLLOUT_PHASES, str),
             frozenset(word for word in self.words if not any(word in other and word != other for other in self.words)),
+            frozenset(self.comparisons),
+            frozenset(text for text in self.errors if not any(text in other and text != other for other in self.errors)),
         )
 
 

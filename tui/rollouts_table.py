@@ -272,6 +272,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         """Once a second: advance elapsed/activity on the running rows on screen, and
         re-sort if sorted values changed since (never more often, so rows hold still)."""
         self._second += 1
+        if self.row_filter.moves_with_time:  # rows cross its line with no delta (a stall, the elapsed time)
+            self.rebuild()
         rollouts = self.store.rollouts
         running = any((rollout := rollouts.get(key)) is not None and not rollout.status.finished for key in self._visible_keys())
         if self.sort_column in TICKING and running:

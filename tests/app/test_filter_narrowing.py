@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core.session.store import Rollout, RolloutStore, Status
+from tests.support.filter_reference import reference_matches
 from tests.support.tui_standin import TableApp, queued_and_running
 from tui.rollout_filter import RowFilter
 from tui.rollouts_table import RolloutsTable
@@ -22,6 +23,7 @@ PIECES = (
     "status:", "variant:", "phase:", "stalled", "st", "s", "run", "r", "t", "ed", "queued",
     "fail", "cancel", "done", "starting", "alpha", "beta", "al", "a", "b", "task", "1", ",", " ",
     "ag", "agent", "boot", "error", "2", "ab",
+    "reward:", "tokens:", "elapsed:", "errors:", "turns:", "error:", "<", ">=", ">", "=", "0", "0.5", "15", "1m", "x", "boom", "oo",
 )
 rollouts = st.lists(
     st.tuples(
@@ -47,21 +49,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, stall_seconds: float) -> bool:
-    """The filter's plain definition (rollout_filter's docstring), every value tested
-    against every row: what the compiled test must agree with."""
-    if row_filter.variants and not any(v in rollout.variant.lower() for v in row_filter.variants):
-        return False
-    if row_filter.statuses:
-        stalled = rollout.stalled(now, stall_seconds)
-        if not any(v in rollout.status.value or (stalled and "stalled".startswith(v)) for v in row_filter.statuses):
-            return False
-    if row_filter.phases and not any(v in rollout.phase for v in row_filter.phases):
-        return False
-    haystack = " ".join((rollout.key, rollout.variant, rollout.task_label, *rollout.trace_ids)).lower()
-    return all(word in haystack for word in row_filter.words)
 
 
 def full_scan(store: RolloutStore, row_filter: RowFilter) -> set[str]:

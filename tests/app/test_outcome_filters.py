@@ -1,0 +1,67 @@
+"""Filtering on outcomes: comparisons on the numeric columns and `error:` texts, checked
+against the plain definition over a run with rewards, tokens, errors and elapsed times
+of every kind, and in the app: the rows it leaves, and what a malformed comparison says."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.support.filter_reference import reference_matches
+from tests.support.polling import until
+from tests.support.timed_runs import NOW, timed_engine
+from tui.app import TracewatchApp
+from tui.rollout_filter import Comparison, RowFilter, parse_number
+
+STORE = timed_engine(count=30, slots=5).store
+FIELDS = ("reward:", "tokens:", "turns:", "errors:", "elapsed:", "error:", "status:")
+VALUES = ("<", "<=", ">", ">=", "=", "0", "0.5", "1", "1200", "3", "1m", "10s", "purpose", "cancel", ",", "x", "f")
+
+
+def test_comparisons_read_numbers_durations_and_alternatives():
+    parsed = RowFilter.parse("reward:<1 reward:>=0.5 errors:>0 turns:>10 tokens:>5000 elapsed:>1m30s elapsed:<=90 error:Sandbox")
+    assert parsed.comparisons == (
+        Comparison("reward", (("<", 1.0),)), Comparison("reward", ((">=", 0.5),)), Comparison("errors", ((">", 0.0),)),
+        Comparison("turns", ((">", 10.0),)), Comparison("tokens", ((">", 5000.0),)),
+        Comparison("elapsed", ((">", 90.0),)), Comparison("elapsed", (("<=", 90.0),)),
+    )
+    assert parsed.errors == ("sandbox",) and not parsed.malformed
+    assert RowFilter.parse("reward:<0.2,>0.8").comparisons == (Comparison("reward", (("<", 0.2), (">", 0.8))),)
+    assert [parse_number("elapsed", t) for t in ("90", "1m30s", "1:30", "2h", "1.5m", "", "1x", "m")] == [90, 90, 90, 7200, 90, None, None, None]
+    assert parse_number("reward", "nan") is None
+    assert RowFilter.parse("reward:") == RowFilter(), "a field still being typed filters nothing"
+
+
+def test_a_malformed_comparison_says_what_is_expected_and_filters_nothing():
+    (problem,) = RowFilter.parse("reward:<abc").problems(["v"])
+    assert problem.startswith("reward:<abc is not a comparison: reward: takes <, <=, >, >= or = then a number")
+    (problem,) = RowFilter.parse("elapsed:>1x").problems(["v"])
+    assert "seconds, or a time such as 1m30s" in problem
+    assert not RowFilter.parse("tokens:lots")
+
+
+@given(st.lists(st.tuples(st.sampled_from(FIELDS), st.lists(st.sampled_from(VALUES), max_size=3).map("".join)), max_size=3))
+def test_the_compiled_filter_agrees_with_the_plain_definition(tokens):
+    row_filter = RowFilter.parse(" ".join(name + value for name, value in tokens))
+    compiled = row_filter.matcher(NOW, STORE.stall_seconds)
+    for rollout in STORE.rollouts.values():
+        assert compiled(rollout) == reference_matches(row_filter, rollout, NOW, STORE.stall_seconds), rollout.key
+
+
+async def test_typed_in_the_app_the_rows_are_those_that_compare_and_a_typo_is_explained():
+    engine = timed_engine()
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 24)
+        await pilot.press("slash", *"reward:<0.5")
+        expected = {k for k, r in engine.store.rollouts.items() if r.reward is not None and r.reward < 0.5}
+        assert expected and len(expected) < 24
+        await until(pilot, lambda: set(app.table.ordered_keys) == expected)
+        await pilot.press(*" errors:>0")
+        await until(pilot, lambda: app.table.row_count == 0)
+        await pilot.press("ctrl+u", *"reward:<abc")
+        hint = app.query_one("#filter-hint")
+        await until(pilot, lambda: "reward:<abc is not a comparison" in str(hint.render()))
+        assert app.table.row_count == 24, "a comparison it cannot read filters nothing"
+        await pilot.press("ctrl+u", *"error:purpose")
+        await until(pilot, lambda: set(app.table.ordered_keys) == {k for k, r in engine.store.rollouts.items() if r.reason})

@@ -1,0 +1,44 @@
+"""The rollouts filter's plain definition, every value tested against every row: what
+the compiled filter (`RowFilter.matcher`) must agree with."""
+
+from __future__ import annotations
+
+from core.session.store import Rollout
+from tui.rollout_filter import RowFilter
+
+
+def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, stall_seconds: float) -> bool:
+    """The filter's plain definition (rollout_filter's docstring), every value tested
+    against every row: what the compiled test must agree with."""
+    if row_filter.variants and not any(v in rollout.variant.lower() for v in row_filter.variants):
+        return False
+    if row_filter.statuses:
+        stalled = rollout.stalled(now, stall_seconds)
+        if not any(v in rollout.status.value or (stalled and "stalled".startswith(v)) for v in row_filter.statuses):
+            return False
+    if row_filter.phases and not any(v in rollout.phase for v in row_filter.phases):
+        return False
+    values = {
+        "reward": rollout.reward, "tokens": rollout.tokens, "turns": rollout.turns, "errors": rollout.errors,
+        "elapsed": rollout.elapsed(now) if rollout.started_at is not None else None,
+    }
+    for comparison in row_filter.comparisons:
+        value = values[comparison.field]
+        if value is None or not any(compares(value, op, number) for op, number in comparison.alternatives):
+            return False
+    if not all(text in (rollout.reason or "").lower() for text in row_filter.errors):
+        return False
+    haystack = " ".join((rollout.key, rollout.variant, rollout.task_label, *rollout.trace_ids)).lower()
+    return all(word in haystack for word in row_filter.words)
+
+
+def compares(value: float, op: str, number: float) -> bool:
+    if op == "<":
+        return value < number
+    if op == "<=":
+        return value <= number
+    if op == ">":
+        return value > number
+    if op == ">=":
+        return value >= number
+    return value == number
