@@ -123,7 +123,7 @@ async def test_filter_narrows_the_table() -> None:
 
 
 async def test_escape_clears_the_filter_from_the_field_or_the_table() -> None:
-    """Issue 11 item 6: Escape clears the filter and returns to the table."""
+    """Escape clears the filter and returns to the table."""
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(120, 40)) as pilot:
         rows = await started(pilot)
@@ -184,7 +184,7 @@ async def test_a_filter_longer_than_its_field_scrolls_to_the_cursor() -> None:
 
 
 async def test_a_filter_value_that_cannot_match_says_which_values_exist() -> None:
-    """Issue 11 item 21: `status:bogus` names the statuses rather than showing 0 rows."""
+    """`status:bogus` names the statuses rather than showing 0 rows."""
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(120, 40)) as pilot:
         rows = await started(pilot)
@@ -468,7 +468,7 @@ async def test_zero_width_and_direction_characters_show_visibly(tmp_path: Path) 
 
 
 async def test_g_and_G_go_to_the_first_and_last_rows() -> None:
-    """Issue 11 item 18: Home/End and g/G move rows, not columns."""
+    """Home/End and g/G move rows, not columns."""
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(120, 40)) as pilot:
         rows = await started(pilot)
@@ -479,7 +479,7 @@ async def test_g_and_G_go_to_the_first_and_last_rows() -> None:
 
 
 async def test_the_selection_stays_on_a_rollout_that_leaves_the_filtered_view() -> None:
-    """Issue 11 item 1: rows leaving a `status:running` view never move the selection;
+    """Rows leaving a `status:running` view never move the selection;
     the selected one leaving is said, and its trace stays until the user moves."""
     engine = make_engine(finish=False)
     store = engine.store
@@ -507,7 +507,7 @@ async def test_the_selection_stays_on_a_rollout_that_leaves_the_filtered_view() 
 
 @pytest.mark.parametrize("width", [80, 160])
 async def test_every_column_shows_its_sort_arrow_both_ways(width: int) -> None:
-    """Issue 11 item 4: the arrow is never clipped, and ▼ marks a reversed sort."""
+    """The arrow is never clipped, and ▼ marks a reversed sort."""
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(width, 40)) as pilot:
         rows = await started(pilot)
@@ -522,7 +522,7 @@ async def test_every_column_shows_its_sort_arrow_both_ways(width: int) -> None:
 
 
 async def test_a_tall_pending_block_keeps_its_header_in_sight() -> None:
-    """Issue 11 item 9: the bottom of a preview taller than the view still shows
+    """The bottom of a preview taller than the view still shows
     "pending · sent to the model, awaiting reply" on the top line."""
     engine = make_engine(finish=False)
     store = engine.store
@@ -542,7 +542,7 @@ async def test_a_tall_pending_block_keeps_its_header_in_sight() -> None:
 
 
 async def test_a_stalled_rollouts_activity_shows_its_duration() -> None:
-    """Issue 11 item 10: "⚠ stalled gener…" cut the time; the time comes first now."""
+    """A stalled rollout's activity read "⚠ stalled gener…", cutting the time; the time comes first now."""
     engine = make_engine(finish=False)
     engine.store.stall_seconds = 0.0
     app = TracewatchApp(engine)
@@ -592,7 +592,7 @@ async def test_quitting_a_proxy_asks_first_and_says_the_drivers_lose_their_route
 
 
 async def test_rows_of_one_task_are_numbered_and_a_second_start_is_its_own_run() -> None:
-    """Issue 11 item 11: the rollout number (and run) tells rows of one task apart;
+    """The rollout number (and run) tells rows of one task apart;
     the card counts this start's rollouts, not every start's summed."""
     engine = make_engine(variants=("baseline",), copies=2)
     store = engine.store
@@ -607,7 +607,7 @@ async def test_rows_of_one_task_are_numbered_and_a_second_start_is_its_own_run()
 
 
 async def test_80x24_is_laid_out_on_purpose(tmp_path: Path) -> None:
-    """Issue 11 item 19: help and quit stay in the footer, cards take two rows, the
+    """Help and quit stay in the footer, cards take two rows, the
     table shows its columns by priority with no horizontal scroll, the status names
     the recording, and the timing rows carry their variant's p50/p95."""
     engine = make_engine(session_dir=tmp_path)

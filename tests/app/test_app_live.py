@@ -1,4 +1,4 @@
-"""The real app against real demo servers under the real supervisor: what issue 6
+"""The real app against real demo servers under the real supervisor: what a user
 calls "prove it". Every wait is a deadline poll through `pilot.pause`; the demo
 servers run fast (`--speed`) but slow enough that live states can be seen."""
 

@@ -23,7 +23,7 @@ def card_text(card: VariantCard) -> str:
 
 
 async def test_a_replay_shows_its_variants_position_and_state(tmp_path: Path) -> None:
-    """Issue 11 items 8 and 16: cards for the recorded variants (model and sampling
+    """Cards for the recorded variants (model and sampling
     included), the position and play state on the status line, logs that say why
     they are empty."""
     path = tmp_path / "session.twrec"
@@ -75,7 +75,7 @@ async def test_an_opened_recording_needs_no_selection_to_show_its_rows(tmp_path:
 
 
 async def test_the_focused_card_is_marked_and_cards_show_what_differs() -> None:
-    """Issue 11 items 7 and 14: focus is a glyph as well as a shade; the differing
+    """Focus is a glyph as well as a shade; the differing
     sampling is bold."""
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(160, 48)) as pilot:

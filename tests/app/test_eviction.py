@@ -1,5 +1,5 @@
 """Finished rollouts leave memory while the session is recorded and read back exactly
-(issue 13): the real app over real demo servers, recording to a real file; each
+the real app over real demo servers, recording to a real file; each
 rollout seen whole before anything left is seen again after it came back."""
 
 from __future__ import annotations

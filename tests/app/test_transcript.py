@@ -436,7 +436,7 @@ async def test_styles_follow_the_theme():
 
 
 async def test_the_outcome_closes_the_transcript() -> None:
-    """Issue 11 item 12: reward, each scorer's verdict and the metrics at the end,
+    """Reward, each scorer's verdict and the metrics at the end,
     drawn literally, updated when the scores fill in."""
     store = RolloutStore()
     rollout = store.add_rollout("v", 0, {"name": "t"}, key="v/0")

@@ -140,7 +140,7 @@ async def test_attach_to_nothing_fails_after_health_timeout(engine_for):
 
 
 async def test_attach_to_something_that_is_not_an_env_server_fails_at_once(engine_for):
-    """Issue 11 item 22: an HTTP-like server is named as such, without waiting out
+    """An HTTP-like server is named as such, without waiting out
     the (here ten-minute) health timeout."""
 
     async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -187,7 +187,7 @@ async def test_start_after_done_starts_a_fresh_child(engine_for):
     await asyncio.wait_for(engine.wait(), 30)
     assert variant.state is VariantState.DONE and variant.child is not first
     assert [r.status for r in engine.store.variant_rollouts("again")] == [Status.DONE, Status.DONE]
-    assert [r.run for r in engine.store.variant_rollouts("again")] == [1, 2], "each start is its own run (issue 11 item 11)"
+    assert [r.run for r in engine.store.variant_rollouts("again")] == [1, 2], "each start is its own run"
     assert engine.store.stats("again", run=2).counts[Status.DONE] == 1
 
 

@@ -21,7 +21,7 @@ from tui.launch import main as launch
 
 
 def test_a_variant_settles_after_its_rollouts_lines(tmp_path, monkeypatch):
-    """Issue 11 item 5: with every change landing in one look (a long poll), a
+    """With every change landing in one look (a long poll), a
     variant's "done" still comes after the lines of the rollouts that made it done."""
     monkeypatch.setattr(headless, "POLL_SECONDS", 120.0)
     config = load_config(write_config(tmp_path, [demo_variant("baseline", ["normal", "failing", "normal"])]))

@@ -151,7 +151,7 @@ def test_an_opened_recording_loads_a_rollout_only_when_selected(recorded):
 
 
 def test_an_opened_recordings_rows_read_the_same_before_a_rollout_is_loaded(recorded):
-    """Issue 11 item 2: the index carries what a row shows (phase, turns, tokens,
+    """The index carries what a row shows (phase, turns, tokens,
     reward, elapsed, errors), so unselected rows are right and a filter finds them."""
     path, live = recorded
     session = OpenedRecording(path)

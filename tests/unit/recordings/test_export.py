@@ -193,7 +193,7 @@ def test_a_rerun_rollout_starts_a_fresh_episode(tmp_path):
 
 
 def test_export_of_episodes_keeps_variants_and_cancelled_runs_and_says_what_it_skipped(tmp_path, capsys):
-    """Issue 11 item 3: a live session of two variants, one cancelled mid-run, exported
+    """A live session of two variants, one cancelled mid-run, exported
     with --episodes and opened again: every started rollout is there under its own
     variant, the cancelled one partial; what never started is named as skipped."""
     config = load_config(

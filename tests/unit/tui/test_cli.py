@@ -18,7 +18,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 def test_version(capsys):
-    """Issue 11 item 21."""
+    """`--version` names the installed version."""
     assert run(capsys, "--version").strip() == f"tracewatch {version('tracewatch')}"
 
 
@@ -31,7 +31,7 @@ def test_attach_help_names_its_defaults(capsys):
 
 
 def test_attach_takes_a_short_name_and_a_health_timeout(tmp_path):
-    """Issue 11 items 13 and 22: not "127.0.0.1:42911" in every row; --health-timeout."""
+    """Not "127.0.0.1:42911" in every row; --health-timeout."""
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "t"}\n')
     args = attach_parser().parse_args(["tcp://127.0.0.1:42911", "--tasks", str(tasks)])
