@@ -59,7 +59,7 @@ async def test_a_paused_replay_says_so_and_steps(tmp_path: Path) -> None:
 
 
 async def test_an_opened_recording_needs_no_selection_to_show_its_rows(tmp_path: Path) -> None:
-    """Issue 11 item 2 on screen: unselected rows show their recorded values."""
+    """On screen, unselected rows show their recorded values."""
     path = tmp_path / "session.twrec"
     write_recording(path)
     session = OpenedRecording(path)

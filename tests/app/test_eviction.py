@@ -1,4 +1,4 @@
-"""Finished rollouts leave memory while the session is recorded and read back exactly
+"""Finished rollouts leave memory while the session is recorded and read back exactly:
 the real app over real demo servers, recording to a real file; each
 rollout seen whole before anything left is seen again after it came back."""
 

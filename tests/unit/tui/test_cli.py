@@ -23,7 +23,7 @@ def test_version(capsys):
 
 
 def test_attach_help_names_its_defaults(capsys):
-    """Issue 11 item 21: `attach --help` shows what an option is when not given."""
+    """`attach --help` shows what an option is when not given."""
     text = " ".join(run(capsys, "attach", "--help").split())
     for default in ("rollouts per task (default: 1)", "(default: 4)", "(default: gpt-4.1-mini)", "(default: OPENAI_API_KEY)"):
         assert default in text
@@ -42,7 +42,7 @@ def test_attach_takes_a_short_name_and_a_health_timeout(tmp_path):
 
 
 def test_after_the_screen_closes_it_says_where_the_recording_and_exports_are(tmp_path):
-    """Issue 11 item 15: --export-dir, and both paths printed on quit."""
+    """`--export-dir`, and both paths printed on quit."""
     engine = make_engine(session_dir=tmp_path / "session")
     engine.recording_path = tmp_path / "r.twrec"
     engine.export_dir = tmp_path / "mine"
