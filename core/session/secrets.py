@@ -39,6 +39,12 @@ _SHAPES = [
     ("a bearer or basic credential", r"\b(?:Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{6,}"),
     ("a private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
     ("a URL with a password (user:password@)", r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:[^/\s@]+@"),
+    (
+        "a URL with a credential in its query (?api_key=, ?token=, ?sig=, ...)",
+        r"(?i)[A-Za-z][A-Za-z0-9+.\-]*://[^\s?#]*\?(?:[^#\s]*&)?(?:[A-Za-z0-9]+[-_.])*"
+        r"(?:api[-_]?key|key|token|secret|password|passwd|pwd|sig|signature|auth|credentials?)"
+        r"(?:[-_.][A-Za-z0-9]+)*=[^&#\s]",
+    ),
 ]
 _SHAPE_PATTERNS = [(what, re.compile(pattern)) for what, pattern in _SHAPES]
 
@@ -118,10 +124,19 @@ def _header_message(name: str, why: str) -> str:
     )
 
 
+_SHORT_SECRET_FLAG = re.compile(r"-p(?!\d+\Z).|-u[^\s:]*:.", re.DOTALL)
+"""Short options that carry a credential attached: `-pPASSWORD` (mysql, sshpass; a
+number is a port) and `-uUSER:PASSWORD` (curl)."""
+
+
 def _argv_secrets(command: list[Any]) -> list[tuple[Location, str]]:
-    """Flags that take a credential, with its value inline (`--api-key=...`) or next."""
+    """Flags that take a credential, with its value inline (`--api-key=...`,
+    `-pPASSWORD`) or next."""
     found: list[tuple[Location, str]] = []
     for index, arg in enumerate(command):
+        if isinstance(arg, str) and _SHORT_SECRET_FLAG.match(arg):
+            found.append((("command", index), _argv_message(arg[:2])))
+            continue
         if not isinstance(arg, str) or (match := _SECRET_FLAG.match(arg)) is None:
             continue
         flag = arg.split("=", 1)[0]

@@ -472,3 +472,54 @@ def test_a_line_that_is_not_utf8_is_named(tmp_path):
     path = write(tmp_path, variant(), tasks=None)
     (tmp_path / "tasks.jsonl").write_bytes(b'{"prompt": "a"}\n{"prompt": "\xff"}\n')
     assert f"{tmp_path / 'tasks.jsonl'}:2: not UTF-8 text" in problems(path)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://llm.example/v1?api_key=QUERYSECRET1", "https://llm.example/v1?x=1&access_token=QUERYSECRET1",
+     "https://llm.example/v1?key=QUERYSECRET1", "https://llm.example/v1?token=QUERYSECRET1#top",
+     "https://blob.example/v1?sv=1&sig=QUERYSECRET1", "https://llm.example/v1?X-Api-Key=QUERYSECRET1"],
+)  # fmt: skip
+def test_a_base_url_carrying_a_key_in_its_query_is_refused_without_repeating_it(tmp_path, url):
+    message = problems(write(tmp_path, variant(f"[variants.endpoint]\nbase_url = {json.dumps(url)}")))
+    assert "variants[0].endpoint.base_url: holds what looks like a URL with a credential in its query" in message
+    assert "QUERYSECRET1" not in message and "QUERYSEC" not in message
+
+
+@pytest.mark.parametrize(("arg", "flag"), [("-pHUNTER2secret", "-p"), ("-ubob:HUNTER2secret", "-u")])
+def test_a_credential_attached_to_a_short_option_is_refused_without_repeating_it(tmp_path, arg, flag):
+    command = ["python", "serve.py", "--address", "{address}", arg]
+    message = problems(write(tmp_path, variant(server=f"command = {json.dumps(command)}")))
+    assert f"variants[0].command[4]: the value of {flag} is a credential on the server's argv" in message
+    assert "HUNTER2" not in message
+
+
+def test_ports_and_plain_queries_are_fine(tmp_path):
+    command = ["python", "serve.py", "--address", "{address}", "-p8080", "-ubob"]
+    body = '[variants.endpoint]\nbase_url = "https://llm.example/v1?design=a&sort=key&key="'
+    (config_variant,) = load_config(write(tmp_path, variant(body, server=f"command = {json.dumps(command)}"))).variants
+    assert config_variant.endpoint.base_url.endswith("key=")
+
+
+QUERY_NAMES = st.sampled_from(["api_key", "apikey", "api-key", "key", "token", "access_token", "id_token", "sig",
+                               "signature", "secret", "client_secret", "password", "auth", "X-Goog-Api-Key"])  # fmt: skip
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=QUERY_NAMES, value=st.from_regex(r"[A-Za-z0-9%._~-]{12,40}", fullmatch=True), before=st.booleans())
+def test_generated_query_credentials_are_refused_and_never_repeated(name, value, before):
+    url = f"https://llm.example/v1?{'model=m&' if before else ''}{name}={value}"
+    with tempfile.TemporaryDirectory() as folder:
+        message = problems(write(Path(folder), variant(f"[variants.endpoint]\nbase_url = {json.dumps(url)}")))
+    assert "variants[0].endpoint.base_url: holds what looks like a URL with a credential in its query" in message
+    assert value not in message and value[:10] not in message
+
+
+def test_the_attach_command_refuses_a_key_in_the_base_urls_query(tmp_path):
+    (tmp_path / "tasks.jsonl").write_text('{"prompt": "a"}\n')
+    argv = ["attach", "tcp://127.0.0.1:9", "--tasks", str(tmp_path / "tasks.jsonl"), "--headless",
+            "--base-url", "https://llm.example/v1?api_key=QUERYSECRET1"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2
+    assert "endpoint.base_url: holds what looks like a URL with a credential in its query" in done.stderr
+    assert "QUERYSECRET1" not in done.stderr + done.stdout
