@@ -13,6 +13,8 @@ worth showing (each waited for with a deadline), then a PNG of each SVG:
     timing.svg          a finished rollout's phase waterfall and per-variant p50/p95
     compare.svg         the variants task by task: mean ± standard error, where they differ
     side-by-side.svg    a task's traces side by side, one variant's rollout on each side
+    timeline.svg        every rollout on one time axis by phase, each variant's concurrency above
+    trends.svg          each variant's finished per minute, reward, errors, tokens/s, agent time
     tokens.svg          a training rollout's message token by token, coloured by where the
                         trainer disagrees with the sampler, the cursor on the worst token
     cancel-variant.svg  a variant cancel escalating: runs cancelled, SIGTERM sent, grace left
@@ -259,6 +261,15 @@ async def session(speed: float, out: Path) -> list[Path]:
             shots.shoot("side-by-side", "tracewatch: a task's traces side by side")
             await pilot.press("escape")
             await wait_for(pilot, "the Compare tab again", lambda: not isinstance(app.screen, SideBySideScreen), 5)
+
+            # The run as a whole: every rollout on one time axis, and the trends.
+            await pilot.press("5")
+            await shots.settle(1.1)
+            shots.shoot("timeline", "tracewatch: every rollout on one time axis")
+            await pilot.press("6")
+            await shots.settle(1.1)
+            shots.shoot("trends", "tracewatch: each variant's trends over the run")
+            await pilot.press("1")
 
             # 4. The training rollout's tokens: the turn where the trainer disagrees with
             #    the sampler most, coloured by that, the cursor on the worst token.
