@@ -421,9 +421,16 @@ class TracewatchApp(App[None]):
 
     def action_clear_filter(self) -> None:
         """Escape in the filter or the table clears the filter, back on the table; in
-        the trace's search field it clears the search."""
+        the trace's search field it clears the search; in the transcript (its
+        selection already cleared) it clears a search, else goes back to the table."""
         if self.focused is self.query_one("#trace-search", Input):
             self.trace_pane.clear_search()
+            return
+        if self.focused is self.trace_pane.transcript:
+            if self.trace_pane.transcript.search_status:
+                self.trace_pane.clear_search()
+            else:
+                self.table.focus()
             return
         field = self.query_one("#filter", Input)
         if self.focused is not field and not (self.focused is self.table and field.value):
@@ -526,7 +533,15 @@ class TracewatchApp(App[None]):
         self.trace_pane.transcript.focus()
 
     def action_show_tab(self, tab: str) -> None:
+        """Compare's keys are its task list's, so showing it focuses the list (its cursor
+        shows only with focus). Focus in a pane being hidden goes to the table first:
+        left there, Textual would hand it to another widget of that pane, whose tab
+        would then come back."""
+        if self.focused is not None and self.detail in self.focused.ancestors:
+            self.table.focus()
         self.detail.active = tab
+        if tab == "tab-compare":
+            self.compare.focus()
         self._second()
 
     def action_switch_pane(self, step: int = 1) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
+from textual.actions import SkipAction
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -728,6 +729,9 @@ class Transcript(ScrollView, can_focus=True):
             self.scroll_to(y=min(start, end - height), animate=False, immediate=True)
 
     def action_clear_cursor(self) -> None:
+        """With no selection, Esc is the app's: back to the table."""
+        if self._cursor is None:
+            raise SkipAction()
         self._set_cursor(None)
 
     def _set_cursor(self, position: int | None) -> None:

@@ -1,0 +1,59 @@
+"""Focus goes where the keys say: Esc back to the table, a shown Compare tab has the
+keys and a visible cursor, Enter in the trace's search hands the keys back to it."""
+
+from __future__ import annotations
+
+from tests.support.app_screen import select
+from tests.support.polling import until
+from tests.support.tui_standin import make_engine
+from tui.app import TracewatchApp
+from tui.compare_view import CompareView
+from tui.side_by_side import SideBySideScreen
+
+
+async def test_escape_from_the_transcript_returns_to_the_table() -> None:
+    """Esc clears the message selection first; with nothing left to clear it goes back
+    to the table, and Down moves the table's cursor, not the transcript's."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await select(pilot, "baseline/run1/0")
+        await pilot.press("enter", "down")
+        transcript = app.trace_pane.transcript
+        await until(pilot, lambda: app.focused is transcript and transcript._cursor is not None)
+        await pilot.press("escape")
+        await until(pilot, lambda: transcript._cursor is None)
+        assert app.focused is transcript, "the first Esc clears the selection only"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.focused is app.table)
+        row = app.table.cursor_row
+        await pilot.press("down")
+        await until(pilot, lambda: app.table.cursor_row == row + 1)
+
+
+async def test_showing_compare_focuses_its_task_list_and_enter_opens_side_by_side() -> None:
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        await until(pilot, lambda: app.focused is view and view.cursor_task is not None)
+        first = view.cursor_task
+        assert "reverse" in str(view.render().renderables[0].rows[0].style), "the cursor shows"
+        await pilot.press("down", "enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
+        assert screen.shown_task != first and screen.shown_task == view.cursor_task
+
+
+async def test_enter_in_the_trace_search_gives_the_keys_back_to_the_transcript() -> None:
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await select(pilot, "baseline/run1/0")
+        await pilot.press("enter")
+        transcript = app.trace_pane.transcript
+        await until(pilot, lambda: app.focused is transcript)
+        await pilot.press("slash", *"CHECK", "enter")
+        await until(pilot, lambda: app.focused is transcript)
+        await pilot.press("2")
+        await until(pilot, lambda: app.detail.active == "tab-timing")
