@@ -34,7 +34,7 @@ def rollout_line(rollout: Rollout, now: float) -> str:
     if rollout.status.finished:
         reward = "-" if rollout.reward is None else f"{rollout.reward:g}"
         text += f" · reward {reward} · {rollout.turns} turns · {rollout.tokens} tokens · {rollout.elapsed(now):.1f}s"
-    if rollout.reason and rollout.status is not Status.DONE:
+    if rollout.reason:
         text += f" · {rollout.reason}"
     return text
 

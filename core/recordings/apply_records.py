@@ -4,9 +4,10 @@ what a replay, an opened recording and a rollout read back after it left memory
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from core.recordings.ending import recorded_ending
+from core.recordings.ending import VIEW_INCOMPLETE, recorded_ending
 from core.session.contracts import Escalation, VariantState
 from core.session.store import RolloutStore, Status
 from core.wire.assembly import AssemblyError
@@ -102,8 +103,10 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
         key = record["id"]
         episode = None
         if reply.get("success") and reply.get("head") is not None:
+            end = record.get("end")
+            partial = isinstance(end, Mapping) and str(end.get("reason")).startswith(VIEW_INCOMPLETE)
             try:
-                episode = store.rollouts[key].assembly.finish(reply["head"], reply.get("traces") or [])
+                episode = store.rollouts[key].assembly.finish(reply["head"], reply.get("traces") or [], partial=partial)
             except Exception as error:  # noqa: BLE001 - the recorded deltas do not add up to the reply
                 reason = str(error) if isinstance(error, AssemblyError) else f"the recorded reply is damaged ({error!r})"
                 store.failed(key, reason, t=t)

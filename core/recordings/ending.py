@@ -16,6 +16,11 @@ before `end` existed gave a cancelled rollout: the app's own words. Any other er
 whatever it says, is a failure."""
 
 
+VIEW_INCOMPLETE = "view incomplete"
+"""How a watched run's ending begins when the watcher lost copies of it: it ended as
+its reply says, but its record holds only what the watcher saw."""
+
+
 def end_field(ending: Ending) -> dict[str, Any]:
     return {"status": ending.status.value, "reason": ending.reason}
 

@@ -175,6 +175,8 @@ class ForwardingProcess:
         self.notes: list[str] = []
         """What the view could not read (a connection that is not ZMTP 3, or encrypted)."""
         self._streams: dict[tuple[bytes, bytes], ZmtpStream] = {}
+        self._gapped: set[tuple[bytes, bytes]] = set()
+        """Streams that resumed after lost copies, until their next whole message."""
         self._context = zmq.Context()
         self._pull = self._context.socket(zmq.PULL)
         self._pull.setsockopt(zmq.RCVHWM, copy_queue)
@@ -259,9 +261,14 @@ class ForwardingProcess:
             stream = self._streams[(driver, kind)] = ZmtpStream(keep=True)
         if resumed:
             stream.resume()
+            self._gapped.add((driver, kind))
         readable = stream.unreadable is None
         direction = kind.decode()
-        taken.extend(Copy(direction, driver, message, now) for message in stream.feed(data))
+        messages = stream.feed(data)
+        if messages and (driver, kind) in self._gapped:
+            self._gapped.discard((driver, kind))
+            taken.append(Copy(direction, driver, messages.pop(0), now, after_gap=True))
+        taken.extend(Copy(direction, driver, message, now) for message in messages)
         if readable and stream.unreadable is not None:
             self.notes.append(f"driver {driver.decode()}: {stream.unreadable}; its frames go on, unseen")
 

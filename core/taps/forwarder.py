@@ -66,6 +66,8 @@ class Copy:
     frames: list[bytes]
     """The message's frames: [request_id, method|kind, payload]."""
     t: float
+    after_gap: bool = False
+    """Copies of this direction of this connection were lost just before this one."""
 
 
 @dataclass(eq=False)

@@ -4,8 +4,11 @@ Every tap (the wire proxy, the injected eval tap, a relay viewer) hears of a run
 three kinds of news: it began (with its task, and the model and sampling it asked
 for), a delta, and the reply. `ObservedRuns` turns that news into rollouts exactly as
 a dispatched run would be: the client's assembly, the store's display state, and
-records a replay reads back. A run whose view breaks (a bad delta, frames the view
-dropped) fails *in the view* with the reason; the driver's run is not ours to touch.
+records a replay reads back. A run whose view breaks (a bad delta) fails *in the
+view* with the reason; the driver's run is not ours to touch. A run whose copies the
+view lost (a tap that drops rather than slow the driver) is not a failure of anyone's:
+it ends as its reply says, with what the view saw, marked *view incomplete* with the
+count, so the server is never blamed for the view's own loss.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import json
 from collections.abc import Hashable
 from typing import Any
 
-from core.session.store import RolloutStore
+from core.recordings.ending import VIEW_INCOMPLETE
+from core.session.store import Ending, RolloutStore, Status, episode_ending
 from core.text import short_repr
-from core.wire.assembly import AssemblyError
+from core.wire.assembly import AssemblyError, streamed_counts
 from core.wire.protocol import RunResponse, is_aborted, unpack
 from tracewatch_guest.framing import BEGIN, DELTA, REPLY
 
@@ -38,6 +42,8 @@ class ObservedRuns:
         """Run id (whatever identifies a run to its tap) -> rollout key."""
         self._task_index: dict[str, int] = {}
         self._rollouts_of: dict[int, int] = {}
+        self.lossy: dict[Hashable, int] = {}
+        """Runs in flight that lost copies -> deltas of theirs that could not be applied since."""
 
     def key_of(self, run: Hashable) -> str | None:
         return self.keys.get(run)
@@ -87,9 +93,17 @@ class ObservedRuns:
             return False
         return True
 
+    def lost_copies(self, run: Hashable) -> None:
+        """Copies of this run may have been lost: it ends as its reply says, marked."""
+        if run in self.keys:
+            self.lossy.setdefault(run, 0)
+
     def delta(self, run: Hashable, delta: Any) -> None:
         key = self.keys.get(run)
         if key is None or self.store.rollouts[key].status.finished:
+            return
+        if run in self.lossy:
+            self._delta_after_loss(run, key, delta)
             return
         if self.recorder is not None:
             self.recorder.delta(key, delta)
@@ -100,8 +114,22 @@ class ObservedRuns:
         except Exception as error:
             self.lose(run, f"a delta could not be applied: {error}")
 
+    def _delta_after_loss(self, run: Hashable, key: str, delta: Any) -> None:
+        """Applied if it can be (a trace whose start was lost cannot), and recorded
+        only then, so a replay reads the same."""
+        try:
+            if not isinstance(delta, dict):
+                raise AssemblyError(f"a delta is a {type(delta).__name__}, not a map")
+            self.store.apply_delta(key, delta)
+        except Exception:
+            self.lossy[run] += 1
+            return
+        if self.recorder is not None:
+            self.recorder.delta(key, delta)
+
     def reply(self, run: Hashable, reply: Any) -> None:
         key = self.keys.pop(run, None)
+        skipped = self.lossy.pop(run, None)
         if key is None:
             return
         rollout = self.store.rollouts[key]
@@ -109,7 +137,9 @@ class ObservedRuns:
             return
         try:
             response = RunResponse.model_validate(reply)
-            if not response.success:
+            if skipped is not None and response.success and response.head is not None:
+                self._incomplete(key, response.head, response.traces, skipped)
+            elif not response.success:
                 error = response.error or "the run failed"
                 self.store.failed(key, error, cancelled=is_aborted(error))
             elif response.head is None:
@@ -119,6 +149,22 @@ class ObservedRuns:
         except Exception as error:
             self.store.failed(key, f"the reply could not be read here: {error}")
         self._record_reply(key, reply if isinstance(reply, dict) else {"success": False, "error": short_repr(reply)})
+
+    def _incomplete(self, key: str, head: dict[str, Any], summaries: Any, skipped: int) -> None:
+        """A run that replied after the view lost copies of it: it ended as the server
+        says, with what the view saw and how much that is."""
+        record = self.store.rollouts[key].assembly.finish(head, summaries, partial=True)
+        nodes, calls = streamed_counts(summaries)
+        seen_nodes = sum(len(trace["nodes"]) for trace in record["traces"])
+        seen_calls = sum(len(trace["calls"]) for trace in record["traces"])
+        failed = head.get("ok") is False or episode_ending(record).status is Status.FAILED
+        status = Status.FAILED if failed else Status.DONE
+        unapplied = f", {skipped} delta(s) after the loss could not be applied" if skipped else ""
+        reason = (
+            f"{VIEW_INCOMPLETE}: saw {seen_nodes} of {nodes} nodes and {seen_calls} of {calls} model calls{unapplied}; "
+            f"the run itself ended {status.value} (the driver got every frame)"
+        )
+        self.store.ended(key, Ending(status, reason), record)
 
     def _record_reply(self, key: str, reply: dict[str, Any]) -> None:
         """The reply with the store's word on how the rollout ended (see

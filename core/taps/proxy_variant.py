@@ -26,7 +26,7 @@ from typing import Any
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore, Status
 from core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread, read_for, read_until
-from core.taps.forward_process import ForwardingProcess
+from core.taps.forward_process import COPY_QUEUE, ForwardingProcess
 from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
 from core.taps.tap_variant import TapVariant
 from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack
@@ -47,6 +47,8 @@ class ProxyVariant(TapVariant):
     health_left = None
     outcome_text = None
     supervised = False
+    copy_queue = COPY_QUEUE
+    """Chunks of copies queued for the view before copies are dropped."""
 
     def __init__(self, name: str, listen: str, upstream: str, store: RolloutStore, recorder: Any = None) -> None:
         super().__init__(name, store, recorder)
@@ -153,7 +155,7 @@ class ProxyVariant(TapVariant):
     async def _run(self) -> None:
         """Spawn the forwarding process off the loop (the screen keeps drawing), then
         read its copies until stopped."""
-        forwarder = ForwardingProcess(self.listen, self.upstream)
+        forwarder = ForwardingProcess(self.listen, self.upstream, copy_queue=self.copy_queue)
         try:
             await asyncio.to_thread(forwarder.start)
         except (ForwarderError, OSError) as error:
@@ -188,7 +190,7 @@ class ProxyVariant(TapVariant):
         died = f"the forwarding process died ({how}) at {time.strftime('%H:%M:%S')}"
         self.runs.end_all(f"{died} while the run was in flight; its driver was sent this error")
         self._say(f"{died}; starting a new one on {self.listen}")
-        replacement = ForwardingProcess(self.listen, self.upstream)
+        replacement = ForwardingProcess(self.listen, self.upstream, copy_queue=self.copy_queue)
         try:
             await asyncio.to_thread(replacement.start)
         except (ForwarderError, OSError) as error:
@@ -217,6 +219,9 @@ class ProxyVariant(TapVariant):
         if len(copy.frames) != 3:
             self._say(f"a {len(copy.frames)}-frame message passed through (not the env-server protocol); forwarded as is")
             return
+        if copy.after_gap and copy.direction != TO_SERVER:
+            for run in [run for run in self.runs.keys if isinstance(run, tuple) and run[0] == copy.driver]:
+                self.runs.lost_copies(run)
         raw_id, word, payload = copy.frames
         run = (copy.driver, raw_id)
         if copy.direction == TO_SERVER:
@@ -251,14 +256,12 @@ class ProxyVariant(TapVariant):
             self.runs.reply(run, reply)
 
     def _check(self, forwarder: ForwardingProcess) -> None:
-        """Counters and upstream news: a card redraw when they change; a drop loses
-        the view of every run in flight, since it may have been any of theirs."""
+        """Counters and upstream news: a card redraw when they change. (Which runs a
+        drop touched is known where their connection's copies pick up again.)"""
         if forwarder.dropped != self._dropped_seen:
             lost = forwarder.dropped - self._dropped_seen
             self._dropped_seen = forwarder.dropped
             self._say(f"the view fell behind and dropped {lost:,} frame copies; the drivers got every frame")
-            for run in list(self.runs.keys):
-                self.runs.lose(run, "the view fell behind and dropped frame copies")
         while forwarder.notes:
             self._say(forwarder.notes.pop(0))
         upstream = (forwarder.upstream_ok, forwarder.upstream_note)

@@ -79,10 +79,11 @@ class EpisodeAssembly:
             extra.update((key, value) for key, value in delta.items() if key not in KNOWN_KEYS)
         return trace
 
-    def finish(self, head: Mapping[str, Any], summaries: Iterable[Any]) -> dict[str, Any]:
+    def finish(self, head: Mapping[str, Any], summaries: Iterable[Any], partial: bool = False) -> dict[str, Any]:
         """The episode record: `head` joined with the assembled traces in the server's
         order. The counts are the server's word on what streamed: a mismatch means a
-        delta was lost."""
+        delta was lost, an error unless `partial` (a watcher that knows it lost some
+        keeps what it saw)."""
         if not isinstance(head, Mapping):
             raise AssemblyError(f"the episode head is a {type(head).__name__}, not a map")
         traces = []
@@ -90,8 +91,10 @@ class EpisodeAssembly:
             trace_id, nodes, calls = _summary_fields(summary)
             trace = self.traces.get(trace_id)
             if trace is None:
+                if partial:
+                    continue
                 raise AssemblyError(f"served episode is missing trace {trace_id}")
-            if len(trace["nodes"]) != nodes or len(trace["calls"]) != calls:
+            if not partial and (len(trace["nodes"]) != nodes or len(trace["calls"]) != calls):
                 raise AssemblyError(
                     f"trace {trace_id} assembled {len(trace['nodes'])} nodes / "
                     f"{len(trace['calls'])} calls, the server reports {nodes} / {calls}"
@@ -249,3 +252,12 @@ def _repair_final_row(encoded: Any, row: Any, trace_id: str, index: int) -> dict
             f"trace {trace_id}: routing repair of node {index} cannot be applied ({error!r})"
         ) from None
     return {"__nd__": True, "dtype": str(joined.dtype), "shape": list(joined.shape), "data": joined.tobytes()}
+
+
+def streamed_counts(summaries: Iterable[Any]) -> tuple[int, int]:
+    """The nodes and calls the server says its traces streamed, all told."""
+    nodes = calls = 0
+    for summary in summaries if isinstance(summaries, Iterable) else ():
+        _, trace_nodes, trace_calls = _summary_fields(summary)
+        nodes, calls = nodes + trace_nodes, calls + trace_calls
+    return nodes, calls
