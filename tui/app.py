@@ -88,6 +88,7 @@ class TracewatchApp(App[None]):
         self._dirty_variants: set[str] = set()
         self._timeline_moved = False
         self._quitting = False
+        self._told_recording_stopped = False
         self._side_variants: list[str] = []
         """The variants side by side showed last: the next task opens with them."""
         if engine.readonly_reason:
@@ -211,11 +212,20 @@ class TracewatchApp(App[None]):
         self._redraw_cards(self.engine.variants)
         self._show_timing(now)
         self._draw_status(now)
+        self._tell_recording_stopped()
         self.logs.poll(visible=self.detail.active == "tab-logs")
         if self.detail.active == "tab-timeline":
             self.timeline.sync()
         elif self.detail.active == "tab-trends":
             self.trends.show()
+
+    def _tell_recording_stopped(self) -> None:
+        """Once, as an error that stays up: what follows is not recorded, which the
+        status line alone would let pass unseen."""
+        stopped = self.engine.recording_stopped
+        if stopped is not None and not self._told_recording_stopped:
+            self._told_recording_stopped = True
+            self.notify(safe(stopped), title="Recording stopped", severity="error", timeout=60)
 
     @on(LogsView.Unread)
     def _logs_unread(self) -> None:

@@ -345,13 +345,16 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
             recorder.close()
     for line in where_things_went(engine, recorded):
         print(line)
-    return app.return_code or 0
+    return app.return_code or (1 if engine.recording_stopped is not None else 0)
 
 
 def where_things_went(engine: Session, recorded: bool) -> list[str]:
-    """Printed after the screen closes: the recording and the exports, to find them."""
+    """Printed after the screen closes: the recording (or where and why it stopped,
+    an error that makes the exit status 1) and the exports, to find them."""
     lines = []
-    if recorded and engine.recording_path is not None:
+    if engine.recording_stopped is not None:
+        lines.append(f"error: {engine.recording_stopped}")
+    elif recorded and engine.recording_path is not None:
         lines.append(f"recording: {engine.recording_path}")
     if engine.exported:
         lines.append(f"exported {len(engine.exported)} episode(s) to {engine.export_dir}")

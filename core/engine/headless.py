@@ -1,8 +1,9 @@
 """The engine without a screen: one line per rollout event worth reading (started,
 finished, failed, cancelled, stalled), variant state changes, and a summary.
 
-Exit status 0 only when every rollout finished without error, so a CI job or a
-script can rely on it. Ctrl-C (SIGINT) or SIGTERM cancels every run, stops every
+Exit status 0 only when every rollout finished without error and the recording holds
+all of it, so a CI job or a script can rely on it; a recording that stopped (disk full)
+is said the moment it is noticed. Ctrl-C (SIGINT) or SIGTERM cancels every run, stops every
 server, prints what ended and the summary, and exits 128+signal (130 for Ctrl-C), with
 no traceback; a second one kills the servers still stopping at once.
 """
@@ -76,7 +77,7 @@ async def run_headless(
     if interrupts.received:
         return 128 + interrupts.received[0]
     ok = store.rollouts and all(r.status is Status.DONE for r in store.rollouts.values())
-    return 0 if ok else 1
+    return 0 if ok and engine.recording_stopped is None else 1
 
 
 class _Interrupts:
@@ -112,6 +113,7 @@ class _Progress:
         self.states: dict[str, str] = {}
         self.flagged: set[str] = set()
         self.cancelled: set[str] = set()
+        self.told_recording_stopped = False
 
     def report(self) -> None:
         """What changed since the last look, in the order it happened: a variant that
@@ -124,6 +126,13 @@ class _Progress:
         self._rollouts(changes.rollouts, now)
         self._stalled(now)
         self._variants(changes.variants, settled=True)
+        self._recording()
+
+    def _recording(self) -> None:
+        stopped = self.engine.recording_stopped
+        if stopped is not None and not self.told_recording_stopped:
+            self.told_recording_stopped = True
+            _say(self.out, f"error: {stopped}")
 
     def _variants(self, names: set[str], settled: bool) -> None:
         for name in sorted(names):
@@ -170,7 +179,9 @@ def summary_lines(engine: SessionView) -> list[str]:
         lines.append(line)
     if engine.store.dropped_frames:
         lines.append(f"frames dropped: {engine.store.dropped_frames} (last: {engine.store.last_drop})")
-    if engine.recording_path is not None:
+    if engine.recording_stopped is not None:
+        lines.append(f"error: {engine.recording_stopped}")
+    elif engine.recording_path is not None:
         lines.append(f"recording: {engine.recording_path}")
     if engine.truncated is not None:
         lines.append(f"note: {engine.truncated}")

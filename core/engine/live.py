@@ -53,9 +53,8 @@ class Engine(Session):
         return "; ".join(w for w in warnings if w) or None
 
     @property
-    def recording_note(self) -> str | None:
-        error = getattr(self.recorder, "error", None)
-        return f"recording stopped: {error}" if error else super().recording_note
+    def recording_stopped(self) -> str | None:
+        return None if self.recorder is None else self.recorder.error
 
     async def start(self) -> None:
         self._claim()

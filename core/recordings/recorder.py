@@ -82,6 +82,9 @@ class Recorder:
         self._since = 0.0  # monotonic time of the oldest unwritten append
         self._appended = 0  # bytes appended, ever
         self._written = 0  # bytes on disk, ever
+        self._buffered_records = 0
+        self.records_written = 0
+        """Records wholly on disk: where the recording stops if writing fails."""
         self._flush_now = False
         self._closing = False
         self._thread = threading.Thread(target=self._write_loop, name=f"recorder {self.path.name}", daemon=True)
@@ -215,6 +218,7 @@ class Recorder:
             for data in parts:
                 self._buffer += data
             self._appended += size
+            self._buffered_records += 1
             if len(self._buffer) >= self.max_batch:
                 self._cond.notify_all()
 
@@ -232,6 +236,7 @@ class Recorder:
                     else:
                         self._cond.wait()
                 batch, self._buffer = self._buffer, bytearray()
+                records, self._buffered_records = self._buffered_records, 0
                 self._flush_now = False
             try:
                 _write_all(self._fd, batch)
@@ -243,14 +248,16 @@ class Recorder:
                 return
             with self._cond:
                 self._written += len(batch)
+                self.records_written += records
                 self._cond.notify_all()
 
     def _fail(self, error: OSError, doing: str) -> None:
         if self.error is None:
             self.error = (
-                f"recording to {self.path} stopped: {error.strerror or error} while {doing}; "
-                "the file keeps everything before it. Free some space or record elsewhere "
-                "(TRACEWATCH_HOME)."
+                f"recording to {self.path} stopped after {self.records_written:,} records "
+                f"({self._start + self._written:,} bytes): {error.strerror or error} while {doing}; "
+                "the file keeps every record before that, later ones are lost. Free some space "
+                "or record elsewhere (--record, TRACEWATCH_HOME)."
             )
 
 

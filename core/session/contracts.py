@@ -174,6 +174,10 @@ class SessionView(Protocol):
     def recording_note(self) -> str | None:
         """Where this session is recorded, or why recording stopped."""
     @property
+    def recording_stopped(self) -> str | None:
+        """Why and where this session's recording stopped, if it did: an error, since
+        what follows is lost."""
+    @property
     def truncated(self) -> str | None:
         """Why a recording read ends early (cut short or damaged), if it does."""
     @property

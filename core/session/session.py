@@ -86,7 +86,12 @@ class Session:
     @property
     def recording_note(self) -> str | None:
         """Where this session is recorded, or why recording stopped."""
-        return None if self.recording_path is None else str(self.recording_path)
+        return self.recording_stopped or (None if self.recording_path is None else str(self.recording_path))
+
+    @property
+    def recording_stopped(self) -> str | None:
+        """Why and where recording stopped: only a live session records."""
+        return None
 
     def export_episode(self, key: str, directory: Path | None = None) -> Path:
         """Write one rollout's episode as JSON: the finished record when the run
