@@ -63,3 +63,27 @@ def test_a_bad_input_reaches_the_user_as_one_line_and_a_failing_exit(tmp_path: P
     (line,) = done.stderr.splitlines()
     assert line.startswith("tracewatch: ") and expected in line
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["attach", "http://127.0.0.1:8000", "--tasks", "{tmp}/tasks.jsonl", "--headless"], "tracewatch: attach: argument ADDRESS: expected tcp://host:port"),
+        (["attach", "tcp://127.0.0.1:9", "--tasks", "{tmp}/tasks.jsonl", "--rollouts", "0", "--headless"], "tracewatch: attach: argument --rollouts: expected at least 1, got 0"),
+        (["tap", "http://127.0.0.1:8000", "--headless"], "tracewatch: tap: argument ADDRESS: expected tcp://"),
+        (["proxy", "--listen", "tcp://127.0.0.1:5000", "--upstream", "localhost:5001", "--headless"], "tracewatch: proxy: argument --upstream: expected tcp://"),
+    ],
+    ids=["attach-http", "attach-rollouts", "tap-http", "proxy-upstream"],
+)
+def test_a_command_line_mistake_is_said_in_command_line_words(tmp_path: Path, argv: list[str], expected: str) -> None:
+    """The argument as argparse names it (not a config file's field path), what it
+    expects and what it was given."""
+    (tmp_path / "tasks.jsonl").write_text('{"name": "t"}\n')
+    done = subprocess.run(
+        [str(TRACEWATCH), *(arg.format(tmp=tmp_path) for arg in argv)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert done.returncode != 0
+    (line,) = done.stderr.splitlines()
+    assert expected in line and "variants[0]" not in line
+    assert "got " in line

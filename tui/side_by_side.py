@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from core.session.store import Rollout, RolloutStore
+from tui.columns import rollout_number
 from tui.keys import bindings
 from tui.literal import safe
 from tui.numbers import reward_text
@@ -118,7 +119,7 @@ class Side(Vertical):
         if rollout is None:
             text.append("\nno rollout of this task", style="dim")
             return text
-        text.append(f"\nrollout {rollout.rollout_index} of run {rollout.run} ({self.at + 1}/{len(self.rollouts)})")
+        text.append(f"\nrollout #{rollout_number(rollout)} ({self.at + 1}/{len(self.rollouts)})")  # the table's #
         text.append(f" · reward {reward_text(rollout.reward) or '–'}")
         ended = rollout.status.value if rollout.status.finished else rollout.phase  # still running: where it is
         text.append(f" · {ended}")

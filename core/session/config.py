@@ -438,24 +438,53 @@ class Config(BaseModel):
         endpoint = {"base_url": base_url, "api_key_var": api_key_var}
         if endpoint := {key: value for key, value in endpoint.items() if value is not None}:
             variant["endpoint"] = endpoint
-        return build_config({"variants": [variant]}, "command line", Path.cwd())
+        return _from_command_line(variant, "attach", _ATTACH_ARGUMENTS)
 
     @classmethod
     def for_eval(cls, argv: list[str], name: str | None = None) -> Config:
         """One eval variant, as `tracewatch eval -- vf-eval ...` describes it."""
         variant = {"name": name or "eval", "eval": list(argv)}
-        return build_config({"variants": [variant]}, "command line", Path.cwd())
+        return _from_command_line(variant, "eval", {"name": "--name"})
 
     @classmethod
     def for_relay(cls, address: str, name: str | None = None) -> Config:
         """One relay viewer, as `tracewatch tap ADDRESS` describes it."""
-        return build_config({"variants": [{"name": name or "relay", "relay": address}]}, "command line", Path.cwd())
+        return _from_command_line({"name": name or "relay", "relay": address}, "tap", {"relay": "ADDRESS", "name": "--name"})
 
     @classmethod
     def for_proxy(cls, listen: str, upstream: str, name: str | None = None) -> Config:
         """One proxy variant, as `tracewatch proxy` describes it."""
         variant = {"name": name or "proxy", "proxy": {"listen": listen, "upstream": upstream}}
+        return _from_command_line(variant, "proxy", {"proxy.listen": "--listen", "proxy.upstream": "--upstream", "name": "--name"})
+
+
+_ATTACH_ARGUMENTS = {
+    "attach": "ADDRESS",
+    "tasks": "--tasks",
+    "rollouts_per_task": "--rollouts",
+    "max_concurrent": "--concurrency",
+    "model": "--model",
+    "health_timeout": "--health-timeout",
+    "endpoint.base_url": "--base-url",
+    "endpoint.api_key_var": "--api-key-var",
+    "name": "--name",
+}
+"""A variant's fields as `tracewatch attach` spells them."""
+
+
+def _from_command_line(variant: dict[str, Any], command: str, arguments: dict[str, str]) -> Config:
+    """One variant from a command's arguments, its problems said in the command's words
+    (`argument --rollouts`), not as the field path of a config file the user never wrote."""
+    try:
         return build_config({"variants": [variant]}, "command line", Path.cwd())
+    except ConfigError as error:
+        raise ConfigError([_in_command_words(problem, command, arguments) for problem in error.problems]) from None
+
+
+def _in_command_words(problem: Problem, command: str, arguments: dict[str, str]) -> Problem:
+    field = problem.path.removeprefix("variants[0].")
+    argument = arguments.get(field)
+    return Problem(command, f"argument {argument}" if argument else problem.path, problem.message)
 
 
 class _File(BaseModel):

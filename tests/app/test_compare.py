@@ -119,7 +119,7 @@ async def test_a_task_opens_its_traces_side_by_side_and_each_side_cycles_its_rol
         await until(pilot, lambda: "[b]reply of b/0 to task 1" in shown(right.transcript))
         assert "reply of b" not in shown(left.transcript) and "reply of a" not in shown(right.transcript)
         head = str(right.head.render())
-        assert "b · variant 2 of 2\nrollout 0 of run 1 (1/3) · reward 1.00 · done" in head, head
+        assert "b · variant 2 of 2\nrollout #1 (1/3) · reward 1.00 · done" in head, head
         await pilot.press("right", "full_stop", "full_stop")
         await until(pilot, lambda: "(3/3) · reward – · failed · provider error" in str(right.head.render()))
         assert "[b]reply of a/0 to task 1" in shown(left.transcript), "only the focused side moved"
@@ -194,7 +194,7 @@ async def test_side_by_side_follows_rollouts_that_start_and_end_while_it_is_open
     app = TracewatchApp(engine)
     async with app.run_test(size=(160, 48)) as pilot:
         _, screen, left, right = await open_side_by_side(app, pilot, 2, "enter")
-        assert "b · variant 2 of 2\nrollout 0 of run 1 (1/1)" in str(right.head.render())
+        assert "b · variant 2 of 2\nrollout #1 (1/1)" in str(right.head.render())
         late = store.add_rollout("b", 1, {"name": "task 1"}, 1)
         store.started(late.key, "r-late", t=5.0)
         message = {"role": "assistant", "content": "[b]the late reply"}
@@ -202,7 +202,7 @@ async def test_side_by_side_follows_rollouts_that_start_and_end_while_it_is_open
         await until(pilot, lambda: "(1/2) · reward 0.00 · done" in str(right.head.render()), "the new rollout counted")
         await pilot.press("right", "full_stop")
         await until(pilot, lambda: "[b]the late reply" in shown(right.transcript), "the new rollout shown")
-        assert "rollout 1 of run 1 (2/2) · reward – ·" in str(right.head.render())
+        assert "rollout #2 (2/2) · reward – ·" in str(right.head.render())
         store.apply_delta(late.key, {"trace": "t-late", "set": {"rewards": {"r": {"score": 1.0, "weight": 1.0}}}})
         store.finished(late.key, {"traces": [dict(late.assembly.traces["t-late"])]}, t=8.0)
         await until(pilot, lambda: "(2/2) · reward 1.00 · done" in str(right.head.render()), "its reward and ending")
@@ -210,7 +210,7 @@ async def test_side_by_side_follows_rollouts_that_start_and_end_while_it_is_open
         await until(pilot, lambda: "variant 2 of 3" in str(right.head.render()), "the new variant counted")
         await pilot.press("v")
         await until(pilot, lambda: right.variant == "c" and "[b]reply of c/0 to task 1" in shown(right.transcript))
-        assert "c · variant 3 of 3\nrollout 0 of run 1 (1/1) · reward 0.50 · done" in str(right.head.render())
+        assert "c · variant 3 of 3\nrollout #1 (1/1) · reward 0.50 · done" in str(right.head.render())
 
 
 def view_text(view: CompareView) -> str:

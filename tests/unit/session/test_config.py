@@ -335,9 +335,9 @@ def test_from_attach_builds_one_validated_variant(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as caught:
         Config.from_attach("10.0.0.5:5000", "tasks.jsonl", concurrency=0)
     message = str(caught.value)
-    assert "command line: variants[0].attach: expected tcp://host:port" in message
-    assert "command line: variants[0].max_concurrent: expected at least 1, got 0" in message
-    assert "command line: variants[0].model: missing; expected the model name" in message
+    assert "attach: argument ADDRESS: expected tcp://host:port" in message
+    assert "attach: argument --concurrency: expected at least 1, got 0" in message
+    assert "attach: argument --model: missing; expected the model name" in message
     assert "tasks" not in message
 
 
@@ -436,8 +436,8 @@ def test_attach_flags_are_checked_the_same_way(tmp_path, capsys):
             "--base-url", "https://bob:pw-0123456789@llm.example/v1", "--api-key-var", "sk-0123456789abcdef"]  # fmt: skip
     assert main(argv) == 2
     error = capsys.readouterr().err
-    assert "endpoint.base_url: holds what looks like a URL with a password" in error
-    assert "endpoint.api_key_var: holds what looks like an API key" in error
+    assert "argument --base-url: holds what looks like a URL with a password" in error
+    assert "argument --api-key-var: holds what looks like an API key" in error
     assert "pw-0123456789" not in error and "sk-0123456789" not in error
 
 
@@ -521,5 +521,5 @@ def test_the_attach_command_refuses_a_key_in_the_base_urls_query(tmp_path):
             "--base-url", "https://llm.example/v1?api_key=QUERYSECRET1"]  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2
-    assert "endpoint.base_url: holds what looks like a URL with a credential in its query" in done.stderr
+    assert "argument --base-url: holds what looks like a URL with a credential in its query" in done.stderr
     assert "QUERYSECRET1" not in done.stderr + done.stdout
