@@ -29,7 +29,7 @@ from typing import TextIO
 import msgpack
 import zmq
 
-from core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy, Forwarder, ForwarderError, Leg, Link
+from core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy, Forwarder, ForwarderError, Leg, Link, raise_descriptor_limit
 from core.taps.zmtp import ZmtpStream
 
 COPY_QUEUE = 1000
@@ -105,7 +105,9 @@ class PushingForwarder(Forwarder):
             "drivers": self.drivers,
             "upstream_ok": self.upstream_ok,
             "upstream_note": self.upstream_note,
+            "notes": list(self.notes),
         }
+        self.notes.clear()
         with contextlib.suppress(zmq.Again):
             self._push.send_multipart([STATUS, b"", msgpack.packb(status)], zmq.NOBLOCK)
 
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", required=True, help="where the app pulls the copies from")
     parser.add_argument("--copy-queue", type=int, default=COPY_QUEUE)
     args = parser.parse_args(argv)
+    raise_descriptor_limit()
     forwarder = PushingForwarder(args.listen, args.upstream, args.copies, args.copy_queue)
     try:
         forwarder.start()
@@ -303,6 +306,7 @@ class ForwardingProcess:
             self.drivers = int(status["drivers"])
             self.upstream_ok = status["upstream_ok"]
             self.upstream_note = str(status["upstream_note"])
+            self.notes.extend(str(note) for note in status.get("notes", ()))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import resource
 import socket
 import threading
 import time
@@ -43,6 +44,9 @@ CHUNK = 65536
 """The most bytes relayed per receive."""
 RELAY_TURNS = 16
 """Turns of relaying, while bytes keep coming, before the watcher's copies are read."""
+ACCEPT_BACKOFF = (0.05, 2.0)
+"""Out of file descriptors, new connections wait this long (doubling) before the next
+try, rather than the listener waking the loop at once, forever."""
 ORPHAN_SECONDS = 30.0
 """How long the runs a dead forwarder left are answered to drivers that connect (a
 driver reconnects within a tenth of a second of the new listener)."""
@@ -131,6 +135,11 @@ class Forwarder:
         self._owing: set[Link] = set()
         self._open: set[Link] = set()
         self._poller: zmq.Poller | None = None
+        self.notes: collections.deque[str] = collections.deque(maxlen=100)
+        """What the forwarder has to say beyond its counters (for the logs)."""
+        self._accept_at: float | None = None
+        """When accepting resumes, while it is paused (out of descriptors)."""
+        self._backoff = ACCEPT_BACKOFF[0]
 
     def start(self) -> None:
         """Bind the listen address here, so a taken one is an error to the caller,
@@ -196,6 +205,9 @@ class Forwarder:
         next_probe = 0.0
         try:
             while not self._stop.is_set():
+                if self._accept_at is not None and time.monotonic() >= self._accept_at:
+                    self._accept_at = None
+                    poller.register(listener, zmq.POLLIN)
                 ready = poller.poll(50)
                 for _ in range(RELAY_TURNS):  # what came meanwhile goes on before any copy is read
                     for item, events in ready:
@@ -302,15 +314,23 @@ class Forwarder:
                 client, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                return  # out of descriptors, or the driver gave up at once: it retries
+            except OSError as error:
+                if error.errno in (errno.EMFILE, errno.ENFILE):
+                    self._pause_accepting(listener, poller)
+                return  # else the driver gave up at once: it retries
             host, port = host_port(self.upstream)
             try:
                 family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
                 server = socket.socket(family, kind, proto)
-            except OSError:
+            except OSError as error:
                 client.close()
+                if error.errno in (errno.EMFILE, errno.ENFILE):
+                    self._pause_accepting(listener, poller)
+                    return
                 continue
+            if self._backoff > ACCEPT_BACKOFF[0]:
+                self._backoff = ACCEPT_BACKOFF[0]
+                self.notes.append(f"accepting connections again ({self.drivers + 1} open)")
             for sock in (client, server):
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -333,6 +353,19 @@ class Forwarder:
                 self._close(link, links, poller, closing)
                 continue
             poller.register(server, zmq.POLLOUT)
+
+    def _pause_accepting(self, listener: socket.socket, poller: zmq.Poller) -> None:
+        """Out of file descriptors: the connections open are served, new ones wait in
+        the listen queue (the kernel's) until a back-off has passed."""
+        if self._backoff == ACCEPT_BACKOFF[0]:
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            self.notes.append(
+                f"out of file descriptors (limit {limit}) with {self.drivers} connection(s) open: new connections wait, "
+                f"retried with a back-off up to {ACCEPT_BACKOFF[1]:g}s; those open are served"
+            )
+        poller.register(listener, 0)
+        self._accept_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, ACCEPT_BACKOFF[1])
 
     def _serve(
         self, link: Link, sock: socket.socket, events: int, links: dict[int, Link], poller: zmq.Poller, closing: list[socket.socket]
@@ -476,3 +509,17 @@ def check_proxy_addresses(listen: str, upstream: str) -> None:
             raise ForwarderError(f"cannot listen on {listen}: {error.strerror or error} (is another proxy or server listening there?)") from None
     if (why := probe_upstream(upstream)) is not None:
         raise ForwarderError(f"upstream {why}")
+
+
+def raise_descriptor_limit() -> None:
+    """Each driver costs two descriptors (its connection and ours upstream): take the
+    soft limit up to the hard one, as far as the kernel lets a process."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in (hard, 1 << 20):
+        if soft >= target != resource.RLIM_INFINITY:
+            return
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return
+        except (ValueError, OSError):
+            continue

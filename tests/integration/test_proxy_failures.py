@@ -1,14 +1,18 @@
 """A proxy's failure never hangs the driver: verifiers' own EnvClient (which has no
 timeout) drives through a real proxy while the app is killed (the forwarder goes on
-forwarding, unwatched, until the driver disconnects) or the forwarding process is
+forwarding, unwatched, until the driver disconnects), the forwarding process is
 killed (the app notices, says so, starts a new one on the same address, and the runs
-that were in flight get an error reply at once)."""
+that were in flight get an error reply at once), or idle connections use up the
+descriptors (the soft limit is raised; at the limit new connections wait, with a
+note, and those open are served)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
+import socket
 import subprocess
 import sys
 
@@ -136,3 +140,72 @@ async def test_a_killed_forwarder_is_replaced_on_its_address_and_the_runs_it_car
         for run in runs:
             run.cancel()
         await client.close()
+
+
+IDLE = 200
+
+
+def idle_connections(listen: str) -> list[socket.socket]:
+    host, port = listen.removeprefix("tcp://").rsplit(":", 1)
+    return [socket.create_connection((host, int(port))) for _ in range(IDLE)]
+
+
+async def drive_normal_runs(listen: str, count: int = 4) -> list:
+    client = VerifiersClient(listen)
+    try:
+        await client.wait_for_server_startup(timeout=WAIT, interval=0.2)
+        runs = (client.run(EvalClientConfig(), "demo-model", SAMPLING, task(i, "normal")) for i in range(count))
+        return await asyncio.wait_for(asyncio.gather(*runs), WAIT)
+    finally:
+        await client.close()
+
+
+def low_soft_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+async def test_the_forwarder_raises_a_low_soft_descriptor_limit_so_idle_connections_do_not_lock_out_a_driver(upstream) -> None:
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 4 * IDLE:
+        pytest.skip("the hard descriptor limit leaves no room above 256")
+    listen = free_address()
+    app = subprocess.Popen(
+        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=low_soft_limit,
+    )
+    idle: list[socket.socket] = []
+    try:
+        client = VerifiersClient(listen)
+        try:
+            await client.wait_for_server_startup(timeout=WAIT, interval=0.2)
+        finally:
+            await client.close()
+        (forwarding,) = children(app.pid)
+        soft, hard = resource.prlimit(forwarding, resource.RLIMIT_NOFILE)
+        assert soft == hard, "the soft limit taken up to the hard one"
+        idle = idle_connections(listen)
+        episodes = await drive_normal_runs(listen)
+        assert len(episodes) == 4 and all(e.traces[0].nodes for e in episodes), "a driver behind 200 idle connections gets its runs through"
+    finally:
+        for sock in idle:
+            sock.close()
+        app.send_signal(signal.SIGINT)
+        await asyncio.to_thread(app.wait, WAIT)
+
+
+async def test_at_the_descriptor_limit_the_forwarder_backs_off_says_so_and_serves_the_connections_it_has(proxy_engine) -> None:
+    _engine, variant = proxy_engine
+    resource.prlimit(variant.forwarder.pid, resource.RLIMIT_NOFILE, (256, 256))
+    client = VerifiersClient(variant.listen)
+    idle: list[socket.socket] = []
+    try:
+        await client.wait_for_server_startup(timeout=WAIT, interval=0.2)  # connected before the limit is reached
+        idle = idle_connections(variant.listen)
+        await eventually(lambda: any("out of file descriptors (limit 256)" in line for line in variant.log_tail()), WAIT, "the note in the logs")
+        runs = (client.run(EvalClientConfig(), "demo-model", SAMPLING, task(i, "normal")) for i in range(4))
+        episodes = await asyncio.wait_for(asyncio.gather(*runs), WAIT)
+        assert len(episodes) == 4 and all(e.traces[0].nodes for e in episodes), "the connection it has is served"
+    finally:
+        for sock in idle:
+            sock.close()
+        await client.close()
+
