@@ -221,12 +221,12 @@ class RecordingIndex:
     @classmethod
     def build(cls, path: str | os.PathLike[str]) -> RecordingIndex:
         path = Path(path)
-        header, start, note = read_header(path)
-        index = cls(path, header)
-        index._read_note = note
-        if note is not None:
+        header = read_header(path)
+        index = cls(path, header.fields)
+        index._read_note = header.cut
+        if header.cut is not None:
             return index
-        scan = Scan(path, start, _read_for_index)
+        scan = Scan(path, header.start, _read_for_index, header.damage)
         for offset, length, record in scan:
             kind, rollout_id = record.get("k"), record.get("id")
             if index.damage.check(record, f"byte {offset}", announced=index.rollouts):

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import msgpack
 
@@ -15,9 +15,20 @@ from core.recordings.file_format import FORMAT, MAGIC, VERSION, RecordingError, 
 from core.text import short_repr
 
 
-def read_header(path: Path) -> tuple[dict[str, Any], int, str | None]:
-    """The header, the offset of the first record, and a note if the file ends
-    inside the header."""
+class Header(NamedTuple):
+    fields: dict[str, Any]
+    start: int
+    """Where the first record is (or may be, after a damaged header)."""
+    cut: str | None = None
+    """Why there are no records: the file ends inside its header."""
+    damage: str | None = None
+    """Why the header could not be read although the file is a recording."""
+
+
+def read_header(path: Path) -> Header:
+    """The header and where its records start. A file cut inside its header has no
+    records; one whose header is damaged (a flipped byte) but that starts as ours
+    is read from its first record, since every record stands on its own."""
     try:
         file = open(path, "rb")
     except OSError as error:
@@ -31,23 +42,45 @@ def read_header(path: Path) -> tuple[dict[str, Any], int, str | None]:
             head = file.read(1 + len(MAGIC))
             if head and not (0x80 <= head[0] <= 0x8F and MAGIC.startswith(head[1:])):
                 raise RecordingError(f"{path} is not a tracewatch recording (it is not msgpack)") from None
+            if _next_start(file, 1) is not None:  # records follow: a length in the header grew
+                return _damaged_header(path, file, "it runs on to the end of the file")
             size = os.fstat(file.fileno()).st_size
             where = "is empty" if size == 0 else f"is cut inside its header at byte {size}"
-            return {}, size, f"{path} {where}: no records"
+            return Header({}, size, cut=f"{path} {where}: no records")
         except (ValueError, TypeError, msgpack.UnpackException) as error:
-            raise RecordingError(f"{path} is not a tracewatch recording ({error})") from None
+            return _damaged_header(path, file, f"it does not decode: {error}")
         if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise RecordingError(
-                f"{path} is not a tracewatch recording: it starts with {type(header).__name__} {short_repr(header)}, "
-                f"not a header with format {FORMAT!r}"
+            return _damaged_header(
+                path, file, f"it starts with {type(header).__name__} {short_repr(header)}, not a header with format {FORMAT!r}"
             )
         version = header.get("version")
-        if not isinstance(version, int) or not 1 <= version <= VERSION:
+        if isinstance(version, int) and version > VERSION:
             raise RecordingError(
                 f"{path} is a tracewatch recording of format version {version!r}; this "
                 f"tracewatch reads version {VERSION}: open it with the tracewatch that wrote it"
             )
-        return header, unpacker.tell(), None
+        if not isinstance(version, int) or version < 1:
+            return _damaged_header(path, file, f"it has format version {short_repr(version)}, which no tracewatch writes")
+        start = unpacker.tell()
+        file.seek(start)
+        after = file.read(3)
+        if after and RECORD_START.match(after) is None and len(after) == 3:
+            # a length inside the header changed: it ends before or inside the first record
+            return _damaged_header(path, file, f"it does not end where a record starts (byte {start})")
+        return Header(header, start)
+
+
+def _damaged_header(path: Path, file: BinaryIO, why: str) -> Header:
+    """A header that does not read, in a file that starts as a recording does (at most
+    one byte of its first ones differs) and has a record after it: reported, and read
+    from that record. Anything else is not ours."""
+    file.seek(0)
+    head = file.read(1 + len(MAGIC))
+    differing = sum(a != b for a, b in zip(head[1:], MAGIC)) + (not 0x80 <= head[0] <= 0x8F if head else 1)
+    first = _next_start(file, 1) if len(head) == 1 + len(MAGIC) and differing <= 1 else None
+    if first is None:
+        raise RecordingError(f"{path} is not a tracewatch recording: {why}")
+    return Header({}, first, damage=f"the header is damaged ({why}); records read from byte {first}")
 
 
 Reader = Callable[[msgpack.Unpacker], Any]
@@ -66,10 +99,11 @@ class Scan:
     and counted, and reading resumes at the next record; a file that ends inside a
     record stops there. `note` says where, after the pass."""
 
-    def __init__(self, path: Path, start: int, read: Reader) -> None:
+    def __init__(self, path: Path, start: int, read: Reader, header_damage: str | None = None) -> None:
         self.path = path
         self.start = start
         self.read = read
+        self.header_damage = header_damage
         self.count = 0
         self.skipped = 0
         self._first_damage: str | None = None
@@ -78,7 +112,7 @@ class Scan:
     @property
     def note(self) -> str | None:
         """Where the file was cut, and how many damaged records were skipped."""
-        parts = [self._cut] if self._cut else []
+        parts = [part for part in (self.header_damage, self._cut) if part]
         if self.skipped:
             parts.append(f"{self.skipped} damaged record(s) skipped, the first {self._first_damage}")
         return f"{self.path}: " + "; ".join(parts) if parts else None
@@ -146,18 +180,17 @@ class Recording:
     shows what has landed). After a pass, `truncated` says where a cut or damaged
     file stopped, or is None."""
 
-    def __init__(self, path: Path, header: dict[str, Any], start: int, truncated: str | None) -> None:
+    def __init__(self, path: Path, header: Header) -> None:
         self.path = path
-        self.header = header
-        self.truncated = truncated
+        self.header = header.fields
+        self.truncated = header.cut or (f"{path}: {header.damage}" if header.damage else None)
         self.records_read = 0
-        self._start = start
-        self._header_cut = truncated is not None
+        self._read_from = header
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        if self._header_cut:
+        if self._read_from.cut:
             return
-        scan = Scan(self.path, self._start, msgpack.Unpacker.unpack)
+        scan = Scan(self.path, self._read_from.start, msgpack.Unpacker.unpack, self._read_from.damage)
         for _offset, _length, record in scan:
             self.records_read = scan.count
             yield record
@@ -169,7 +202,6 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     """Open a recording; raises `RecordingError` for a file of another format or a
     newer version."""
     path = Path(path)
-    header, start, note = read_header(path)
-    return Recording(path, header, start, note)
+    return Recording(path, read_header(path))
 
 

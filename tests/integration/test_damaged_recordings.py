@@ -13,6 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.recordings.file_format import RecordingError
+from core.recordings.index import RecordingIndex
 from core.recordings.reader import Scan, read_header, read_recording
 from tests.support.scripted_server import ScriptedServer, endings, good_run, header, replay, run_live
 from tui.cli import main
@@ -35,7 +37,7 @@ def recording(tmp_path_factory) -> tuple[Path, dict]:
 
 def offsets_of(path: Path, kind: str, rollout: str) -> list[int]:
     """Where each record of that kind and rollout starts."""
-    header, start, _ = read_header(path)
+    start = read_header(path).start
     return [offset for offset, _, r in Scan(path, start, msgpack.Unpacker.unpack) if r["k"] == kind and r["id"] == rollout]
 
 
@@ -94,3 +96,48 @@ def test_no_flipped_byte_makes_replay_open_or_export_raise(recording, tmp_path, 
     ):
         assert main(command) in (0, 1, 2), command  # 2: a header no longer ours, said so
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_flipped_byte_in_the_header_is_reported_and_every_record_still_reads(recording, tmp_path, capfd):
+    """Every byte of the header, each flipped three ways: the records after it all
+    read, through the command and the index alike; only a version number raised past
+    this reader's is refused (a newer file), as before."""
+    path, _ = recording
+    original = list(read_recording(path))
+    start = read_header(path).start
+    data = path.read_bytes()
+    damaged = tmp_path / "header.twrec"
+    refused = reported = 0
+    for where in range(start):
+        for flip in (0x01, 0x20, 0xFF):
+            flipped = bytearray(data)
+            flipped[where] ^= flip
+            damaged.write_bytes(bytes(flipped))
+            try:
+                recording_read = read_recording(damaged)
+            except RecordingError as error:
+                assert "format version" in str(error), (where, flip, str(error))
+                refused += 1
+                continue
+            assert list(recording_read) == original, (where, flip)
+            index = RecordingIndex.build(damaged)
+            assert index.records == len(original) and index.truncated == recording_read.truncated, (where, flip)
+            if recording_read.truncated:
+                assert "the header is damaged" in recording_read.truncated and "damaged record" not in recording_read.truncated
+                reported += 1
+    assert reported > start  # most flips break the header; the rest land in values nobody checks (the start time)
+    assert refused <= 3
+
+    flipped = bytearray(data)
+    flipped[3] ^= 0x20  # inside "format": the file no longer says it is a recording
+    damaged.write_bytes(bytes(flipped))
+    assert main(["export", str(damaged), str(tmp_path / "out.jsonl")]) == 0
+    assert f"{damaged}: the header is damaged (it starts with dict" in capfd.readouterr().err
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == len(original) + 1
+
+
+def test_a_file_that_only_looks_like_a_recording_after_a_few_bytes_is_not_one(tmp_path):
+    stranger = tmp_path / "stranger.twrec"
+    stranger.write_bytes(msgpack.packb({"fmt": "something else", "v": 1}) + msgpack.packb({"k": "delta", "id": "x"}))
+    with pytest.raises(RecordingError, match="is not a tracewatch recording"):
+        read_recording(stranger)
