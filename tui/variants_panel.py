@@ -68,10 +68,13 @@ class VariantCard(Horizontal, can_focus=True):
         return self.variant.name
 
     def compose(self) -> ComposeResult:
+        """No buttons in a read-only session: nothing there can start or be cancelled
+        (the status line says why), and the card keeps their columns."""
         yield self.body
-        with Vertical(classes="card-buttons"):
-            yield self.start
-            yield self.cancel
+        if not self.readonly:
+            with Vertical(classes="card-buttons"):
+                yield self.start
+                yield self.cancel
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -89,8 +92,8 @@ class VariantCard(Horizontal, can_focus=True):
             self.set_class(state is variant.state, f"-{state.value}")
         self.body.update(self._body(now, palette), layout=False)  # its height is the card's
         start, cancel = self.start, self.cancel
-        start.disabled = self.readonly or not variant.can_start
-        cancel.disabled = self.readonly or not variant.can_cancel
+        start.disabled = not variant.can_start
+        cancel.disabled = not variant.can_cancel
         cancel.tooltip = variant.cancel_unavailable
         cancel.label = "Kill" if variant.state is VariantState.CANCELLING else "Cancel"
 

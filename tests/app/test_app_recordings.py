@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widgets import Button, Static
 
 from core.engine.opened import OpenedRecording
 from core.engine.replay import ReplaySession
+from tests.support.app_screen import screen_text
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine, write_recording
 from tui.app import TracewatchApp
@@ -91,3 +92,17 @@ async def test_the_focused_card_is_marked_and_cards_show_what_differs() -> None:
         assert "temperature=0.8" in bold and "demo-model" not in bold
         app.table.focus()
         await until(pilot, lambda: not card_text(card).startswith("▶"))
+
+
+async def test_an_opened_recording_offers_no_start_or_cancel(tmp_path: Path) -> None:
+    """Nothing runs in an opened recording: its cards show no Start and Cancel buttons,
+    and the status line says why."""
+    path = tmp_path / "session.twrec"
+    write_recording(path)
+    session = OpenedRecording(path)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == len(session.store.rollouts) and "read-only" in screen_text(app))
+        assert not [button for button in app.query(Button) if button.display and button.has_class("start", "cancel")]
+        shown = screen_text(app)
+        assert "Start" not in shown and "Cancel" not in shown

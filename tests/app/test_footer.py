@@ -108,3 +108,17 @@ async def test_every_footer_key_shows_whole_at_80x24(tmp_path: Path, session, la
         # the keys arrive and are laid out over several refreshes, and a loaded machine
         # can be looked at between them: what must hold is the footer it settles on
         await until(pilot, whole, "every key whole, before the palette's")
+
+
+@pytest.mark.parametrize("width", [40, 60, 80])
+async def test_the_palette_key_covers_the_footers_right_edge(width: int) -> None:
+    """The palette's key is docked over the others: nothing of a key behind it may show
+    at the edge (at 40 columns `^p Command palette` was followed by Stop var's `a`)."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(width, 12)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        footer = app.query_one(SteadyFooter)
+        palette = await until(pilot, lambda: next((key for key in app.query(FooterKey) if key.has_class("-command-palette")), None))
+        edge = footer.region.right - 1
+        widget, _ = app.screen.get_widget_at(edge, footer.region.y)
+        assert widget is palette or widget is footer, f"{widget} shows at the footer's last cell"
