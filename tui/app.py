@@ -26,6 +26,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from core.demo import TOKENIZERS as DEMO_TOKENIZERS
+from core.session.alerts import Alert, AlertSettings, AlertWatch, terminal_notification
 from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from core.session.retention import freeze_startup
 from core.session.store import Rollout, Status
@@ -73,9 +74,13 @@ class TracewatchApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-medium"), (180, "-wide")]
     BINDINGS = bindings("app", "replay")
 
-    def __init__(self, engine: SessionView, *, title: str | None = None, tokenizers: Tokenizers | None = None) -> None:
+    def __init__(
+        self, engine: SessionView, *, title: str | None = None, tokenizers: Tokenizers | None = None, alerts: AlertSettings | None = None
+    ) -> None:
         super().__init__()
         self.engine = engine
+        self.alert_settings = alerts or AlertSettings()
+        self.alerts = AlertWatch(engine, self.alert_settings.stall_seconds, self.alert_settings.cancel_stalled)
         self.tokenizers = tokenizers or Tokenizers(by_model=DEMO_TOKENIZERS)
         self.store = engine.store
         self.title = title or "tracewatch"
@@ -214,6 +219,8 @@ class TracewatchApp(App[None]):
         self._draw_status(now)
         self._tell_recording_stopped()
         self.logs.poll(visible=self.detail.active == "tab-logs")
+        for alert in self.alerts.check(now):
+            self._alert(alert)
         if self.detail.active == "tab-timeline":
             self.timeline.sync()
         elif self.detail.active == "tab-trends":
@@ -230,6 +237,16 @@ class TracewatchApp(App[None]):
     @on(LogsView.Unread)
     def _logs_unread(self) -> None:
         self.detail.get_tab("tab-logs").label = self.logs.label()
+
+    def _alert(self, alert: Alert) -> None:
+        """A notification here; the bell and a desktop notification through the terminal
+        (OSC 9 or 777) too, if asked for, so a user in another window hears of it."""
+        self.notify(safe(alert.message), title=alert.title, severity=alert.severity, timeout=10)
+        settings = self.alert_settings
+        if settings.bell:
+            self.bell()
+        if settings.osc is not None and not self.is_headless and self._driver is not None:
+            self._driver.write(terminal_notification(alert, settings.osc))
 
     def _add_cards(self) -> None:
         """A card (and a logs entry) for each variant without one: a replay meets its

@@ -36,7 +36,9 @@ def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
         record = parser.add_mutually_exclusive_group()
         record.add_argument("--record", type=Path, metavar="PATH", help="record every delta to PATH (default: a new file under $TRACEWATCH_HOME/recordings)")
         record.add_argument("--no-record", action="store_true", help="do not record this session")
-        parser.add_argument("--cancel-stalled", type=float, metavar="SECONDS", help="headless: cancel a rollout that sent nothing for this long")
+        parser.add_argument("--cancel-stalled", type=float, metavar="SECONDS", help="cancel a rollout that sent nothing for this long (on screen or headless)")
+        parser.add_argument("--bell", action="store_true", help="ring the terminal's bell on an alert (a rollout stalled, a variant failed or cancelled, the run ended)")
+        parser.add_argument("--notify", type=int, choices=(9, 777), metavar="OSC", help="also a desktop notification through the terminal on an alert: 9 (OSC 9: iTerm2, WezTerm, kitty, Windows Terminal) or 777 (OSC 777: foot, Ghostty, rxvt)")
         parser.add_argument("--keep", type=_positive, metavar="N", help="keep the newest N session folders, deleting older ones that are not running (default: the config's keep_sessions, else 20)")
 
 
@@ -316,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.headless:
         from tui.app import TracewatchApp  # noqa: F401 - imported before the freeze: its modules are startup state
     with FreezeAfterSlowCollections():
-        return _run(engine, args, recorded=command not in ("replay", "open"), tokenizers=_tokenizers(args, config))
+        stall_seconds = {variant.name: variant.stall_seconds for variant in config.variants} if config else None
+        return _run(engine, args, recorded=command not in ("replay", "open"), tokenizers=_tokenizers(args, config), stall_seconds=stall_seconds)
 
 
 def _tokenizers(args: argparse.Namespace, config: Config | None) -> Tokenizers:
@@ -326,7 +329,7 @@ def _tokenizers(args: argparse.Namespace, config: Config | None) -> Tokenizers:
     return Tokenizers(args.tokenizer, by_variant, DEMO_TOKENIZERS)
 
 
-def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: Tokenizers) -> int:
+def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: Tokenizers, stall_seconds: dict[str, float] | None = None) -> int:
     if args.headless:
         from core.engine.headless import run_headless
 
@@ -335,9 +338,14 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
             return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
         except KeyboardInterrupt:  # before the runner took Ctrl-C over: nothing had started
             return 130
+    from core.session.alerts import AlertSettings
     from tui.app import TracewatchApp
 
-    app = TracewatchApp(engine, tokenizers=tokenizers)
+    alerts = AlertSettings(
+        bell=getattr(args, "bell", False), osc=getattr(args, "notify", None),
+        cancel_stalled=getattr(args, "cancel_stalled", None), stall_seconds=stall_seconds,
+    )
+    app = TracewatchApp(engine, tokenizers=tokenizers, alerts=alerts)
     app.run()
     if app.return_code:  # it crashed (Textual printed why): keep what was recorded
         recorder = getattr(engine, "recorder", None)

@@ -1,0 +1,119 @@
+"""What is worth telling a user who is not looking: a rollout that stalled past its
+variant's threshold, a variant that failed or was cancelled (its server killed, say),
+and the run ending. Each is said once, as an `Alert`; the app shows it as a notification
+and, if asked, rings the terminal's bell or sends a desktop notification through it.
+With a cancel threshold, a rollout silent that long is also cancelled, as headless does."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from core.session.contracts import SessionView, VariantState
+from core.session.store import Status
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """How the app tells a user who is not looking (the command line's choice)."""
+
+    bell: bool = False
+    osc: int | None = None
+    """9 or 777: also a desktop notification through the terminal."""
+    cancel_stalled: float | None = None
+    stall_seconds: Mapping[str, float] | None = None
+    """Each variant's own threshold (its config's `stall_seconds`)."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    title: str
+    message: str
+    severity: str
+    """information, warning or error, as a notification's."""
+
+
+class AlertWatch:
+    """Looks at the session once a second and says what newly went wrong or ended."""
+
+    def __init__(self, engine: SessionView, stall_seconds: Mapping[str, float] | None = None, cancel_stalled: float | None = None) -> None:
+        self.engine = engine
+        self.stall_seconds = dict(stall_seconds or {})
+        """Per variant, how long a live rollout may be silent; the store's threshold for
+        the others."""
+        self.cancel_stalled = cancel_stalled
+        self._stalled: set[str] = set()
+        self._cancelled: set[str] = set()
+        self._states = {name: variant.state for name, variant in engine.variants.items()}
+        self._ended = self._run_over()  # a run opened after it ended is not news
+
+    def check(self, now: float) -> list[Alert]:
+        return [*self._stalls(now), *self._variants(), *self._run_end()]
+
+    def _stalls(self, now: float) -> list[Alert]:
+        store = self.engine.store
+        alerts = []
+        stalled = set()
+        for rollout in store.live():
+            idle = rollout.idle(now)
+            if not rollout.stalled(now, self.stall_seconds.get(rollout.variant, store.stall_seconds)):
+                continue
+            stalled.add(rollout.key)
+            label = f"{rollout.key} ({rollout.task_label})"
+            if rollout.key not in self._stalled:
+                alerts.append(Alert("Rollout stalled", f"{label}: nothing for {idle:.0f}s", "warning"))
+            limit = self.cancel_stalled
+            if limit is not None and idle >= limit and rollout.key not in self._cancelled and rollout.status is Status.RUNNING:
+                self._cancelled.add(rollout.key)
+                if self.engine.cancel_rollout(rollout.key):
+                    alerts.append(Alert("Cancelling a stalled rollout", f"{label}: silent for {idle:.0f}s", "warning"))
+        self._stalled = stalled  # one that speaks again and stalls again is said again
+        return alerts
+
+    def _variants(self) -> list[Alert]:
+        alerts = []
+        for name, variant in self.engine.variants.items():
+            state, before = variant.state, self._states.get(name)
+            self._states[name] = state
+            if state == before:
+                continue
+            why = f": {variant.reason}" if variant.reason else ""
+            if state is VariantState.FAILED:
+                alerts.append(Alert("Variant failed", f"{name}{why}", "error"))
+            elif state is VariantState.CANCELLED:
+                alerts.append(Alert("Variant cancelled", f"{name}{why}", "warning"))
+        return alerts
+
+    def _run_end(self) -> list[Alert]:
+        """Once every variant has settled with rollouts run; a start afterwards makes a
+        new run whose end is said too."""
+        ended = self._run_over()
+        alerts = []
+        if ended and not self._ended:
+            counts = dict.fromkeys(Status, 0)
+            for rollout in self.engine.store.rollouts.values():
+                counts[rollout.status] += 1
+            told = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
+            severity = "error" if counts[Status.FAILED] else "information"
+            alerts.append(Alert("Run ended", told, severity))
+        self._ended = ended
+        return alerts
+
+
+    def _run_over(self) -> bool:
+        variants = self.engine.variants.values()
+        return bool(variants) and all(v.state.settled for v in variants) and bool(self.engine.store.rollouts)
+
+
+def terminal_notification(alert: Alert, osc: int) -> str:
+    """The alert as a desktop notification the terminal shows (OSC 9, or OSC 777's
+    notify): its text printable only, so no control sequence in a rollout's name or a
+    server's reason reaches the terminal, and no `;` splits OSC 777's fields."""
+    title, message = (_printable(text) for text in (alert.title, alert.message))
+    if osc == 777:
+        return f"\x1b]777;notify;{title.replace(';', ',')};{message.replace(';', ',')}\x07"
+    return f"\x1b]9;{title}: {message}\x07"
+
+
+def _printable(text: str) -> str:
+    return "".join(char for char in text if char.isprintable())[:200]

@@ -1,0 +1,44 @@
+"""Alerts in the app: a variant's failure and the run's end as notifications, with the
+bell when asked for; a stalled rollout cancelled past the cancel threshold, on screen
+as headless does."""
+
+from __future__ import annotations
+
+from core.session.alerts import AlertSettings
+from core.session.contracts import VariantState
+from core.session.store import Ending, RolloutStore, Status
+from tests.support.polling import until
+from tests.support.tui_standin import StandInEngine, StandInVariant
+from tui.app import TracewatchApp
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_failures_stalls_and_the_end_are_notified_and_ring_the_bell_when_asked():
+    clock = Clock()
+    store = RolloutStore(stall_seconds=30.0, clock=clock)
+    engine = StandInEngine(store, {"baseline": StandInVariant("baseline", store)})
+    store.add_rollout("baseline", 0, {"name": "task"}, key="baseline/0")
+    store.started("baseline/0", "req")
+    app = TracewatchApp(engine, alerts=AlertSettings(bell=True, cancel_stalled=45.0))
+    rings = []
+    app.bell = lambda: rings.append(clock.now)  # headless: Textual's bell writes nothing
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        clock.now += 50  # past the stall threshold and the cancel threshold
+        await until(pilot, lambda: engine.cancelled == ["baseline/0"])
+        messages = [(n.title, n.message) for n in app._notifications]
+        assert ("Rollout stalled", "baseline/0 (task): nothing for 50s") in messages
+        assert ("Cancelling a stalled rollout", "baseline/0 (task): silent for 50s") in messages
+        variant = engine.variants["baseline"]
+        variant.state, variant.reason = VariantState.FAILED, "[bold]server[/bold] exited"
+        store.ended("baseline/0", Ending(Status.CANCELLED, "cancelled"))
+        clock.now += 1
+        await until(pilot, lambda: any(n.title == "Run ended" for n in app._notifications))
+        assert ("Variant failed", "baseline: [bold]server[/bold] exited") in [(n.title, n.message) for n in app._notifications]
+        assert len(rings) == 4, "one ring per alert"

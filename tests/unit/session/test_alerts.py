@@ -1,0 +1,77 @@
+"""Alerts: what a user not looking is told, once each: a rollout stalled past its
+variant's threshold (cancelled too past the cancel threshold), a variant that failed or
+was cancelled, the run ending; and the desktop notification's bytes."""
+
+from __future__ import annotations
+
+from core.session.alerts import Alert, AlertWatch, terminal_notification
+from core.session.contracts import VariantState
+from core.session.store import Ending, RolloutStore, Status
+from tests.support.tui_standin import StandInEngine, StandInVariant
+
+T0 = 1_700_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def session() -> tuple[StandInEngine, Clock]:
+    clock = Clock()
+    store = RolloutStore(stall_seconds=60.0, clock=clock)
+    engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("quick", "patient")})
+    for name in ("quick", "patient"):
+        store.add_rollout(name, 0, {"name": f"{name} task"}, key=f"{name}/0")
+        store.started(f"{name}/0", f"req-{name}")
+    return engine, clock
+
+
+def test_a_stall_is_told_once_per_stall_at_each_variants_own_threshold_and_cancelled_past_the_limit():
+    engine, clock = session()
+    watch = AlertWatch(engine, {"quick": 10.0, "patient": 100.0}, cancel_stalled=50.0)
+    assert watch.check(clock.now) == []
+    clock.now += 20
+    assert watch.check(clock.now) == [Alert("Rollout stalled", "quick/0 (quick task): nothing for 20s", "warning")]
+    clock.now += 5
+    assert watch.check(clock.now) == [], "said once"
+    engine.store.apply_delta("quick/0", {"trace": "t", "open": {}}, clock.now)
+    assert watch.check(clock.now) == []
+    clock.now += 30
+    assert [a.message for a in watch.check(clock.now)] == ["quick/0 (quick task): nothing for 30s"], "a second stall is news"
+    clock.now += 30
+    alerts = watch.check(clock.now)
+    assert alerts == [Alert("Cancelling a stalled rollout", "quick/0 (quick task): silent for 60s", "warning")]
+    assert engine.cancelled == ["quick/0"], "the patient variant's 85 s is under its own 100 s"
+    clock.now += 20
+    assert [a.message for a in watch.check(clock.now)] == ["patient/0 (patient task): nothing for 105s", "patient/0 (patient task): silent for 105s"]
+    assert engine.cancelled == ["quick/0", "patient/0"]
+    clock.now += 5
+    assert watch.check(clock.now) == [] and engine.cancelled == ["quick/0", "patient/0"], "each cancelled once"
+
+
+def test_a_variant_that_fails_or_is_cancelled_and_the_run_ending_are_told_once():
+    engine, clock = session()
+    watch = AlertWatch(engine)
+    quick, patient = engine.variants["quick"], engine.variants["patient"]
+    quick.state, quick.reason = VariantState.FAILED, "server exited with code 1"
+    assert watch.check(clock.now) == [Alert("Variant failed", "quick: server exited with code 1", "error")]
+    assert watch.check(clock.now) == []
+    engine.store.ended("quick/0", Ending(Status.FAILED, "gone"))
+    engine.store.ended("patient/0", Ending(Status.CANCELLED, "cancelled"))
+    patient.state = VariantState.CANCELLED
+    assert watch.check(clock.now) == [
+        Alert("Variant cancelled", "patient", "warning"),
+        Alert("Run ended", "1 failed, 1 cancelled", "error"),
+    ]
+    assert watch.check(clock.now) == []
+    assert AlertWatch(engine).check(clock.now) == [], "a run opened after it ended is not news"
+
+
+def test_a_desktop_notification_carries_printable_text_only():
+    alert = Alert("Rollout stalled", "evil\x1b]52;c;aGk=\x07/0; \x9b2Jtask", "warning")
+    assert terminal_notification(alert, 9) == "\x1b]9;Rollout stalled: evil]52;c;aGk=/0; 2Jtask\x07"
+    assert terminal_notification(alert, 777) == "\x1b]777;notify;Rollout stalled;evil]52,c,aGk=/0, 2Jtask\x07"
