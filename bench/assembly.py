@@ -6,6 +6,10 @@ Two streams: the recorded verifiers 0.4.0 stream (tests/fixtures, seven real run
 repeated for stable timings) and a synthetic long rollout (200 turns whose nodes
 carry 4,000 token ids, mask and logprobs each, as a trainer's server sends them).
 Each pass decodes every frame and applies it to a fresh assembly, as a client does.
+Then `apply` alone, on the same frames decoded before the clock starts, each
+assembly given what its own reader makes of them (ours: token arrays kept packed,
+as the client and a recording's read-back decode them; and, for the cost of packing
+them again, the arrays decoded into lists).
 
     python -m bench.assembly [--repeat N]
 """
@@ -129,6 +133,44 @@ def best_of(passes: dict[str, Callable[[list[bytes]], object]], frames: list[byt
     return best
 
 
+def apply_alone(frames: list[bytes], repeat: int) -> dict[str, float]:
+    """Best CPU time of `apply` alone per contender, alternated; every round decodes
+    the frames afresh (an assembly keeps what a delta holds) before its clock starts."""
+    contenders: dict[str, tuple[Callable[[bytes], object], Callable[[], object]]] = {
+        "verifiers 0.4.0": (verifiers_unpack, VerifiersAssembly),
+        "tracewatch": (unpack_delta, EpisodeAssembly),
+        "arrays as lists": (unpack, EpisodeAssembly),
+    }
+    best = dict.fromkeys(contenders, float("inf"))
+    for _ in range(repeat):
+        for name, (decode, assembly_type) in contenders.items():
+            deltas = [decode(data) for data in frames]
+            assembly = assembly_type()
+            apply = assembly.apply  # type: ignore[attr-defined]
+            gc.collect()
+            gc.disable()
+            start = time.process_time()
+            for delta in deltas:
+                apply(delta)
+            elapsed = time.process_time() - start
+            del assembly, deltas
+            gc.enable()
+            best[name] = min(best[name], elapsed)
+    return best
+
+
+def report_apply(title: str, frames: list[bytes], repeat: int) -> None:
+    best = apply_alone(frames, repeat)
+    print(f"\n{title}, apply alone: {len(frames)} deltas, best of {repeat}")
+    for name, seconds in best.items():
+        print(f"  {name:<16} {seconds / len(frames) * 1e6:>8.2f} us/delta {seconds * 1e3:>9.2f} ms")
+    ours = best["tracewatch"]
+    print(
+        f"  speed ours / verifiers: {best['verifiers 0.4.0'] / ours:.2f}x   "
+        f"arrays as lists / verifiers: {best['verifiers 0.4.0'] / best['arrays as lists']:.2f}x"
+    )
+
+
 def report(title: str, frames: list[bytes], repeat: int) -> None:
     passes = {
         "floor (unpackb)": floor_pass,
@@ -156,6 +198,8 @@ def main() -> None:
     args = parser.parse_args()
     report(f"recorded verifiers 0.4.0 stream x{args.copies}", recorded_frames(args.copies), args.repeat)
     report("synthetic 200-turn rollout, 4,000-token nodes", synthetic_frames(), max(5, args.repeat // 2))
+    report_apply(f"recorded verifiers 0.4.0 stream x{args.copies}", recorded_frames(args.copies), args.repeat)
+    report_apply("synthetic 200-turn rollout, 4,000-token nodes", synthetic_frames(), max(5, args.repeat // 2))
 
 
 if __name__ == "__main__":

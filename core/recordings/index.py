@@ -16,7 +16,7 @@ from core.recordings.file_format import Damage
 from core.recordings.reader import Scan, read_header
 from core.session.store import Ending, RolloutFacts, Status, rollout_facts
 from core.wire.delta_checks import DeltaValueError, check_scalars
-from core.wire.protocol import UNPACK_OPTIONS
+from core.wire.protocol import unpack_record
 
 
 class _TraceCounts:
@@ -256,7 +256,7 @@ def read_records(path: Path, offsets: Iterable[int], lengths: Iterable[int], dam
         fd = file.fileno()
         for offset, length in zip(offsets, lengths):
             try:
-                records.append(msgpack.unpackb(os.pread(fd, length, offset), **UNPACK_OPTIONS))
+                records.append(unpack_record(os.pread(fd, length, offset)))
             except (ValueError, TypeError, msgpack.UnpackException) as error:
                 damage.count(f"{error!r} (at byte {offset})")
     return records

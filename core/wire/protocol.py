@@ -338,15 +338,47 @@ def unpack_delta(data: bytes) -> Any:
         return unpack(data)
 
 
-def _unpack_keeping_spans(data: bytes) -> dict[Any, Any]:
+def unpack_record(data: bytes) -> Any:
+    """A map holding a delta under `d` (a recording's record) decoded as `unpack` does,
+    except that the delta's token arrays stay packed, as `unpack_delta` keeps them:
+    what was read from a file is kept as its bytes, never packed again."""
+    if not _has_long_token_array(data):
+        return unpack(data)
+    try:
+        unpacker = _unpacker(data)
+        record = {}
+        for _ in range(unpacker.read_map_header()):
+            key = unpacker.unpack()
+            record[key] = _delta(unpacker, data) if key == "d" else unpacker.unpack()
+        _ended(unpacker, data)
+        return record
+    except Exception:  # noqa: BLE001 - unpack decides, and names the problem
+        return unpack(data)
+
+
+def _unpacker(data: bytes) -> msgpack.Unpacker:
     unpacker = msgpack.Unpacker(max_buffer_size=max(1, len(data)), **UNPACK_OPTIONS)
     unpacker.feed(data)
+    return unpacker
+
+
+def _ended(unpacker: msgpack.Unpacker, data: bytes) -> None:
+    if unpacker.tell() != len(data):
+        raise ValueError("extra data after the map")
+
+
+def _unpack_keeping_spans(data: bytes) -> dict[Any, Any]:
+    unpacker = _unpacker(data)
+    delta = _delta(unpacker, data)
+    _ended(unpacker, data)
+    return delta
+
+
+def _delta(unpacker: msgpack.Unpacker, data: bytes) -> dict[Any, Any]:
     delta = {}
     for _ in range(unpacker.read_map_header()):
         key = unpacker.unpack()
         delta[key] = _nodes(unpacker, data) if key == "nodes" else unpacker.unpack()
-    if unpacker.tell() != len(data):
-        raise ValueError("extra data after the delta")
     return delta
 
 
@@ -377,9 +409,7 @@ def unpack_node(data: bytes) -> Any:
     long token arrays stay packed (any other item is decoded as `unpack` does)."""
     if data[0] not in _MAP_MARKERS or not _has_long_token_array(data):
         return unpack(data)
-    unpacker = msgpack.Unpacker(max_buffer_size=max(1, len(data)), **UNPACK_OPTIONS)
-    unpacker.feed(data)
-    return _node(unpacker, data, memoryview(data))
+    return _node(_unpacker(data), data, memoryview(data))
 
 
 class WireModel(BaseModel):

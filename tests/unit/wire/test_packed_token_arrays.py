@@ -1,5 +1,6 @@
-"""Token arrays kept packed: a delta read with `unpack_delta` equals the same frame read
-whole, whatever the frame holds (hypothesis), and packs and exports as the lists."""
+"""Token arrays kept packed: a delta read with `unpack_delta`, or a record holding one read
+with `unpack_record`, equals the same bytes read whole, whatever they hold (hypothesis),
+and packs and exports as the lists."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.wire.episode_json import episode_json
-from core.wire.protocol import PACKED_FIELDS, Packed, pack, plain, unpack, unpack_delta
+from core.wire.protocol import PACKED_FIELDS, Packed, pack, plain, unpack, unpack_delta, unpack_record
 
 NUMBERS = st.one_of(
     st.lists(st.integers(0, 2**32), max_size=300),
@@ -28,6 +29,12 @@ NODES = st.fixed_dictionaries(
 DELTAS = st.fixed_dictionaries(
     {"trace": st.text(max_size=4)},
     optional={"nodes": st.lists(NODES, max_size=3) | st.integers(-9, 9), "set": st.dictionaries(st.text(max_size=4), st.integers(-9, 9), max_size=2)},
+)
+
+
+RECORDS = st.fixed_dictionaries(
+    {"k": st.sampled_from(["delta", "reply"]), "d": DELTAS | st.integers(-9, 9)},
+    optional={"t": st.floats(allow_nan=False), "r": st.text(max_size=4)},
 )
 
 
@@ -59,6 +66,29 @@ def test_a_damaged_frame_fails_as_unpack_fails(delta: dict, cut: int, junk: byte
                 unpack_delta(damaged)
         else:
             assert unpack_delta(damaged) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(record=RECORDS, cut=st.integers(0, 50), junk=st.binary(max_size=4))
+def test_a_record_reads_the_same_with_its_arrays_packed(record: dict, cut: int, junk: bytes) -> None:
+    data = msgpack.packb(record, use_bin_type=True)
+    whole, kept = unpack(data), unpack_record(data)
+    assert kept == whole
+    assert exact(plain(kept)) == exact(whole)
+    for damaged in (data[:-cut] if cut else data, data + junk):
+        try:
+            expected = unpack(damaged)
+        except Exception as error:  # noqa: BLE001 - whatever unpack raises, unpack_record raises
+            with pytest.raises(type(error)):
+                unpack_record(damaged)
+        else:
+            assert unpack_record(damaged) == expected
+
+
+def test_a_recorded_deltas_long_arrays_stay_packed() -> None:
+    node = {"token_ids": list(range(1000)), "logprobs": [-0.5] * 1000}
+    record = unpack_record(msgpack.packb({"k": "delta", "d": {"trace": "t", "nodes": [node]}, "t": 1.0}))
+    assert type(record["d"]["nodes"][0]["token_ids"]) is Packed and record["t"] == 1.0
 
 
 def test_long_arrays_stay_packed() -> None:
