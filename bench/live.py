@@ -6,18 +6,22 @@ client, a fresh source process replays those frames as fast as the socket takes 
 (one frame per live run per round, so runs interleave as on a busy server). Each
 client runs in its own process, so peak memory is its own:
 
+- bare: a pyzmq DEALER and `msgpack.unpackb` of every frame, nothing kept: the floor
+  any client on this machine and this stream stands on;
 - verifiers 0.4.0's `EnvClient` (the baseline: decode, assemble, type the episode);
 - ours headless: engine, store and recorder, no screen;
 - the app: the same plus the screen, with Down/Up pressed every 100 ms while the
   stream lands, then the same keys once everything has landed (idle).
 
-Reported: deltas/s (against verifiers'), keypress-to-repaint latency p50/p95/max
+Reported: deltas/s (against verifiers' and against the bare floor), the client's CPU
+seconds, keypress-to-repaint latency p50/p95/max
 (under load and idle), repaints/s, table staleness (a delta's arrival to its row being
 drawn, rows on screen), peak RSS growth / bytes received and the RSS growth once the
 stream has ended (finished rollouts may have left memory: `core.recordings.eviction`),
 the longest GC pause (wall time) and the most CPU a collection took.
 
     python -m bench.live [--rollouts 256 --turns 200 --tokens 100 --concurrent 64]
+                         [--clients bare,verifiers,headless,app]
 """
 
 from __future__ import annotations
@@ -239,6 +243,37 @@ def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: 
     return Engine(load_config(config), recorder=recorder, session_dir=directory / "session")
 
 
+def measure_bare(address: str, rollouts: int, turns: int, tokens: int, concurrent: int) -> dict:
+    """The same runs asked for, each frame received and decoded, nothing kept."""
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.RCVHWM, 1000)  # as tracewatch's client holds at most
+    socket.connect(address)
+    payloads = [
+        request_payload(
+            RunRequest(task_data=scale_task(i, turns, tokens), client=ClientConfig(), model="bench", sampling=SamplingConfig())
+        )
+        for i in range(rollouts)
+    ]
+    start = time.perf_counter()
+    sent, ended = min(concurrent, rollouts), 0
+    for index in range(sent):
+        socket.send_multipart([f"run-{index}".encode(), b"run", payloads[index]])
+    while ended < rollouts:
+        _request_id, kind, data = socket.recv_multipart()
+        msgpack.unpackb(data, raw=False, strict_map_key=False)
+        if kind == b"reply":
+            ended += 1
+            if sent < rollouts:
+                socket.send_multipart([f"run-{sent}".encode(), b"run", payloads[sent]])
+                sent += 1
+    seconds = time.perf_counter() - start
+    socket.close(linger=0)
+    context.term()
+    return {"seconds": seconds, "rss_end": rss_bytes()}
+
+
 async def measure_verifiers(address: str, rollouts: int, turns: int, tokens: int, concurrent: int) -> dict:
     from verifiers.v1.configs.client import EvalClientConfig
     from verifiers.v1.serve import EnvClient as VerifiersClient
@@ -363,26 +398,30 @@ async def measure_app(address: str, rollouts: int, turns: int, tokens: int, dire
 def measure(mode: str, frames: Path, rollouts: int, turns: int, tokens: int, concurrent: int) -> dict:
     if mode == "verifiers":
         import verifiers.v1.serve  # noqa: F401 - imports are not the client's cost
-    else:
+    elif mode != "bare":
         import tui.app  # noqa: F401
     source = Source(frames)
     gc.collect()
-    if mode != "verifiers":  # as tracewatch's own entry points do
+    if mode in ("headless", "app"):  # as tracewatch's own entry points do
         from core.session.retention import FreezeAfterSlowCollections
 
         FreezeAfterSlowCollections().install()
     pauses = GcPauses()
     before = rss_bytes()
+    cpu = time.process_time()
     try:
         with tempfile.TemporaryDirectory() as scratch:
             directory = Path(scratch)
-            if mode == "verifiers":
+            if mode == "bare":
+                result = measure_bare(source.address, rollouts, turns, tokens, concurrent)
+            elif mode == "verifiers":
                 result = asyncio.run(measure_verifiers(source.address, rollouts, turns, tokens, concurrent))
             elif mode == "headless":
                 result = asyncio.run(measure_headless(source.address, rollouts, turns, tokens, directory, concurrent))
             else:
                 result = asyncio.run(measure_app(source.address, rollouts, turns, tokens, directory, concurrent))
         result["source_cpu"] = source.cpu_seconds()
+        result["cpu"] = time.process_time() - cpu
     finally:
         source.close()
     result.update(rss_growth=peak_rss_bytes() - before, gc_longest=pauses.longest, gc_cpu=pauses.most_cpu)
@@ -427,14 +466,16 @@ def report(args: argparse.Namespace) -> None:
         )
         results = {mode: run_mode(mode, frames, args) for mode in args.clients.split(",")}
     base = deltas / results["verifiers"]["seconds"] if "verifiers" in results else float("nan")
+    floor = deltas / results["bare"]["seconds"] if "bare" in results else float("nan")
     print(
-        f"\n{'client':<12}{'deltas/s':>10}{'vs verifiers':>14}{'RSS growth/wire':>17}{'at end':>8}"
+        f"\n{'client':<12}{'deltas/s':>10}{'vs verifiers':>14}{'vs bare':>9}{'CPU s':>8}{'RSS growth/wire':>17}{'at end':>8}"
         f"{'longest GC':>12}{'GC CPU max':>12}{'source CPU':>12}"
     )
     for mode, result in results.items():
         rate = deltas / result["seconds"]
         print(
-            f"{mode:<12}{rate:>10,.0f}{rate / base:>13.2f}x{result['rss_growth'] / received:>16.2f}x"
+            f"{mode:<12}{rate:>10,.0f}{rate / base:>13.2f}x{rate / floor:>8.2f}x{result['cpu']:>8.1f}"
+            f"{result['rss_growth'] / received:>16.2f}x"
             f"{result['rss_end_growth'] / received:>7.2f}x"
             f"{result['gc_longest'] * 1e3:>9.1f} ms{result['gc_cpu'] * 1e3:>9.1f} ms"
             f"{result['source_cpu'] / result['seconds']:>11.0%}"
