@@ -19,7 +19,9 @@ the bytecode is compiled first, as an installed package has it. Each reports:
 - each filter keystroke (typing `status:running` in the filter) to the filtered table
   on screen, and Escape (clearing it) to the whole table on screen, while the stream
   lands;
-- the longest GC pause.
+- the longest GC pause;
+- the RSS once every row is on screen and once the keys are done, per rollout and per
+  delta landed, so a growth that is not linear in rollouts shows between the sizes.
 
     python -m bench.scale5k [--rollouts 5000 --baseline 256 --load-seconds 15]
 """
@@ -40,7 +42,7 @@ from typing import Any
 
 LAUNCHED = time.time()  # as early as this process can tell: before the heavy imports
 
-from bench.live import LOST_KEY, ROOT, GcPauses, Source, capture, percentile, summary, write_config  # noqa: E402
+from bench.live import LOST_KEY, ROOT, GcPauses, Source, capture, percentile, rss_bytes, summary, write_config  # noqa: E402
 
 CAPTURED = 32
 """Distinct rollouts the demo plays; the source replays them for every run."""
@@ -100,6 +102,7 @@ async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_sec
         while table.row_count < rollouts or not any(r.deltas for r in store.rollouts.values()):
             await asyncio.sleep(0.05)
         steps["every row, streaming"] = time.time() - launched
+        rss_rows = rss_bytes()
         table.focus()
         await pilot.pause()
 
@@ -126,6 +129,7 @@ async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_sec
             await asyncio.sleep(KEY_EVERY)
         deltas = sum(r.deltas for r in store.rollouts.values())
         streaming = sum(1 for r in store.rollouts.values() if not r.status.finished)
+        rss_keys = rss_bytes()
         quit_started = time.perf_counter()
         await engine.shutdown()
         quit_seconds = time.perf_counter() - quit_started
@@ -139,6 +143,8 @@ async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_sec
         "streaming": streaming,
         "quit": quit_seconds,
         "gc_longest": pauses.longest,
+        "rss_rows": rss_rows,
+        "rss_keys": rss_keys,
     }
 
 
@@ -217,6 +223,11 @@ def report(args: argparse.Namespace) -> None:
         print(
             f"\n{size:,} rollouts: {result['deltas']:,} deltas landed, {result['streaming']:,} rollouts still streaming after the keys{idle}; filter showed {result['filtered_rows']} rows; "
             f"quitting took {result['quit']:.1f} s; longest GC pause {result['gc_longest'] * 1e3:.0f} ms"
+        )
+        print(
+            f"  RSS with every row on screen {result['rss_rows'] / 1e6:,.0f} MB ({result['rss_rows'] / size / 1e3:.1f} kB a rollout), "
+            f"after the keys {result['rss_keys'] / 1e6:,.0f} MB ({result['rss_keys'] / size / 1e3:.1f} kB a rollout, "
+            f"{result['rss_keys'] / max(result['deltas'], 1):,.0f} B a delta landed)"
         )
 
 
