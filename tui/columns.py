@@ -30,7 +30,9 @@ class Column:
     width: int
     """Cells of text, padding left out."""
     priority: int
-    """Its rank when a narrow table cannot show every column: 1 is kept first."""
+    """Its rank when a narrow table cannot show every column: 1 is kept first. The
+    columns that tell one row from another (variant, task, #) come first: rows that
+    read alike cannot be told apart whatever else they show."""
     sort: Callable[[Rollout, float], Any]
     """What `o` and a header click sort rows by, given the rollout and `now`."""
     cell: CellOf
@@ -83,22 +85,22 @@ COLUMNS: tuple[Column, ...] = (
         filtered=True,
     ),
     Column(
-        "task", "Task", 24, 7,
+        "task", "Task", 24, 2,
         sort=lambda r, now: r.task_label.lower(),
         cell=lambda r, now, palette, stall: (safe(r.task_label), PLAIN),
     ),
     Column(
-        "number", "#", 4, 8,
+        "number", "#", 4, 3,
         sort=lambda r, now: (r.run, r.rollout_index),
         cell=lambda r, now, palette, stall: (rollout_number(r), palette.muted),
     ),
     Column(
-        "phase", "Phase", 10, 2,
+        "phase", "Phase", 10, 4,
         sort=lambda r, now: _PHASE_ORDER.get(r.phase, len(_PHASE_ORDER)),
         cell=lambda r, now, palette, stall: (r.phase, palette.phase(r.phase)),
         filtered=True,
     ),
-    Column("activity", "Activity", 16, 3, sort=lambda r, now: r.activity(now)[1], cell=_activity, ticks=True),
+    Column("activity", "Activity", 16, 6, sort=lambda r, now: r.activity(now)[1], cell=_activity, ticks=True),
     Column(
         "turns", "Turns", 5, 9,
         sort=lambda r, now: r.turns,
@@ -112,19 +114,19 @@ COLUMNS: tuple[Column, ...] = (
         measure=lambda r, now: r.tokens,
     ),
     Column(
-        "reward", "Reward", 6, 4,
+        "reward", "Reward", 6, 5,
         sort=lambda r, now: (r.reward is not None, r.reward or 0.0),
         cell=lambda r, now, palette, stall: (reward_text(r.reward), PLAIN),
         measure=lambda r, now: r.reward,
     ),
     Column(
-        "elapsed", "Elapsed", 7, 5,
+        "elapsed", "Elapsed", 7, 7,
         sort=lambda r, now: r.elapsed(now),
         cell=lambda r, now, palette, stall: (clock(r.elapsed(now)) if r.started_at else "", PLAIN),
         ticks=True,
         measure=lambda r, now: r.elapsed(now) if r.started_at else None,
     ),
-    Column("errors", "Errors", 6, 6, sort=lambda r, now: r.errors, cell=_errors, measure=lambda r, now: r.errors),
+    Column("errors", "Errors", 6, 8, sort=lambda r, now: r.errors, cell=_errors, measure=lambda r, now: r.errors),
     Column("trace", "Trace", 9, 11, sort=lambda r, now: next(iter(r.trace_ids), ""), cell=_trace),
 )
 """Left to right: what a glance needs first (what runs, where it is, what it does now)

@@ -3,6 +3,8 @@ grow to now), and each phase's p50/p95 per variant side by side."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -14,9 +16,6 @@ from tui.literal import safe
 from tui.palette import Palette
 
 LABEL_WIDTH = 11
-DURATION_WIDTH = 9
-TYPICAL_WIDTH = 15
-"""Room for "p50/p95 4.1s/7.0s" after a bar, when the rows carry them (`NARROW`)."""
 NARROW = 100
 """Below this width the per-variant table is below the fold (80x24): each bar also
 shows its variant's p50/p95 for that phase."""
@@ -26,12 +25,33 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.1f}s"
 
 
+class _Row(NamedTuple):
+    label: str
+    start: float
+    """Seconds after the trace's start."""
+    seconds: float
+    open: bool
+    glyph: str
+
+
+def _tail(row: _Row, typical: dict[str, tuple[float, float]] | None) -> str:
+    """What follows a bar: its duration, then the variant's p50/p95 for that phase."""
+    tail = f" {seconds_text(row.seconds)}{' …' if row.open else ''}"
+    phase = row.label.strip(" └")
+    if typical is not None and phase in typical:
+        p50, p95 = typical[phase]
+        tail += f"  p50/p95 {seconds_text(p50)}/{seconds_text(p95)}"
+    return tail
+
+
 def waterfall(
     timing: WireTiming, horizon: float, width: int, palette: Palette, typical: dict[str, tuple[float, float]] | None = None
 ) -> Text:
     """One line per phase: a bar from its start to its end (or `horizon` while open) on a
     shared scale; the agent line splits into model and harness time below it. With
-    `typical`, each line ends with that phase's p50/p95 for comparison."""
+    `typical`, each line ends with that phase's p50/p95 for comparison, if the pane has
+    room for it. The bars get what the label and the widest line's numbers leave: they
+    give way, the numbers never."""
     spans: list[tuple[str, float, float, bool]] = []
     for name in PHASES:
         span = timing.get(name) or {}
@@ -43,50 +63,40 @@ def waterfall(
         return text.append("no timing yet", style=palette.muted)
     origin = timing.get("start") or spans[0][1]
     total = max(max(end for _, _, end, _ in spans) - origin, 1e-6)
-    bar_width = max(8, width - LABEL_WIDTH - DURATION_WIDTH - 1 - (TYPICAL_WIDTH if typical is not None else 0))
-    scale = bar_width / total
+    rows: list[_Row] = []
     agent = timing.get("agent") or {}
     for phase, start, end, open_ in spans:
-        offset = int((start - origin) * scale)
-        length = max(1, round((end - start) * scale))
-        _line(text, phase, offset, length, end - start, open_, palette, typical=typical)
+        rows.append(_Row(phase, start - origin, end - start, open_, "█"))
         if phase == "agent":
             # model then harness, end to end under the agent bar: their sum is its length
             # (they interleave in time; the split is what the bars show)
-            done = 0.0
+            done = start - origin
             for part, glyph in zip(AGENT_PARTS, "█▒"):
                 seconds = float((agent.get(part) or {}).get("duration") or 0.0)
                 if seconds:
-                    # cells from the rounded running sum, so the parts end where the agent does
-                    first, last = offset + round(done * scale), offset + round((done + seconds) * scale)
-                    _line(text, f" └ {part}", first, max(1, last - first), seconds, False, palette, glyph, typical)
+                    rows.append(_Row(f" └ {part}", done, seconds, False, glyph))
                     done += seconds
-    text.append(f"{'':{LABEL_WIDTH}}0s{'':>{max(0, bar_width - 2 - len(seconds_text(total)))}}")
-    text.append(seconds_text(total), style=palette.muted)
+    tails = [_tail(row, typical) for row in rows]
+    if LABEL_WIDTH + 1 + max(map(len, tails)) > width:  # too narrow for p50/p95: left out, not cut
+        tails = [_tail(row, None) for row in rows]
+    bar_width = max(1, width - LABEL_WIDTH - max(map(len, tails)))
+    scale = bar_width / total
+    for row, tail in zip(rows, tails):
+        # cells from the rounded ends, so the agent's parts end where the agent does
+        first, last = int(row.start * scale), round((row.start + row.seconds) * scale)
+        style = palette.phase(row.label.strip(" └"))
+        text.append(f"{row.label:<{LABEL_WIDTH}}", style=style)
+        text.append(" " * first)
+        text.append(row.glyph * max(1, last - first), style=style)
+        duration, _, typical_text = tail.partition("  p50/p95")
+        text.append(duration, style="bold" if row.open else palette.muted)
+        if typical_text:
+            text.append(f"  p50/p95{typical_text}", style=palette.muted)
+        text.append("\n")
+    axis = seconds_text(total)
+    text.append(f"{'':{LABEL_WIDTH}}0s{'':>{max(0, bar_width - 2 - len(axis))}}")
+    text.append(axis, style=palette.muted)
     return text
-
-
-def _line(
-    text: Text,
-    label: str,
-    offset: int,
-    length: int,
-    seconds: float,
-    open_: bool,
-    palette: Palette,
-    glyph: str = "█",
-    typical: dict[str, tuple[float, float]] | None = None,
-) -> None:
-    phase = label.strip(" └")
-    style = palette.phase(phase)
-    text.append(f"{label:<{LABEL_WIDTH}}", style=style)
-    text.append(" " * offset)
-    text.append(glyph * length, style=style)
-    text.append(f" {seconds_text(seconds)}{' …' if open_ else ''}", style=palette.muted if not open_ else "bold")
-    if typical is not None and phase in typical:
-        p50, p95 = typical[phase]
-        text.append(f"  p50/p95 {seconds_text(p50)}/{seconds_text(p95)}", style=palette.muted)
-    text.append("\n")
 
 
 def variant_table(store: RolloutStore, palette: Palette) -> Table:

@@ -181,6 +181,11 @@ class VariantCard(Horizontal, can_focus=True):
         return None
 
 
+CARD_WIDTH = (22, 34)
+"""A card's narrowest and its widest minimum: cards share a narrow strip down to the
+first (a 60-column terminal shows two), and only then does the strip scroll."""
+
+
 class VariantsPanel(HorizontalScroll):
     """The strip of cards; cards are keyed by variant name."""
 
@@ -192,6 +197,21 @@ class VariantsPanel(HorizontalScroll):
         self.cards[card.variant_name] = card
         self.mount(card)
         self.compare()
+        self._share_width()
+
+    def on_resize(self) -> None:
+        self._share_width()
+
+    def _share_width(self) -> None:
+        """Each card's minimum width: its share of the strip (a cell between cards),
+        within `CARD_WIDTH`, so no card is pushed off a narrow screen while there is room."""
+        count = len(self.cards)
+        if not count or not self.size.width:
+            return
+        share = (self.size.width - (count - 1)) // count
+        least = max(CARD_WIDTH[0], min(CARD_WIDTH[1], share))
+        for card in self.cards.values():
+            card.styles.min_width = least
 
     def compare(self) -> None:
         """Tell each card what differs between the variants: the model, sampling keys."""

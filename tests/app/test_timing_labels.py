@@ -1,0 +1,81 @@
+"""The Timing tab's numbers are never cut at the pane's edge: the bars give way."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
+
+from core.wire.protocol import AGENT_PARTS, PHASES
+from tests.support.app_screen import screen_text, select
+from tests.support.polling import until
+from tests.support.tui_standin import make_engine
+from tui.app import TracewatchApp
+from tui.timing_view import seconds_text, waterfall
+
+
+@pytest.mark.parametrize("size", [(200, 50), (80, 24)])
+async def test_every_phase_line_shows_its_numbers_whole(size: tuple[int, int]) -> None:
+    app = TracewatchApp(make_engine(copies=3))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.table.row_count == 42)
+        await select(pilot, "baseline/run1/0")
+        await pilot.press("2")
+        await until(pilot, lambda: "p50 / p95 per variant" in screen_text(app) or app.timing.region.height > 3)
+        await pilot.pause()
+        text = screen_text(app)
+        rollout = app.store.rollouts["baseline/run1/0"]
+        width = app.timing.size.width
+        lines = app.timing.render().renderables[1].plain.splitlines()
+        assert all(len(line) <= width for line in lines), f"a line is wider than the pane ({width}): {lines}"
+        if width < 100:  # narrow panes put each phase's p50/p95 after its bar
+            for phase, (p50, p95) in app.store.stats(rollout.variant).phases.items():
+                if phase in {"agent", "setup", "scoring"} and f"\\n{phase}" in "\\n" + "\\n".join(lines):
+                    assert f"p50/p95 {seconds_text(p50)}/{seconds_text(p95)}" in text, phase
+
+
+def _timing(durations: list[float], open_: bool) -> dict:
+    """A trace's timing with its phases end to end, taking `durations` (the last one
+    still open with `open_`), the agent's split between model and harness."""
+    timing: dict = {"start": 1000.0}
+    at = 1000.0
+    for phase, seconds in zip(PHASES, durations):
+        timing[phase] = {"start": at, "end": at + seconds}
+        at += seconds
+    if open_:
+        timing[PHASES[len(durations) - 1]]["end"] = None
+    if "agent" in timing:
+        seconds = timing["agent"]["end"] - timing["agent"]["start"] if timing["agent"]["end"] else 1.0
+        timing["agent"] |= {AGENT_PARTS[0]: {"duration": seconds * 0.3}, AGENT_PARTS[1]: {"duration": seconds * 0.7}}
+    return timing
+
+
+async def test_the_waterfall_fits_any_width_with_any_numbers() -> None:
+    """Wide numbers (`783ms/830ms`, `14.1s/1234.5s`, an open span's `…`) in panes from 30
+    to 120 columns: every line fits, its numbers whole; a pane too narrow for p50/p95
+    leaves it out rather than cutting it."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        palette = app.palette
+
+        @settings(max_examples=150, deadline=None)
+        @given(
+            durations=st.lists(st.floats(0.0004, 5000.0), min_size=1, max_size=len(PHASES)),
+            typical=st.tuples(st.floats(0.0004, 5000.0), st.floats(0.0004, 5000.0)),
+            width=st.integers(30, 120),
+            open_=st.booleans(),
+        )
+        def check(durations: list[float], typical: tuple[float, float], width: int, open_: bool) -> None:
+            timing = _timing(durations, open_)
+            typicals = {phase: typical for phase in (*PHASES, *AGENT_PARTS)}
+            text = waterfall(timing, 1000.0 + sum(durations) + 1, width, palette, typicals)
+            lines = text.plain.splitlines()
+            assert all(cell_len(line) <= width for line in lines), (width, lines)
+            shown = f"p50/p95 {seconds_text(typical[0])}/{seconds_text(typical[1])}"
+            durations_shown = [line for line in lines[:-1] if "p50/p95" not in line]
+            assert all(line.endswith(shown) for line in lines[:-1] if line not in durations_shown), lines
+            assert width < 50 or not durations_shown, "p50/p95 left out only where it cannot fit"
+
+        check()
