@@ -122,7 +122,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "elapsed", "Elapsed", 7, 7,
         sort=lambda r, now: r.elapsed(now),
-        cell=lambda r, now, palette, stall: (clock(r.elapsed(now)) if r.started_at else "", PLAIN),
+        cell=lambda r, now, palette, stall: (clock(r.elapsed(now)) if r.started_at and not r.waiting else "", PLAIN),
         ticks=True,
         measure=lambda r, now: r.elapsed(now) if r.started_at else None,
     ),

@@ -146,8 +146,8 @@ class _Progress:
     def _rollouts(self, keys: Iterable[str], now: float) -> None:
         for key in keys:
             rollout = self.engine.store.rollouts[key]
-            if rollout.status is Status.QUEUED or self.seen.get(key) == rollout.status:
-                continue
+            if rollout.status is Status.QUEUED or rollout.waiting or self.seen.get(key) == rollout.status:
+                continue  # a rollout waiting for a slot is said to run once it begins
             self.seen[key] = rollout.status
             _say(self.out, rollout_line(rollout, now))
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.paths import new_session_dir
-from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record, run_of
+from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record, recorded_task_key, run_of
 from core.recordings.export import ORIGIN_KEY
 from core.recordings.index import RecordingIndex
-from core.recordings.load_episodes import load_episode
+from core.recordings.load_episodes import TaskNumbers, load_episode
 from core.recordings.run_dir import open_run
 from core.session.contracts import VariantState
 from core.session.session import Session
@@ -30,13 +30,19 @@ class OpenedRun(Session):
         self.run = open_run(path)
         name = (self.run.run_dir or path).name
         self.readonly_reason = f"an offline view of {name}: nothing is running"
-        for index, episode in enumerate(self.run.episodes):
+        numbers: dict[str, TaskNumbers] = {}
+        for episode in self.run.episodes:
             origin = episode.get(ORIGIN_KEY)
             variant = str((episode.get("env") or {}).get("name") or name) if isinstance(origin, dict) else name
             if variant not in self.variants:
                 self.variants[variant] = RecordedVariant(variant)
                 self.variants[variant].state = VariantState.DONE
-            load_episode(self.store, variant, index, episode)
+            load_episode(self.store, variant, numbers.setdefault(variant, TaskNumbers()), episode)
+        if not self.run.episodes:  # a run that has not finished an episode yet, or wrote none
+            empty = self.variants[name] = RecordedVariant(name)
+            empty.state = VariantState.DONE
+            empty.reason = f"no episodes: {self.run.traces_path} holds none yet"
+            self.readonly_reason = f"an offline view of {name}: {empty.reason}"
 
 
 class OpenedRecording(Session):
@@ -60,9 +66,11 @@ class OpenedRecording(Session):
             rollout = self.store.add_rollout(
                 variant, announce.get("task_index", 0), announce.get("task_data") or {},
                 announce.get("rollout_index", 0), key=key, run=run_of(announce), t=summary.first_t,
+                task_key=recorded_task_key(announce),
             )
             rollout.facts = summary.facts
             rollout.started_at = summary.started_t
+            rollout.running_since = summary.running_t
             if summary.ending is not None:
                 self.store.ended(key, summary.ending, t=summary.ended_t)
             else:

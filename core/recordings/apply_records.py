@@ -77,6 +77,12 @@ def run_of(announce: dict[str, Any]) -> int:
     return run if isinstance(run, int) and run > 0 else 1
 
 
+def recorded_task_key(announce: dict[str, Any]) -> str | None:
+    """The task's key a rollout's announcement keeps (none in older files)."""
+    key = announce.get("task_key")
+    return key if isinstance(key, str) and key else None
+
+
 def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], record: dict[str, Any]) -> None:
     """One recorded record into the store, exactly as the live engine put it there."""
     kind = record.get("k")
@@ -85,7 +91,7 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
         store.add_rollout(
             record["variant"], record.get("task_index", 0), record.get("task_data") or {},
             record.get("rollout_index", 0), key=record["id"], run=run_of(record),
-            t=float(t) if isinstance(t, (int, float)) else None,
+            t=float(t) if isinstance(t, (int, float)) else None, task_key=recorded_task_key(record),
         )
         variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
     elif kind == "request":

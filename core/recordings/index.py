@@ -70,6 +70,7 @@ class RolloutSummary:
         "first_t",
         "last_t",
         "started_t",
+        "running_t",
         "ended_t",
         "ending",
         "_traces",
@@ -86,6 +87,8 @@ class RolloutSummary:
         self.last_t: float | None = None
         self.started_t: float | None = None
         """When its (latest) run was requested; `ended_t` when that run replied."""
+        self.running_t: float | None = None
+        """When that run's first delta came (`Rollout.running_since`)."""
         self.ended_t: float | None = None
         self.ending: Ending | None = None
         """How its (latest) run ended; None while it had not."""
@@ -122,9 +125,11 @@ class RolloutSummary:
         elif kind == "request":
             self.request_ids.append(str(record.get("request_id")))
             self._traces = {}  # a fresh run: the store starts a fresh assembly too
-            self.started_t, self.ended_t, self.ending = t, None, None
+            self.started_t, self.running_t, self.ended_t, self.ending = t, None, None, None
         elif kind == "delta":
             self.deltas += 1
+            if self.running_t is None and isinstance(t, (int, float)):
+                self.running_t = t
             delta = record.get("d")
             if not isinstance(delta, dict):  # a delta the run failed on: nothing to count
                 return

@@ -8,20 +8,42 @@ from typing import Any
 from core.recordings.apply_records import run_of
 from core.recordings.export import ORIGIN_KEY
 from core.session.store import RolloutStore
+from core.session.task_identity import episode_task_key, task_identity
 from core.wire.assembly import AssemblyError
 from core.wire.protocol import LIST_FIELDS
 
 
-def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[str, Any]) -> None:
+class TaskNumbers:
+    """Numbers a run's episodes by task, as a live view numbers its rollouts: tasks in
+    the order first met, each task's rollouts from 0 (`task_identity`)."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, int] = {}
+        self._rollouts: dict[int, int] = {}
+
+    def of(self, task_key: str | None, data: Any) -> tuple[int, int]:
+        """The task's index and this rollout's index within it."""
+        task_index = self._tasks.setdefault(task_identity(task_key, data), len(self._tasks))
+        rollout_index = self._rollouts.get(task_index, 0)
+        self._rollouts[task_index] = rollout_index + 1
+        return task_index, rollout_index
+
+
+def load_episode(store: RolloutStore, variant: str, numbers: TaskNumbers, episode: dict[str, Any]) -> None:
     """A whole episode into the store as if it had streamed: each trace as one delta
     (its header, every list item, every scalar), then the reply; an exported partial
-    one ends as it ended (cancelled, failed, or still running)."""
+    one ends as it ended (cancelled, failed, or still running). It is numbered as
+    `tracewatch export --episodes` recorded it, else by its task among `numbers`."""
     task = episode.get("task") or {}
+    data = task.get("data") or task
+    task_key = episode_task_key(task)
     origin = episode.get(ORIGIN_KEY)
     origin = origin if isinstance(origin, dict) else {}
+    task_index, rollout_index = numbers.of(task_key, data)
     rollout = store.add_rollout(
-        variant, origin.get("task_index", index), task.get("data") or task, origin.get("rollout_index", 0),
+        variant, origin.get("task_index", task_index), data, origin.get("rollout_index", rollout_index),
         key=origin.get("rollout") if isinstance(origin.get("rollout"), str) else None, run=run_of(origin),
+        task_key=task_key,
     )
     timing = [t.get("timing") or {} for t in episode.get("traces") or []]
     start = min((t.get("start") or 0.0 for t in timing), default=0.0) or None
@@ -29,7 +51,7 @@ def load_episode(store: RolloutStore, variant: str, index: int, episode: dict[st
     store.started(rollout.key, str(episode.get("id") or rollout.key), start)
     for trace in episode.get("traces") or []:
         try:
-            store.apply_delta(rollout.key, trace_as_delta(trace), end or start)
+            store.apply_delta(rollout.key, trace_as_delta(trace), start or end)
         except AssemblyError as error:  # a value no reader could use: shown, not loaded
             store.failed(rollout.key, f"this episode cannot be shown: {error}", t=end or start)
             return

@@ -99,19 +99,21 @@ class Recorder:
         rollout_index: int,
         t: float | None = None,
         run: int = 1,
+        task_key: str | None = None,
     ) -> None:
-        self._append(
-            {
-                "k": "rollout",
-                "t": _now(t),
-                "id": id,
-                "variant": variant,
-                "task_index": task_index,
-                "task_data": task_data,
-                "rollout_index": rollout_index,
-                "run": run,
-            }
-        )
+        record = {
+            "k": "rollout",
+            "t": _now(t),
+            "id": id,
+            "variant": variant,
+            "task_index": task_index,
+            "task_data": task_data,
+            "rollout_index": rollout_index,
+            "run": run,
+        }
+        if task_key is not None:
+            record["task_key"] = task_key
+        self._append(record)
 
     def request(self, id: str, request_id: str, t: float | None = None) -> None:
         self._append({"k": "request", "t": _now(t), "id": id, "request_id": request_id})

@@ -35,10 +35,24 @@ class RolloutTimes:
     model: float = 0.0
     harness: float = 0.0
     calls: array[float] = field(default_factory=lambda: array("d"))
+    start: float = 0.0
+    """When the trace began, as the server stamped it (0: not reported)."""
 
     @property
     def first_start(self) -> float | None:
         return self.spans[0].start if self.spans else None
+
+    @property
+    def began(self) -> float | None:
+        """The rollout's own start: its timing's start, else its first span's."""
+        return self.start or self.first_start
+
+    @property
+    def finished(self) -> float | None:
+        """When its last span ended, once none is open."""
+        if not self.spans or any(span.end is None for span in self.spans):
+            return None
+        return max(span.end or 0.0 for span in self.spans)
 
     def span(self, phase: str) -> Span | None:
         return next((span for span in self.spans if span.phase == phase), None)
@@ -67,7 +81,7 @@ def times_of(timing: Any, calls: array[float] | None = None) -> RolloutTimes:
             spans.append(Span(phase, start, end if end and end >= start else None))
     agent = timing.get("agent")
     parts = [_duration(agent, part) for part in AGENT_PARTS] if isinstance(agent, dict) else [0.0, 0.0]
-    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()))
+    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()), _time(timing.get("start")))
 
 
 def call_interval(call: Any) -> tuple[float, float] | None:

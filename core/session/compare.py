@@ -1,8 +1,8 @@
 """The A/B answer: per task, each variant's finished rollouts side by side, each
 variant's mean reward with its standard error, and the tasks where they disagree.
 
-Rollouts are matched across variants by task (its index and label, as variants
-sharing a task list number them alike). Only finished rollouts count. The mean,
+Rollouts are matched across variants and sources by task: verifiers' task key, else
+the task's data (`core.session.task_identity`). Only finished rollouts count. The mean,
 pass@k, turns, tokens and time are over the *scored* ones: done with a reward. A
 rollout that failed (a provider error, a crashed server, no reward) or was cancelled
 says nothing about the variant's answers, so it is not averaged in as reward 0
@@ -93,12 +93,16 @@ class Comparison:
 
 
 def compare(groups: Mapping[str, Iterable[Rollout]]) -> Comparison:
-    """Variant name -> its rollouts (from one session, or from several sources)."""
+    """Variant name -> its rollouts (from one session, or from several sources). A
+    task is matched across them by its identity (`Rollout.task_identity`) and shown
+    with the index and label of the first variant that ran it."""
     tasks: dict[tuple[int, str], dict[str, Cell]] = {}
+    shown: dict[str, tuple[int, str]] = {}
     for name, rollouts in groups.items():
         for rollout in rollouts:
             if rollout.status.finished:
-                _add(tasks.setdefault((rollout.task_index, rollout.task_label), {}).setdefault(name, Cell()), rollout)
+                task = shown.setdefault(rollout.task_identity, (rollout.task_index, rollout.task_label))
+                _add(tasks.setdefault(task, {}).setdefault(name, Cell()), rollout)
     return Comparison(list(groups), dict(sorted(tasks.items())))
 
 

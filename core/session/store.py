@@ -19,6 +19,7 @@ from typing import Any, Protocol, cast
 
 from core.run.series import Occupancy, Outcome, RunSeries
 from core.run.times import RolloutTimes, call_interval, times_of
+from core.session.task_identity import task_identity
 from core.wire.assembly import EpisodeAssembly
 from core.wire.protocol import (
     AGENT_PARTS,
@@ -110,6 +111,18 @@ class TraceState:
     @property
     def nodes(self) -> Sequence[WireNode]:
         return self.record["nodes"]
+
+    def add_calls(self, calls: Sequence[WireModelCall]) -> None:
+        """A delta's calls, already applied to the record (so they are its last)."""
+        first = len(self.record["calls"]) - len(calls)
+        for index, call in enumerate(calls, first):
+            node = call.get("node")
+            if node is None:
+                self.failed_calls.append((len(self.nodes), index))
+            else:
+                self.calls_by_node[int(node)] = index
+            if (interval := call_interval(call)) is not None:
+                self.call_spans.extend(interval)
 
     def call(self, index: int) -> WireModelCall:
         """A model call, decoded from the packed calls (`PackedList`)."""
@@ -224,6 +237,10 @@ class Rollout:
     traces: dict[str, TraceState] = field(default_factory=dict)
     created_at: float = 0.0
     started_at: float | None = None
+    """When it was sent to its server (or a tap heard of it)."""
+    running_since: float | None = None
+    """When its first trace arrived, by the store's clock: it runs from then; before,
+    it waited for a slot (`waiting`)."""
     ended_at: float | None = None
     last_delta_at: float | None = None
     deltas: int = 0
@@ -237,6 +254,8 @@ class Rollout:
     """What a run another program drove asked for (model, sampling), as one line."""
     unavailable: str | None = None
     """Why its traces cannot be shown: they left memory and reading them back failed."""
+    task_key: str | None = None
+    """verifiers' key of its task, when the source gave it (`task_identity`)."""
     _assembly: EpisodeAssembly | None = field(default=None, repr=False)
     _facts: tuple[tuple[tuple[str, int], ...], RolloutFacts] | None = field(default=None, repr=False, compare=False)
     """Its facts and the (id, revision) of each trace they were derived from."""
@@ -263,6 +282,11 @@ class Rollout:
         first (then in its trace ids). None of them changes, so a keystroke over 5,000
         rollouts does not join and lower each one's text again."""
         return " ".join((self.key, self.variant, self.task_label)).lower()
+
+    @cached_property
+    def task_identity(self) -> str:
+        """Which task it ran, the same from any source (`core.session.task_identity`)."""
+        return task_identity(self.task_key, self.task_data)
 
     @property
     def task_label(self) -> str:
@@ -311,24 +335,49 @@ class Rollout:
 
     @property
     def phase(self) -> str:
-        if self.status in (Status.QUEUED, Status.CANCELLED, Status.CANCELLING):
-            return self.status.value
+        if self.status in (Status.QUEUED, Status.CANCELLED, Status.CANCELLING) or self.waiting:
+            return Status.QUEUED.value if self.waiting else self.status.value
         phase = self.summary().phase
         if phase is None:
             return "failed" if self.status is Status.FAILED else "starting"
         return "error" if self.status is Status.FAILED else phase
 
+    @property
+    def waiting(self) -> bool:
+        """Sent to its server but not begun: no trace yet, as a run waiting for one of
+        the server's (or vf-eval's) slots has none. Not running, not timed."""
+        return self.status is Status.RUNNING and not self.summary().trace_ids
+
+    @property
+    def began_at(self) -> float | None:
+        """When it began running, by the store's clock (`running_since`); for one
+        known only by its summary, its own start as its server recorded it."""
+        if self.running_since is not None:
+            return self.running_since
+        times = self.times
+        return times.began if times is not None else None
+
     def elapsed(self, now: float) -> float:
-        if self.started_at is None:
-            return 0.0
-        return max(0.0, (self.ended_at or now) - self.started_at)
+        """Its own time: once it finished, from its start to its last span's end as its
+        server recorded them (the time it waited for a slot is not its own); while it
+        runs, since its first trace arrived (the server's clock need not be ours). One
+        that ended with no trace counts from when it was sent."""
+        times = self.times
+        if self.status.finished and times is not None and times.began is not None and times.finished is not None:
+            return max(0.0, times.finished - times.began)
+        began = self.began_at
+        if began is None:
+            if self.started_at is None or self.waiting:
+                return 0.0
+            began = self.started_at
+        return max(0.0, (self.ended_at or now) - began)
 
     def activity(self, now: float) -> tuple[str, float]:
         """What the rollout is doing and for how long: the model is generating while
         a preview waits for its answer; tools run after an assistant turn with tool
         calls; otherwise it is idle since its last delta."""
-        if self.status.finished or self.status is Status.QUEUED:
-            return self.status.value, 0.0
+        if self.status.finished or self.status is Status.QUEUED or self.waiting:
+            return (Status.QUEUED.value if self.waiting else self.status.value), 0.0
         since = [t.pending_since for t in self.traces.values() if t.pending_since is not None]
         if since:
             return "generating", now - min(since)
@@ -338,7 +387,7 @@ class Rollout:
         return "idle", self.idle(now)
 
     def stalled(self, now: float, threshold: float) -> bool:
-        if self.status not in _LIVE:
+        if self.status not in _LIVE or self.waiting:
             return False
         return self.idle(now) > threshold
 
@@ -417,6 +466,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 @dataclass
 class VariantStats:
     counts: dict[Status, int]
+    """By status as shown: one sent but waiting for a slot is queued."""
     mean_reward: float | None
     scored: int
     phases: dict[str, tuple[float, float]]
@@ -474,11 +524,12 @@ class RolloutStore:
         key: str | None = None,
         run: int = 1,
         t: float | None = None,
+        task_key: str | None = None,
     ) -> Rollout:
         """A rollout queued at `t` (now if None)."""
         self.add_variant(variant)
         key = key or f"{variant}/{len(self.variants[variant])}"
-        rollout = Rollout(key, variant, task_index, task_data, rollout_index, run, created_at=self.clock() if t is None else t)
+        rollout = Rollout(key, variant, task_index, task_data, rollout_index, run, created_at=self.clock() if t is None else t, task_key=task_key)
         self.rollouts[key] = rollout
         self.variants[variant].append(key)
         self._account(rollout)
@@ -491,7 +542,7 @@ class RolloutStore:
         """A fresh rollout in the same place, for records about to be applied again
         from the start (a rollout loaded on demand)."""
         old = self.rollouts[key]
-        rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at)
+        rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at, task_key=old.task_key)
         rollout._occupancy, rollout._outcome = old._occupancy, old._outcome
         self.rollouts[key] = rollout
         self._live.discard(key)
@@ -564,6 +615,7 @@ class RolloutStore:
             rollout.traces.pop(trace_id, None)
             return
         state = rollout.traces.get(trace_id)
+        began = state is None and not rollout.traces
         if state is None:
             state = rollout.traces[trace_id] = TraceState(trace_id, rollout.assembly.traces[trace_id])
         state.revision += 1
@@ -580,15 +632,7 @@ class RolloutStore:
                     state.tools_since = None
         calls = delta.get("calls")
         if calls:
-            first = len(state.record["calls"]) - len(calls)  # the delta is applied: its calls are the last
-            for index, call in enumerate(calls, first):
-                node = call.get("node")
-                if node is None:
-                    state.failed_calls.append((len(state.nodes), index))
-                else:
-                    state.calls_by_node[int(node)] = index
-                if (interval := call_interval(call)) is not None:
-                    state.call_spans.extend(interval)
+            state.add_calls(calls)
         if "pending" in delta or nodes:
             if state.pending:
                 if state.pending_since is None:
@@ -596,6 +640,10 @@ class RolloutStore:
                 state.tools_since = None
             else:
                 state.pending_since = None
+        if began and rollout.running_since is None:
+            rollout.running_since = now
+            self._account(rollout)  # running from here, not waiting
+            self._bump(rollout)
 
     def finished(self, key: str, record: dict[str, Any], t: float | None = None) -> None:
         """The run replied with its episode."""
@@ -672,7 +720,7 @@ class RolloutStore:
             rollout = rollouts[key]
             if run is not None and rollout.run != run:
                 continue
-            status = rollout.status
+            status = Status.QUEUED if rollout.waiting else rollout.status
             counts[status] += 1
             # one that ended before any trace or summary (cancelled while queued) has no reward
             if status in _FINISHED and (rollout.traces or rollout.facts is not None):
@@ -708,6 +756,8 @@ class RolloutStore:
         for key in self._live:  # `Rollout.stalled` inlined: a call per rollout cost more than the test
             rollout = rollouts[key]
             status = rollout.status
+            if status is Status.RUNNING and not (rollout.traces or (rollout.facts and rollout.facts.trace_ids)):
+                continue  # `Rollout.waiting`: sent, waiting for a slot, neither running nor stalled
             running += status is Status.RUNNING
             stalled += status in _LIVE and now - (rollout.last_delta_at or rollout.started_at or now) > threshold
         return running, stalled
@@ -715,7 +765,7 @@ class RolloutStore:
     def _account(self, rollout: Rollout) -> None:
         """Count the rollout's times and outcome in the run's series: what changed since
         they were last counted (a rollout read again takes its old counts back)."""
-        occupancy = Occupancy(rollout.created_at or None, rollout.started_at, rollout.ended_at)
+        occupancy = Occupancy(rollout.created_at or None, rollout.began_at, rollout.ended_at)
         self.series.occupancy(rollout.variant, rollout._occupancy, occupancy)
         rollout._occupancy = occupancy
         outcome = None

@@ -13,12 +13,12 @@ count, so the server is never blamed for the view's own loss.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Hashable
 from typing import Any
 
 from core.recordings.ending import VIEW_INCOMPLETE
 from core.session.store import Ending, RolloutStore, Status, episode_ending
+from core.session.task_identity import task_identity
 from core.text import short_repr
 from core.wire.assembly import AssemblyError, streamed_counts
 from core.wire.protocol import RunResponse, is_aborted, unpack
@@ -58,22 +58,23 @@ class ObservedRuns:
         sampling: Any = None,
         task_index: int | None = None,
         rollout_index: int | None = None,
+        task_key: Any = None,
     ) -> str:
-        """A new run: a rollout in the store, numbered by its task (the same task data
-        twice is the same task) unless the tap knows the numbers."""
+        """A new run: a rollout in the store, numbered by its task (its verifiers key,
+        else its data: `task_identity`) unless the tap knows the numbers."""
         task = task_data if isinstance(task_data, dict) else {"task_data": short_repr(task_data)}
+        task_key = task_key if isinstance(task_key, str) and task_key else None
         if task_index is None:
-            fingerprint = json.dumps(task, sort_keys=True, default=repr)
-            task_index = self._task_index.setdefault(fingerprint, len(self._task_index))
+            task_index = self._task_index.setdefault(task_identity(task_key, task), len(self._task_index))
         if rollout_index is None:
             rollout_index = self._rollouts_of.get(task_index, 0)
         self._rollouts_of[task_index] = max(self._rollouts_of.get(task_index, 0), rollout_index + 1)
-        rollout = self.store.add_rollout(self.variant, task_index, task, rollout_index)
+        rollout = self.store.add_rollout(self.variant, task_index, task, rollout_index, task_key=task_key)
         rollout.note = run_note(model, sampling) or None
         self.keys[run] = rollout.key
         self.store.started(rollout.key, request_id)
         if self.recorder is not None:
-            self.recorder.rollout(rollout.key, self.variant, task_index, task, rollout_index)
+            self.recorder.rollout(rollout.key, self.variant, task_index, task, rollout_index, task_key=task_key)
             self.recorder.request(rollout.key, request_id)
             if rollout.note:
                 self.recorder.event(self.variant, "run", id=rollout.key, model=model, sampling=sampling)
@@ -86,7 +87,10 @@ class ObservedRuns:
             self.delta(run, unpack(payload))
         elif kind == BEGIN:
             begin = unpack(payload)
-            self.begin(run, begin.get("task_data"), f"{self.variant}-{run.decode()}", model=begin.get("model"), sampling=begin.get("sampling"))
+            self.begin(
+                run, begin.get("task_data"), f"{self.variant}-{run.decode()}",
+                model=begin.get("model"), sampling=begin.get("sampling"), task_key=begin.get("task_key"),
+            )
         elif kind == REPLY:
             self.reply(run, unpack(payload))
         else:

@@ -31,7 +31,7 @@ def scored(store: RolloutStore, variant: str, task: int, rewards: list[float | N
         if reward is None or reward == "cancelled":
             store.failed(rollout.key, "provider error" if reward is None else "cancelled by the user", cancelled=reward == "cancelled", t=2.0)
         else:
-            store.apply_delta(rollout.key, {"trace": f"t-{rollout.key}", "open": {"id": f"t-{rollout.key}"}, "set": {"rewards": {"r": {"score": reward, "weight": 1.0}}}})
+            store.apply_delta(rollout.key, {"trace": f"t-{rollout.key}", "open": {"id": f"t-{rollout.key}"}, "set": {"rewards": {"r": {"score": reward, "weight": 1.0}}}}, t=0.0)
             message = {"role": "assistant", "content": f"[b]reply of {variant}/{index} to task {task}"}
             store.apply_delta(rollout.key, {"trace": f"t-{rollout.key}", "nodes": [{"parent": None, "message": message, "sampled": True}]})
             store.finished(rollout.key, {"traces": [dict(rollout.assembly.traces[f"t-{rollout.key}"])]}, t=2.0)

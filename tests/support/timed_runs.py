@@ -55,9 +55,9 @@ def timed_run(store: RolloutStore, variant: str, count: int, start: float, now: 
         nodes = [node for _ in made for node in ({"message": {"role": "user"}}, {"message": {"role": "assistant"}, "sampled": True})]
         status = Status.FAILED if failed else Status.CANCELLED if cancelled else Status.DONE
         trace = hashlib.sha1(key.encode()).hexdigest()[:16]
+        store.apply_delta(key, {"trace": trace, "open": {"id": trace}}, begin)  # its trace is minted as it begins
         delta = {
             "trace": trace,
-            "open": {"id": trace},
             "nodes": nodes,
             "calls": [{"node": 2 * n + 1, "time": {"start": a, "end": b}} for n, (a, b) in enumerate(made)],
             "set": {

@@ -161,5 +161,5 @@ def test_the_store_counts_each_rollout_once_and_keeps_its_times_when_its_traces_
     store.ended("v/0", Ending(Status.DONE), t=T0 + 17)
     (column,) = store.series.columns("v", T0, T0 + 20, 1)
     assert (column.sums.done, column.sums.tokens, column.waiting, column.running) == (1, 700, 0, 0)
-    early = store.series.columns("v", T0, T0 + 4, 4)
-    assert [(c.waiting, c.running) for c in early] == [(1, 0), (1, 0), (1, 0), (0, 1)]
+    early = store.series.columns("v", T0, T0 + 5, 5)
+    assert [(c.waiting, c.running) for c in early] == [(1, 0), (1, 0), (1, 0), (1, 0), (0, 1)], "it runs from its own start, not from when it was sent"

@@ -1,0 +1,143 @@
+"""What tracewatch says of a real `vf-eval` run (verifiers 0.4.0, the fake model, the
+`tw_evalset` taskset) against what the run itself recorded: its rollouts' own timing
+in the run directory, its tasks, and every rollout's phase times. One eval, run once
+(three tasks, three rollouts each, two at a time), is read by each test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.engine.opened import OpenedRecording, OpenedRun
+from core.session.compare import compare
+from tests.support.interop.fake_model import MODEL, FakeModel
+from tests.support.repo import INTEROP
+
+VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
+WAIT = 180.0
+TASKS, ROLLOUTS, CONCURRENT = 3, 3, 2
+
+
+class EvalRun:
+    """The headless session's output, its recording and vf-eval's run directory."""
+
+    def __init__(self, stdout: str, recording: Path, run_dir: Path) -> None:
+        self.stdout = stdout
+        self.recording = recording
+        self.run_dir = run_dir
+        self.episodes = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines() if line.strip()]
+
+    def recorded_seconds(self) -> dict[str, list[float]]:
+        """Per task name, each rollout's own time as vf-eval recorded it: from its
+        trace's timing start to its last span's end."""
+        seconds: dict[str, list[float]] = {}
+        for episode in self.episodes:
+            timing = episode["traces"][0]["timing"]
+            end = max(span["end"] for span in timing.values() if isinstance(span, dict))
+            seconds.setdefault(episode["task"]["data"]["name"], []).append(end - timing["start"])
+        return {name: sorted(values) for name, values in seconds.items()}
+
+
+def eval_env(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(INTEROP), os.environ.get("PYTHONPATH")])),
+        "FAKE_MODEL_API_KEY": "fake-key",
+        "HOME": str(home),
+    }
+
+
+def vf_eval(model: FakeModel, out: Path, *extra: str) -> list[str]:
+    return [
+        VF_EVAL, "tw_evalset", "-m", MODEL, "--client.base-url", model.base_url,
+        "--client.api-key-var", "FAKE_MODEL_API_KEY", "-r", str(ROLLOUTS), "-c", str(CONCURRENT),
+        "--no-rich", "--no-push", "-o", str(out), "--env.agent.runtime.type", "subprocess", *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def eval_run(tmp_path_factory) -> EvalRun:
+    home = tmp_path_factory.mktemp("eval")
+    recording = home / "eval.twrec"
+    with FakeModel() as model:
+        result = subprocess.run(
+            [sys.executable, "-m", "tui.cli", "eval", "--headless", "--name", "ev", "--record", str(recording), "--", *vf_eval(model, home / "out")],
+            capture_output=True, text=True, timeout=WAIT, env=eval_env(home),
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (traces,) = (home / "out").glob("*/traces.jsonl")
+    return EvalRun(result.stdout, recording, traces.parent)
+
+
+def test_elapsed_is_each_rollouts_own_recorded_time_not_its_wait_for_a_slot(eval_run) -> None:
+    recorded = eval_run.recorded_seconds()
+    assert len(eval_run.episodes) == TASKS * ROLLOUTS
+    done = [line for line in eval_run.stdout.splitlines() if " done · reward " in line]
+    printed: dict[str, list[float]] = {}
+    for line in done:
+        name = line.partition("[")[2].partition("]")[0]
+        printed.setdefault(name, []).append(float(line.rpartition(" · ")[2].rstrip("s")))
+    assert sorted(printed) == sorted(recorded)
+    for name, seconds in recorded.items():
+        assert sorted(printed[name]) == pytest.approx(seconds, abs=0.051), f"headless lines of {name}"
+
+    for session in (OpenedRecording(eval_run.recording), OpenedRun(eval_run.run_dir)):
+        rollouts = list(session.store.rollouts.values())
+        for name, seconds in recorded.items():
+            own = sorted(r.elapsed(0.0) for r in rollouts if r.task_label == name)
+            assert own == pytest.approx(seconds, abs=1e-6), f"{type(session).__name__}: the table's elapsed of {name}"
+        for (_, name), cells in compare({"ev": rollouts}).tasks.items():
+            assert sorted(cells["ev"].seconds) == pytest.approx(recorded[name], abs=1e-6), f"Compare's time of {name}"
+
+
+def test_no_more_rollouts_run_at_once_than_the_evals_slots(eval_run) -> None:
+    """The series the store keeps of running rollouts (what the status line and the
+    timeline count) never holds more than vf-eval's `max_concurrent`: the others
+    were waiting for a slot, not running."""
+    store = OpenedRecording(eval_run.recording).store
+    series = store.series
+    assert series.first is not None and series.last is not None
+    columns = series.columns("ev", series.first, series.last + 1.0, 400)
+    assert max(column.running for column in columns) <= CONCURRENT
+    assert max(column.waiting for column in columns) >= TASKS * ROLLOUTS - CONCURRENT - 1
+
+
+def test_a_run_directory_groups_rollouts_by_task_and_matches_the_live_recording(eval_run, tmp_path) -> None:
+    opened = OpenedRun(eval_run.run_dir).store.rollouts.values()
+    by_task: dict[int, list[int]] = {}
+    for rollout in opened:
+        by_task.setdefault(rollout.task_index, []).append(rollout.rollout_index)
+    assert sorted(map(sorted, by_task.values())) == [list(range(ROLLOUTS))] * TASKS, "each task's rollouts numbered 0..k-1"
+
+    result = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "compare", str(eval_run.recording), str(eval_run.run_dir)],
+        capture_output=True, text=True, timeout=WAIT,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    summaries = [line for line in lines if "pass@k" in line]
+    assert len(summaries) == 2 and all(f"/{TASKS} tasks" in line and f"over {TASKS * ROLLOUTS} scored" in line for line in summaries), lines
+    assert lines[-1] == f"variants disagree on 0 of {TASKS} tasks", "the same task matched in the recording and the run directory"
+    rows = [line for line in lines if line.startswith("calc ")]
+    assert len(rows) == TASKS and all(line.count(f"/{ROLLOUTS})") == 2 for line in rows), rows
+
+
+def test_a_run_directory_with_no_episodes_says_so(tmp_path) -> None:
+    """As vf-eval leaves it before its first episode lands: `save_config` writes the
+    config and a fresh, empty traces.jsonl."""
+    from verifiers.v1.cli.output import save_config
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    run_dir = tmp_path / "run"
+    save_config(EvalConfig(model=MODEL), run_dir)
+    session = OpenedRun(run_dir)
+    assert session.readonly_reason and "no episodes" in session.readonly_reason
+    result = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "open", "--headless", str(run_dir)], capture_output=True, text=True, timeout=WAIT
+    )
+    assert f"no episodes: {run_dir / 'traces.jsonl'} holds none yet" in result.stdout, result.stdout + result.stderr
