@@ -54,10 +54,8 @@ class AlertWatch:
         store = self.engine.store
         alerts = []
         stalled = set()
-        for rollout in store.live():
+        for rollout in store.stalled(now, self.stall_seconds):
             idle = rollout.idle(now)
-            if not rollout.stalled(now, self.stall_seconds.get(rollout.variant, store.stall_seconds)):
-                continue
             stalled.add(rollout.key)
             label = f"{rollout.key} ({rollout.task_label})"
             if rollout.key not in self._stalled:

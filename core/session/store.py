@@ -742,9 +742,21 @@ class RolloutStore:
         """The rollouts running or cancelling, oldest first."""
         return sorted((self.rollouts[key] for key in self._live), key=lambda r: r.started_at or 0.0)
 
-    def stalled(self, now: float | None = None) -> list[Rollout]:
+    def stalled(self, now: float | None = None, thresholds: Mapping[str, float] | None = None) -> list[Rollout]:
+        """The live rollouts silent past their variant's threshold in `thresholds` (the
+        store's for any other), oldest first. Asked once a second over every live
+        rollout: one pass with `Rollout.stalled` inlined, and only the stalled sorted
+        (sorting 20,000 live rollouts, with a call for each, was a tenth of the app's
+        CPU)."""
         now = now if now is not None else self.clock()
-        return [r for r in self.live() if r.stalled(now, self.stall_seconds)]
+        rollouts, default, chosen = self.rollouts, self.stall_seconds, thresholds or {}
+        found = []
+        for key in self._live:
+            rollout = rollouts[key]
+            threshold = chosen.get(rollout.variant, default) if chosen else default
+            if rollout.status in _LIVE and now - (rollout.last_delta_at or rollout.started_at or now) > threshold:
+                found.append(rollout)
+        return sorted(found, key=lambda r: r.started_at or 0.0)
 
     def live_counts(self, now: float | None = None) -> tuple[int, int]:
         """How many rollouts are running, and how many live ones stalled: one pass, no
