@@ -6,6 +6,6 @@ The relay lives in `tracewatch_guest.relay` (its documentation is there); this i
 name users import it by.
 """
 
-from tracewatch_guest.relay import QUEUE, VIEWER_QUEUE, Relay, RelayedClient, RunRelay
+from tracewatch_guest.relay import MAX_BYTES, Relay, RelayedClient, RunRelay
 
-__all__ = ["QUEUE", "VIEWER_QUEUE", "Relay", "RelayedClient", "RunRelay"]
+__all__ = ["MAX_BYTES", "Relay", "RelayedClient", "RunRelay"]

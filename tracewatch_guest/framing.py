@@ -6,7 +6,8 @@ its sender (`NO_RUN` for news of the sender itself), `payload` is msgpack, and
 `dropped` counts, in decimal, the messages this reader has missed so far, so that it
 can say its view is incomplete. The eval tap PUSHes messages to tracewatch; a relay
 sends them to each viewer's DEALER, which opens with a one-frame `HELLO` (answered by
-`WELCOME`) and leaves with a one-frame `BYE`.
+`WELCOME`) and leaves with a one-frame `BYE`; the relay sends its messages to a viewer
+many at a time, as one `BATCH`.
 
 Standard library only, and nothing heavier than `typing` at import: the eval tap
 loads this module into every interpreter the eval starts.
@@ -27,6 +28,9 @@ DELTA = b"delta"
 """One of verifiers' deltas of a run, as a served run streams it."""
 REPLY = b"reply"
 """How a run ended (payload: `served_reply` or `failed_reply`)."""
+BATCH = b"batch"
+"""Many messages as one, from a relay to a viewer (payload: a msgpack array of
+`[kind, run, payload]` arrays; `unbatch` reads it). An empty one is a heartbeat."""
 BYE = b"bye"
 """A viewer leaving a relay (one frame)."""
 RUN_DIR = b"run_dir"

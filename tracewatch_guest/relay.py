@@ -9,21 +9,39 @@
     episode = await env_client.run(cfg, model, sampling, task_data, on_delta=on_delta)
     on_delta.end(episode)                           # or on_delta.end(error=exc)
 
-A viewer that connects late first gets every run still in flight as it stands (its
-begin and every delta so far), then the live deltas. The caller never waits: each
-call only appends to a bounded queue, and a thread does the packing and the sending;
-when the queue is full the message is dropped and counted (`relay.dropped`), and each
-viewer is told its own count so it can say its view is incomplete.
+It sits in the driver's process, so the driver's thread does as little as it can: per
+delta it appends a reference to a queue. `RelayedClient` hands over the very bytes
+verifiers' client received (nothing is packed again); a thread takes the queue every
+few milliseconds, packs what it took into one message for every viewer, and leaves
+the sending to pyzmq's I/O thread without copying it.
+
+What the relay holds is bounded in bytes (`max_bytes`): a quarter for the hand-over
+queue, a quarter for the runs in flight (what a viewer that connects late is sent
+first; a run too large for it is skipped, and the late viewer told how many were),
+half for what viewers have not yet taken, shared between them. A viewer that falls
+behind its share (slow, suspended) has messages dropped for it and is told its count
+with every message, so it can say its view is incomplete; the driver never grows.
+
+A viewer is a peer that sent a well-formed hello; anything else is counted
+(`garbage`) and ignored. Each viewer is sent the runs in flight once, and a few new
+viewers a second at most (the others' hellos wait; a viewer says hello again). A
+viewer hears from the relay at least every `HEARTBEAT_SECONDS`, so it notices a relay
+that went away. `close()` returns within its bound; what it could not send is
+counted (`unsent`).
 
 Runs inside someone else's program, so it depends on the standard library, pyzmq and
-msgpack only; users import it as `tracewatch_relay`.
+msgpack only (and on verifiers' own modules when it wraps verifiers' client); users
+import it as `tracewatch_relay`.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import json
+import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,9 +49,11 @@ import msgpack
 import zmq
 
 from tracewatch_guest.framing import (
+    BATCH,
     BEGIN,
     BYE,
     DELTA,
+    HELLO,
     NO_RUN,
     REPLY,
     WELCOME,
@@ -43,11 +63,29 @@ from tracewatch_guest.framing import (
     served_reply,
 )
 
-QUEUE = 100_000
-"""Messages the caller may be ahead of the relay thread before new ones are dropped."""
-VIEWER_QUEUE = 100_000
-"""Messages a slow viewer may fall behind by before its own are dropped."""
-POLL_MS = 2
+MAX_BYTES = 64 * 2**20
+"""What the relay may hold, all viewers together (see the module's docstring)."""
+CLOSE_SECONDS = 0.25
+"""The longest `close()` keeps its caller by default."""
+HEARTBEAT_SECONDS = 1.0
+"""A viewer hears from the relay at least this often, news or not."""
+WELCOMES_PER_SECOND = 4
+"""New viewers sent the runs in flight per second at most."""
+TICK_SECONDS = 0.01
+"""How often the relay thread takes what the driver queued."""
+BATCH_BYTES = 1 << 20
+BATCH_MESSAGES = 2000
+"""The most a viewer is sent as one message (beyond one message that is larger)."""
+OBJECT_BYTES = 256
+"""What an unpacked payload (a begin, an end, a delta passed by hand) counts for in the
+hand-over queue: its size is not known until the relay thread packs it."""
+
+PEER_BYTES = 1024
+"""The largest message a peer may send (a viewer only says hello and bye); a larger
+one ends its connection."""
+
+_Message = tuple[bytes, bytes, Any, int]
+"""(kind, run, payload as bytes or as the object to pack, its size in bytes)."""
 
 
 def _pack(payload: Any) -> bytes:
@@ -70,27 +108,108 @@ class RunRelay:
     """The `on_delta` of one run; `end` says how it ended."""
 
     def __init__(self, relay: Relay, run: bytes) -> None:
-        self._relay = relay
+        self._offer = relay._offer
         self.run = run
 
     def __call__(self, delta: dict[str, Any]) -> None:
-        self._relay._offer(DELTA, self.run, delta)
+        self._offer(DELTA, self.run, delta, OBJECT_BYTES)
+
+    def raw(self, data: bytes) -> None:
+        """A delta as the bytes its server sent (a msgpack map): forwarded as they are."""
+        self._offer(DELTA, self.run, data, len(data))
 
     def end(self, episode: Any = None, *, error: BaseException | str | None = None) -> None:
-        self._relay._offer(REPLY, self.run, _reply(episode, error))
+        self._offer(REPLY, self.run, _Ending(episode, error), OBJECT_BYTES)
+
+    def served(self, head: Any, traces: Any) -> None:
+        """The run ended as its server replied: its head, and its traces' sizes."""
+        self._offer(REPLY, self.run, _Ending(head, None, traces), OBJECT_BYTES)
+
+
+class _Ending:
+    """How a run ended, turned into its reply only if a viewer is there to take it: a
+    huge episode costs the driver a reference."""
+
+    def __init__(self, episode: Any, error: BaseException | str | None, traces: Any = None) -> None:
+        self.episode = episode
+        self.error = error
+        self.traces = traces
+
+    def reply(self) -> dict[str, Any]:
+        if self.error is not None or self.episode is None:
+            return failed_reply(self.error)
+        if self.traces is not None:  # a served run's own reply: its head and trace sizes
+            return served_reply(self.episode, ((t.id, t.nodes, t.calls) for t in self.traces))
+        return _episode_reply(self.episode)
+
+
+def _episode_reply(episode: Any) -> dict[str, Any]:
+    """The reply a server would have sent for this episode (a model or a dict), its
+    traces counted rather than copied."""
+    if hasattr(episode, "model_dump"):
+        head = episode.model_dump(mode="json", exclude={"traces"})
+        traces = [(t.id, len(t.nodes), len(t.calls)) for t in episode.traces or []]
+    else:
+        head = {key: value for key, value in dict(episode).items() if key != "traces"}
+        traces = [(t["id"], len(t["nodes"]), len(t["calls"])) for t in dict(episode).get("traces") or []]
+    return served_reply(head, traces)
+
+
+class _Viewer:
+    def __init__(self) -> None:
+        self.dropped = 0
+        """Messages dropped for this viewer: it fell behind its share."""
+        self.sent: collections.deque[tuple[zmq.MessageTracker, int, int]] = collections.deque()
+        """What pyzmq still holds for it: (tracker, bytes, messages), oldest first."""
+        self.held = 0
+        self.last_sent = 0.0
+
+    def reap(self) -> None:
+        while self.sent and self.sent[0][0].done:
+            self.held -= self.sent.popleft()[1]
+
+    def unsent(self) -> int:
+        return sum(messages for tracker, _, messages in list(self.sent) if not tracker.done)
 
 
 class Relay:
-    def __init__(self, address: str, queue: int = QUEUE) -> None:
-        self.capacity = queue
+    def __init__(
+        self, address: str, max_bytes: int = MAX_BYTES, *, heartbeat: float = HEARTBEAT_SECONDS, welcomes_per_second: float = WELCOMES_PER_SECOND
+    ) -> None:
+        self.max_bytes = max_bytes
         self.dropped = 0
-        self._queue: collections.deque[tuple[bytes, bytes, Any]] = collections.deque()
+        """Messages the driver offered while the hand-over queue was full."""
+        self.garbage = 0
+        """Messages from peers that were not a viewer's hello, bye or a repeated hello."""
+        self.skipped = 0
+        """Runs in flight too large to keep for viewers that connect late."""
+        self.unsent = 0
+        """Messages `close()` left unsent (queued, or still in pyzmq for a viewer)."""
+        self.heartbeat = heartbeat
+        self.welcomes_per_second = welcomes_per_second
+        self.id = f"{os.getpid()}-{time.time_ns()}"
+        """Tells a viewer this relay from one that comes back at the same address."""
+        self._queue: collections.deque[_Message] = collections.deque()
+        self._offered = 0
+        """Bytes the driver queued (written by the driver's thread only)."""
+        self._taken = 0
+        """Bytes the relay thread took (written by the relay thread only)."""
         self._ids = itertools.count()
+        self._tasks: dict[str, int] = {}
+        self._rollouts_of: dict[int, int] = {}
+        self._closing = threading.Event()
+        self._counting = threading.Lock()
+        self._abandoned = False
+        """`close()` returned before the thread was done: its count stands."""
+        self._in_hand = 0
+        """Messages the relay thread took from the queue and has not yet sent."""
+        self._close_by = float("inf")
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._socket.setsockopt(zmq.SNDHWM, VIEWER_QUEUE)
+        self._socket.setsockopt(zmq.SNDHWM, 0)  # bounded in bytes by the relay itself
+        self._socket.setsockopt(zmq.MAXMSGSIZE, PEER_BYTES)
         try:
             self._socket.bind(address)
         except zmq.ZMQError as error:
@@ -98,79 +217,225 @@ class Relay:
             self._context.term()
             raise OSError(f"the relay cannot listen on {address}: {error}") from None
         self.address = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._stop = threading.Event()
+        self._runs: dict[bytes, list[_Message]] = {}
+        """Per run in flight, every message so far: what a late viewer is sent first."""
+        self._run_bytes: dict[bytes, int] = {}
+        self._kept = 0
+        self._too_big: set[bytes] = set()
+        self._viewers: dict[bytes, _Viewer] = {}
+        self._welcome_tokens = float(welcomes_per_second)
+        self._welcomed_at = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name=f"tracewatch relay {self.address}", daemon=True)
         self._thread.start()
 
+    @property
+    def viewers(self) -> int:
+        return len(self._viewers)
+
     def begin(self, task_data: Any, *, model: Any = None, sampling: Any = None) -> RunRelay:
-        """A new run: its task and what it asks for; returns its `on_delta`."""
+        """A new run: its task and what it asks for; returns its `on_delta`. The run's
+        start and its number among its task's runs travel with it, so every viewer,
+        whenever it joined, shows the same."""
         run = str(next(self._ids)).encode()
-        self._offer(BEGIN, run, begin_payload(task_data, model, sampling))
+        task_index, rollout_index = self._number(task_data)
+        payload = begin_payload(task_data, model, sampling, started_at=time.time(), task_index=task_index, rollout_index=rollout_index)
+        self._offer(BEGIN, run, payload, OBJECT_BYTES)
         return RunRelay(self, run)
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5.0)
+    def close(self, timeout: float = CLOSE_SECONDS) -> int:
+        """Stop relaying within `timeout` seconds: what is queued is sent meanwhile if
+        the viewers take it; how many messages were left unsent (also `unsent`)."""
+        self._close_by = time.monotonic() + timeout
+        self._closing.set()
+        self._thread.join(timeout + TICK_SECONDS)
+        with self._counting:
+            if self._thread.is_alive():  # still at work past its bound: what it holds is left
+                self._abandoned = True
+                self.unsent = len(self._queue) + self._in_hand + sum(viewer.unsent() for viewer in list(self._viewers.values()))
+        return self.unsent
 
-    def _offer(self, kind: bytes, run: bytes, payload: Any) -> None:
-        if len(self._queue) < self.capacity:
-            self._queue.append((kind, run, payload))
-        else:
+    def _number(self, task_data: Any) -> tuple[int, int]:
+        """The run's task (the same task data is the same task) and its number among them."""
+        try:
+            fingerprint = json.dumps(task_data, sort_keys=True, default=repr)
+        except (TypeError, ValueError):
+            fingerprint = repr(task_data)
+        task = self._tasks.setdefault(fingerprint, len(self._tasks))
+        number = self._rollouts_of.get(task, 0)
+        self._rollouts_of[task] = number + 1
+        return task, number
+
+    def _offer(self, kind: bytes, run: bytes, payload: Any, size: int) -> None:
+        if self._offered - self._taken + size > self.max_bytes // 4:
             self.dropped += 1
+            return
+        self._offered += size
+        self._queue.append((kind, run, payload, size))
 
     # -- the relay thread ----------------------------------------------------------
 
     def _loop(self) -> None:
-        runs: dict[bytes, list[tuple[bytes, bytes, bytes]]] = {}
-        """Per run in flight, every message so far: what a late viewer is sent first."""
-        viewers: dict[bytes, int] = {}
-        """Viewer identity -> messages it missed."""
         sock = self._socket
         try:
-            while not self._stop.is_set():
-                if sock.poll(POLL_MS):
-                    self._greet(sock, runs, viewers)
-                while self._queue:
-                    kind, run, payload = self._queue.popleft()
-                    try:
-                        message = (kind, run, _pack(payload))
-                    except Exception as error:
-                        message = (REPLY, run, _pack(failed_reply(f"the relay could not pack a {kind.decode()}: {error!r}")))
-                    if message[0] == REPLY:
-                        runs.pop(run, None)
-                    else:
-                        runs.setdefault(run, []).append(message)
-                    for viewer in list(viewers):
-                        self._send(sock, viewers, viewer, message)
+            while not self._closing.is_set():
+                if sock.poll(int(TICK_SECONDS * 1000)):
+                    self._read_peers()
+                while not self._closing.is_set() and (taken := self._take()):
+                    self._relay(taken)
+                self._beat()
+            self._finish()
         finally:
             sock.close(linger=0)
             self._context.term()
 
-    def _greet(self, sock: zmq.Socket[bytes], runs: dict[bytes, list[tuple[bytes, bytes, bytes]]], viewers: dict[bytes, int]) -> None:
+    def _finish(self) -> None:
+        """The close: what is queued is sent, and taken, until the bound; the rest counted."""
+        while time.monotonic() < self._close_by and (taken := self._take()):
+            self._relay(taken)
+        while time.monotonic() < self._close_by and any(v.sent and not v.sent[-1][0].done for v in self._viewers.values()):
+            time.sleep(0.005)
+        with self._counting:
+            if not self._abandoned:
+                self.unsent = len(self._queue) + sum(viewer.unsent() for viewer in self._viewers.values())
+
+    def _take(self) -> list[_Message]:
+        """The oldest messages queued, up to a batch's worth."""
+        taken: list[_Message] = []
+        queue = self._queue
+        size = 0
+        while queue and size < BATCH_BYTES and len(taken) < BATCH_MESSAGES:
+            message = queue.popleft()
+            size += message[3]
+            taken.append(message)
+        self._taken += size
+        return taken
+
+    def _relay(self, taken: list[_Message]) -> None:
+        """Keep each message for late viewers, then send them all as one."""
+        if not taken:
+            return
+        self._in_hand = len(taken)
+        out: list[tuple[bytes, bytes, bytes]] = []
+        watched = bool(self._viewers)
+        for kind, run, payload, _ in taken:
+            if kind == REPLY:
+                self._forget(run)
+                if not watched:
+                    continue
+            if not isinstance(payload, bytes):
+                payload = self._packed(kind, run, payload)
+            self._keep(run, kind, payload)
+            out.append((kind, run, payload))
+        if watched and out:
+            batch = _pack(out)
+            for identity, viewer in list(self._viewers.items()):
+                self._send(identity, viewer, batch, len(out))
+        self._in_hand = 0
+
+    def _packed(self, kind: bytes, run: bytes, payload: Any) -> bytes:
+        try:
+            return _pack(payload.reply() if isinstance(payload, _Ending) else payload)
+        except Exception as error:
+            return _pack(failed_reply(f"the relay could not pack a {kind.decode()} of run {run.decode()}: {error!r}"))
+
+    def _keep(self, run: bytes, kind: bytes, payload: bytes) -> None:
+        if kind == REPLY or run in self._too_big:
+            return
+        self._runs.setdefault(run, []).append((kind, run, payload, len(payload)))
+        self._run_bytes[run] = self._run_bytes.get(run, 0) + len(payload)
+        self._kept += len(payload)
+        while self._kept > self.max_bytes // 4:
+            largest = max(self._run_bytes, key=self._run_bytes.__getitem__)
+            self._forget(largest)
+            self._too_big.add(largest)
+            self.skipped += 1
+
+    def _forget(self, run: bytes) -> None:
+        self._runs.pop(run, None)
+        self._kept -= self._run_bytes.pop(run, 0)
+        self._too_big.discard(run)
+
+    def _send(self, identity: bytes, viewer: _Viewer, batch: bytes, messages: int) -> None:
+        """One message of many to one viewer, or its messages dropped for it when it is
+        behind its share of what the relay may hold."""
+        viewer.reap()
+        if viewer.held + len(batch) > self.max_bytes // 2 // len(self._viewers):
+            viewer.dropped += messages
+            return
+        frame = zmq.Frame(batch, copy=False, track=True)
+        try:
+            self._socket.send_multipart([identity, BATCH, NO_RUN, frame, str(viewer.dropped + self.dropped).encode()], zmq.NOBLOCK)
+        except zmq.Again:
+            viewer.dropped += messages
+            return
+        except zmq.ZMQError:  # gone without a bye
+            self._viewers.pop(identity, None)
+            return
+        viewer.sent.append((frame.tracker, len(batch), messages))
+        viewer.held += len(batch)
+        viewer.last_sent = time.monotonic()
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        for identity, viewer in list(self._viewers.items()):
+            if now - viewer.last_sent >= self.heartbeat:
+                self._send(identity, viewer, _EMPTY, 0)
+
+    def _read_peers(self) -> None:
         while True:
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = self._socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            viewer = frames[0]
-            if frames[1:2] == [BYE]:
-                viewers.pop(viewer, None)
-                continue
-            viewers[viewer] = 0
-            self._send(sock, viewers, viewer, (WELCOME, NO_RUN, _pack({"in_flight": len(runs)})))
-            for messages in list(runs.values()):
-                for message in messages:
-                    self._send(sock, viewers, viewer, message)
+            identity, words = frames[0], frames[1:]
+            if words == [BYE] and identity in self._viewers:
+                del self._viewers[identity]
+            elif words == [HELLO] and identity not in self._viewers:
+                self._welcome(identity)
+            elif words != [HELLO]:  # a viewer's hello again is no news
+                self.garbage += 1
 
-    def _send(self, sock: zmq.Socket[bytes], viewers: dict[bytes, int], viewer: bytes, message: tuple[bytes, bytes, bytes]) -> None:
-        if viewer not in viewers:
+    def _welcome(self, identity: bytes) -> None:
+        """A new viewer: told this relay's id, then sent the runs in flight that fit its
+        share, once; a few a second at most (the others' hellos wait for their next)."""
+        now = time.monotonic()
+        self._welcome_tokens = min(float(self.welcomes_per_second), self._welcome_tokens + (now - self._welcomed_at) * self.welcomes_per_second)
+        self._welcomed_at = now
+        if self._welcome_tokens < 1:
             return
+        self._welcome_tokens -= 1
+        viewer = _Viewer()
+        self._viewers[identity] = viewer
+        share = self.max_bytes // 2 // len(self._viewers)
+        runs, size, skipped = [], 0, len(self._too_big)
+        for messages in self._runs.values():
+            run_bytes = sum(message[3] for message in messages)
+            if size + run_bytes > share:
+                skipped += 1
+                continue
+            runs.append(messages)
+            size += run_bytes
+        welcome = {"in_flight": len(runs), "too_big": skipped, "relay": self.id, "heartbeat": self.heartbeat}
         try:
-            sock.send_multipart([viewer, *encode(*message, viewers[viewer] + self.dropped)], zmq.NOBLOCK)
-        except zmq.Again:
-            viewers[viewer] += 1
+            self._socket.send_multipart([identity, *encode(WELCOME, NO_RUN, _pack(welcome), self.dropped)], zmq.NOBLOCK)
         except zmq.ZMQError:
-            viewers.pop(viewer, None)  # gone
+            del self._viewers[identity]
+            return
+        chunk: list[tuple[bytes, bytes, bytes]] = []
+        chunk_bytes = 0
+        for messages in runs:
+            for kind, run, payload, length in messages:
+                chunk.append((kind, run, payload))
+                chunk_bytes += length
+                if chunk_bytes >= BATCH_BYTES:
+                    self._send(identity, viewer, _pack(chunk), len(chunk))
+                    chunk, chunk_bytes = [], 0
+        if chunk:
+            self._send(identity, viewer, _pack(chunk), len(chunk))
+        viewer.last_sent = now
+
+
+_EMPTY = _pack([])
 
 
 class RelayedClient:
@@ -188,13 +453,16 @@ class RelayedClient:
         self, client: Any, model: str, sampling: Any, task_data: dict[str, Any], on_delta: Callable[[dict[str, Any]], None] | None = None
     ) -> Any:
         relayed = self.relay.begin(task_data, model=model, sampling=sampling)
-
-        def both(delta: dict[str, Any]) -> None:
-            relayed(delta)
-            if on_delta is not None:
-                on_delta(delta)
-
         try:
+            direct = _direct_run(self._client)
+            if direct is not None:
+                return await direct(client, model, sampling, task_data, relayed, on_delta)
+
+            def both(delta: dict[str, Any]) -> None:
+                relayed(delta)
+                if on_delta is not None:
+                    on_delta(delta)
+
             episode = await self._client.run(client, model, sampling, task_data, on_delta=both)
         except BaseException as error:
             relayed.end(error=error)
@@ -203,10 +471,37 @@ class RelayedClient:
         return episode
 
 
-def _reply(episode: Any, error: BaseException | str | None) -> dict[str, Any]:
-    """How a run ended, as its server would have replied; the episode may be a model or a dict."""
-    if error is not None or episode is None:
-        return failed_reply(error)
-    record = episode.model_dump(mode="json") if hasattr(episode, "model_dump") else dict(episode)
-    traces = record.pop("traces", None) or []
-    return served_reply(record, ((t["id"], len(t["nodes"]), len(t["calls"])) for t in traces))
+def _direct_run(env_client: Any) -> Callable[..., Any] | None:
+    """verifiers 0.4.0's `EnvClient.run`, step for step, with the delta bytes it
+    receives forwarded before they are decoded; None for a client that is not built
+    that way (its `run` is then wrapped as it is, each delta packed again)."""
+    request = getattr(env_client, "_request", None)
+    validate = getattr(env_client, "_validate_episode", None)
+    if request is None or validate is None:
+        return None
+    try:
+        from verifiers.v1.serve.client import EnvClient
+        from verifiers.v1.serve.delta import EpisodeAssembly, unpack
+        from verifiers.v1.serve.types import RunRequest, RunResponse
+    except ImportError:
+        return None
+    if not isinstance(env_client, EnvClient):
+        return None
+
+    async def run(client: Any, model: str, sampling: Any, task_data: dict[str, Any], relayed: RunRelay, on_delta: Any) -> Any:
+        assembly = EpisodeAssembly()
+        forward = relayed.raw
+
+        def apply(data: bytes) -> None:
+            forward(data)
+            delta = unpack(data)
+            assembly.apply(delta)
+            if on_delta is not None:
+                on_delta(delta)
+
+        response = await request(RunRequest(task_data=task_data, client=client, model=model, sampling=sampling), RunResponse, on_delta=apply)
+        assert response.head is not None
+        relayed.served(response.head, response.traces)
+        return await validate(assembly.finish(response.head, response.traces))
+
+    return run

@@ -114,6 +114,7 @@ class _Progress:
         self.flagged: set[str] = set()
         self.cancelled: set[str] = set()
         self.told_recording_stopped = False
+        self.lost: dict[str, str | None] = {}
 
     def report(self) -> None:
         """What changed since the last look, in the order it happened: a variant that
@@ -123,6 +124,7 @@ class _Progress:
         changes = store.take_changes()
         now = store.clock()
         self._variants(changes.variants, settled=False)
+        self._sources(changes.variants)
         self._rollouts(changes.rollouts, now)
         self._stalled(now)
         self._variants(changes.variants, settled=True)
@@ -142,6 +144,16 @@ class _Progress:
             self.states[name] = variant.state.value
             reason = f" · {variant.reason}" if variant.reason else ""
             _say(self.out, f"{name}: {variant.state.value}{reason}")
+
+    def _sources(self, names: set[str]) -> None:
+        """A tap's source that stopped answering said once, and again when it answers."""
+        for name in sorted(names):
+            variant = self.engine.variants.get(name)
+            lost = variant.source_lost if variant is not None else None
+            if lost != self.lost.get(name):
+                if lost is not None or self.lost.get(name) is not None:
+                    _say(self.out, f"{name}: {lost or 'its source answers again'}")
+                self.lost[name] = lost
 
     def _rollouts(self, keys: Iterable[str], now: float) -> None:
         for key in keys:

@@ -24,6 +24,7 @@ class RecordedVariant:
     cancel_unavailable = None
     rollout_cancel_unavailable = None
     status_line = None
+    source_lost = None
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -108,6 +108,9 @@ class VariantView(Protocol):
     @property
     def status_line(self) -> str | None:
         """A tap's live counters (frames forwarded, copies the view dropped), for its card."""
+    @property
+    def source_lost(self) -> str | None:
+        """Why the source a tap watches is not answering now (a relay that went away), if it is not."""
 
     def grace_left(self, now: float | None = None) -> float | None: ...
     def log_tail(self, n: int = 200) -> list[str]: ...

@@ -34,6 +34,10 @@ class VariantLife:
     def quit_warning(self) -> str | None:
         return None
 
+    @property
+    def source_lost(self) -> str | None:
+        return None
+
     async def stop(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
         """Nothing runs past a cancel here: a stopped variant is one that settled."""
 

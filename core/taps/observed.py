@@ -13,6 +13,7 @@ count, so the server is never blamed for the view's own loss.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -31,6 +32,18 @@ def run_note(model: Any, sampling: Any) -> str:
     if isinstance(sampling, dict):
         parts += [f"{key} {value}" for key, value in sampling.items() if value is not None]
     return " · ".join(parts)
+
+
+def _count(value: Any) -> int | None:
+    """A number a tap sent, if it is one a table can show."""
+    return value if type(value) is int and 0 <= value < 2**31 else None
+
+
+def _when(value: Any) -> float | None:
+    """A start time a tap sent, if it is a plausible wall-clock time that has passed."""
+    if type(value) not in (int, float) or not 0 < value <= time.time() + 60:
+        return None
+    return float(value)
 
 
 class ObservedRuns:
@@ -59,9 +72,11 @@ class ObservedRuns:
         task_index: int | None = None,
         rollout_index: int | None = None,
         task_key: Any = None,
+        started_at: float | None = None,
     ) -> str:
         """A new run: a rollout in the store, numbered by its task (its verifiers key,
-        else its data: `task_identity`) unless the tap knows the numbers."""
+        else its data: `task_identity`) unless the tap knows the numbers, and started
+        now unless the tap knows when (a relay's viewer that joined late does)."""
         task = task_data if isinstance(task_data, dict) else {"task_data": short_repr(task_data)}
         task_key = task_key if isinstance(task_key, str) and task_key else None
         if task_index is None:
@@ -69,10 +84,10 @@ class ObservedRuns:
         if rollout_index is None:
             rollout_index = self._rollouts_of.get(task_index, 0)
         self._rollouts_of[task_index] = max(self._rollouts_of.get(task_index, 0), rollout_index + 1)
-        rollout = self.store.add_rollout(self.variant, task_index, task, rollout_index, task_key=task_key)
+        rollout = self.store.add_rollout(self.variant, task_index, task, rollout_index, task_key=task_key, t=started_at)
         rollout.note = run_note(model, sampling) or None
         self.keys[run] = rollout.key
-        self.store.started(rollout.key, request_id)
+        self.store.started(rollout.key, request_id, t=started_at)
         if self.recorder is not None:
             self.recorder.rollout(rollout.key, self.variant, task_index, task, rollout_index, task_key=task_key)
             self.recorder.request(rollout.key, request_id)
@@ -90,6 +105,7 @@ class ObservedRuns:
             self.begin(
                 run, begin.get("task_data"), f"{self.variant}-{run.decode()}",
                 model=begin.get("model"), sampling=begin.get("sampling"), task_key=begin.get("task_key"),
+                task_index=_count(begin.get("task_index")), rollout_index=_count(begin.get("rollout_index")), started_at=_when(begin.get("started_at")),
             )
         elif kind == REPLY:
             self.reply(run, unpack(payload))

@@ -96,7 +96,7 @@ async def test_early_and_late_viewers_see_every_run_the_driver_relays(upstream, 
 
 
 async def test_a_full_queue_drops_and_counts_and_never_blocks_the_caller() -> None:
-    relay = Relay("tcp://127.0.0.1:0", queue=0)
+    relay = Relay("tcp://127.0.0.1:0", max_bytes=0)
     try:
         on_delta = relay.begin({"id": "t"})
         for i in range(100):
@@ -129,7 +129,7 @@ async def test_a_listener_that_is_not_a_relay_fails_the_viewer_with_the_reason(v
 
 BACKLOG = 50_000
 """Deltas of one run in flight: more than a viewer reads in a stop's half second, fewer
-than the relay queues for a viewer (`VIEWER_QUEUE`)."""
+than the relay keeps for a late viewer (a quarter of `MAX_BYTES`)."""
 
 
 async def test_a_viewer_behind_a_backlog_of_large_deltas_quits_on_q_and_counts_what_it_left(viewers, tmp_path) -> None:
@@ -194,3 +194,78 @@ async def test_sigterm_stops_a_headless_tap_behind_a_backlog_with_its_summary() 
     assert summary, out
     left = re.search(r"the viewer left ([\d,]+) relay messages unread at the stop \(the runs themselves go on\)$", summary[0])
     assert left is None or int(left[1].replace(",", "")) <= BACKLOG
+
+
+async def test_a_late_viewer_shows_a_runs_start_and_number_as_an_early_one_does(viewers) -> None:
+    """The second run of a task, joined late: the same `#` and the same start (so the
+    same elapsed time) as in a viewer that was there from the start."""
+    relay = Relay("tcp://127.0.0.1:0")
+    try:
+        early = await viewers(relay.address, "early")
+        await eventually(lambda: early.variants["early"].state is VariantState.RUNNING, WAIT, "the early viewer welcomed")
+        task_data = {"id": "same", "prompt": "p"}
+        first = relay.begin(task_data, model="m")
+        first({"trace": "a", "open": {"id": "a"}})
+        first.end(error="the driver ended it")
+        second = relay.begin(task_data, model="m")
+        second({"trace": "b", "open": {"id": "b"}})
+        await eventually(lambda: len(early.store.variants["early"]) == 2, WAIT, "both runs seen from the start")
+        late = await viewers(relay.address, "late")
+        joined = await eventually(lambda: next(iter(late.store.variant_rollouts("late")), None), WAIT, "the run in flight sent late")
+    finally:
+        relay.close()
+    there = early.store.rollouts[early.store.variants["early"][1]]
+    assert joined.rollout_index == there.rollout_index == 1
+    assert joined.started_at == there.started_at
+
+
+async def test_a_viewer_says_when_the_relay_went_away_and_picks_up_when_one_is_back(viewers) -> None:
+    relay = Relay("tcp://127.0.0.1:0", heartbeat=0.2)
+    address = relay.address
+    back = None
+    try:
+        engine = await viewers(address, "v")
+        viewer = engine.variants["v"]
+        assert isinstance(viewer, RelayViewer)
+        await eventually(lambda: viewer.state is VariantState.RUNNING, WAIT, "the viewer welcomed")
+        relay.begin({"id": "a"})({"trace": "t", "open": {"id": "t"}})
+        rollout = await eventually(lambda: next(iter(engine.store.variant_rollouts("v")), None), WAIT, "the run shown")
+        relay.close()
+        await eventually(lambda: viewer.source_lost, WAIT, "the viewer noticing the relay went away")
+        assert viewer.status_line == viewer.source_lost and "went away" in viewer.source_lost
+        back = Relay(address, heartbeat=0.2)
+        await eventually(lambda: viewer.source_lost is None and viewer.state is VariantState.RUNNING, WAIT, "the viewer picking up again")
+        back.begin({"id": "b"})({"trace": "u", "open": {"id": "u"}})
+        await eventually(lambda: len(engine.store.variants["v"]) == 2, WAIT, "the new relay's run shown")
+    finally:
+        relay.close()
+        if back is not None:
+            back.close()
+    assert rollout.status.finished and "the relay went away before the run ended" in (rollout.reason or "")
+
+
+async def test_headless_tap_says_the_relay_went_away_and_so_does_its_summary() -> None:
+    relay = Relay("tcp://127.0.0.1:0")
+    tap = subprocess.Popen(
+        [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert tap.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(tap.stdout.readline), WAIT)
+        while not line.startswith("v: running"):
+            assert line, "the tap ended before it was welcomed"
+            line = await asyncio.wait_for(asyncio.to_thread(tap.stdout.readline), WAIT)
+        relay.close()
+        while "went away" not in line:
+            assert line, "the tap ended without saying the relay went away"
+            line = await asyncio.wait_for(asyncio.to_thread(tap.stdout.readline), WAIT)
+        tap.send_signal(signal.SIGINT)
+        out, err = await asyncio.to_thread(tap.communicate, timeout=WAIT)
+    finally:
+        relay.close()
+        if tap.poll() is None:
+            tap.kill()
+            tap.wait()
+    assert line.startswith(f"v: the relay at {relay.address} went away")
+    assert re.search(r"^v: done; .*the relay at \S+ went away", out, re.MULTILINE), out + err

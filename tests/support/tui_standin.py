@@ -92,6 +92,7 @@ class StandInVariant:
         self.cancel_unavailable: str | None = None
         self.rollout_cancel_unavailable: str | None = None
         self.status_line: str | None = None
+        self.source_lost: str | None = None
         self.calls: list[str] = []
         self.lines = [f"{name} server listening", "\x1b[31mred?\x1b[0m [bold]not markup[/bold]"]
         store.add_variant(name)

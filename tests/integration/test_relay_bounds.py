@@ -1,0 +1,246 @@
+"""The relay lives in the driver's process: whatever its viewers do (fall behind, stop,
+send garbage, or none is there), it forwards what the driver's client received as it
+came, holds a bounded number of bytes, answers only viewers that said hello, and lets
+the driver close it at once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import msgpack
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from verifiers.v1.configs.client import EvalClientConfig
+from verifiers.v1.serve import EnvClient
+from verifiers.v1.types import SamplingConfig
+
+from core.taps.relay_viewer import unbatch
+from tests.support.polling import eventually, wait_until
+from tests.support.repo import FIXTURE
+from tests.support.scripted_server import ScriptedServer
+from tracewatch_guest.framing import BATCH, DELTA, HELLO, REPLY, WELCOME
+from tracewatch_relay import Relay, RelayedClient
+
+WAIT = 60.0
+MB = 2**20
+
+
+class BareViewer:
+    """A viewer as the wire sees it: a DEALER that said hello, and what it received."""
+
+    def __init__(self, address: str, identity: bytes | None = None) -> None:
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        if identity is not None:
+            self.socket.setsockopt(zmq.IDENTITY, identity)
+        self.socket.connect(address)
+        self.welcomes = 0
+        self.messages: list[tuple[bytes, bytes, bytes]] = []
+        """Every message of every batch, in order."""
+
+    def hello(self) -> None:
+        self.socket.send_multipart([HELLO])
+
+    def read(self) -> None:
+        while self.socket.poll(0):
+            frames = self.socket.recv_multipart()
+            if frames[0] == WELCOME:
+                self.welcomes += 1
+            elif frames[0] == BATCH:
+                self.messages += unbatch(frames[2])
+
+    def close(self) -> None:
+        self.socket.close(0)
+        self.context.term()
+
+
+def single_float_run() -> tuple[list[bytes], dict]:
+    """verifiers 0.4.0's recorded run0, its deltas packed with 32-bit floats: packing
+    what a client decoded (64-bit floats) gives other bytes than the server sent."""
+    records = [json.loads(line) for line in (FIXTURE / "deltas.jsonl").read_text().splitlines()]
+    frames = [msgpack.packb(r["delta"], use_bin_type=True, use_single_float=True) for r in records if r["request"] == "run0"]
+    reply = next(r["reply"] for r in json.loads((FIXTURE / "replies.json").read_text()) if r["request"] == "run0")
+    return frames, reply
+
+
+async def test_relayed_client_forwards_the_bytes_its_server_sent() -> None:
+    """A viewer gets each delta as the driver's client received it, not packed again
+    from what the client decoded (the driver's thread only hands a reference over)."""
+    frames, reply = single_float_run()
+    async with ScriptedServer({"a": [*(("delta", frame) for frame in frames), ("reply", reply)]}) as server:
+        relay = Relay("tcp://127.0.0.1:0")
+        viewer = BareViewer(relay.address)
+        client = RelayedClient(EnvClient(server.address), relay)
+        try:
+            viewer.hello()
+            await eventually(lambda: viewer.read() or viewer.welcomes, WAIT, "the viewer welcomed")
+            seen: list[dict] = []
+            episode = await client.run(EvalClientConfig(), "m", SamplingConfig(), {"id": "a"}, on_delta=seen.append)
+            await eventually(lambda: viewer.read() or any(kind == REPLY for kind, _, _ in viewer.messages), WAIT, "the run's end relayed")
+        finally:
+            await client.close()
+            relay.close()
+            viewer.close()
+    assert [payload for kind, _, payload in viewer.messages if kind == DELTA] == frames
+    assert len(seen) == len(frames) and episode.traces[0].id == reply["traces"][0]["id"]
+
+
+def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() -> None:
+    """A viewer suspended (SIGSTOP) while the driver relays 300 MB: the driver's memory
+    stays within the relay's bound, the relay counts what it dropped for the viewer,
+    and the viewer, resumed, says its view of the run is incomplete."""
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.relay_driver", str(16 * MB), "3000", "100000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    viewer = None
+    try:
+        assert driver.stdout is not None and driver.stdin is not None
+        address = driver.stdout.readline().strip()
+        viewer = subprocess.Popen(
+            [sys.executable, "-m", "tui.cli", "tap", address, "--name", "v", "--headless", "--no-record"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        assert viewer.stdout is not None
+        line = viewer.stdout.readline()
+        while not line.startswith("v: running"):
+            assert line, "the viewer ended before it was welcomed"
+            line = viewer.stdout.readline()
+        viewer.send_signal(signal.SIGSTOP)
+        driver.stdin.write("go\n")
+        driver.stdin.flush()
+        measured = json.loads(driver.stdout.readline())
+        viewer.send_signal(signal.SIGCONT)
+        line = viewer.stdout.readline()
+        while "the relay dropped messages for this viewer" not in line:
+            assert line, "the viewer ended without saying what it missed"
+            line = viewer.stdout.readline()
+        viewer.send_signal(signal.SIGINT)
+        viewer.communicate(timeout=WAIT)
+        driver.stdin.write("close\n")
+        driver.stdin.flush()
+        driver.communicate(timeout=WAIT)
+    finally:
+        for proc in (driver, viewer):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+    assert measured["dropped_for_viewers"] > 0
+    assert measured["peak"] - measured["before"] < 100 * MB, measured
+
+
+def test_a_huge_run_costs_a_driver_without_viewers_no_more_than_the_relay_holds() -> None:
+    """No viewer: a run of 300 MB of deltas is kept for late viewers only up to the
+    bound (then skipped, and counted), never packed whole in the driver."""
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.relay_driver", str(16 * MB), "3000", "100000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert driver.stdout is not None and driver.stdin is not None
+        driver.stdout.readline()
+        driver.stdin.write("go\n")
+        driver.stdin.flush()
+        measured = json.loads(driver.stdout.readline())
+        driver.stdin.write("close\n")
+        driver.stdin.flush()
+        closed = json.loads(driver.stdout.readline())
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.wait()
+    assert measured["peak"] - measured["before"] < 100 * MB, measured
+    assert closed["unsent"] == 0
+
+
+GARBAGE = st.lists(st.binary(max_size=40), min_size=1, max_size=4).filter(lambda frames: frames not in ([HELLO], [b"bye"]))
+
+
+@pytest.fixture(scope="module")
+def run_in_flight():
+    relay = Relay("tcp://127.0.0.1:0")
+    on_delta = relay.begin({"id": "a", "prompt": "p"}, model="m")
+    on_delta({"trace": "t", "open": {"id": "t"}})
+    for i in range(50):
+        on_delta({"trace": "t", "set": {"i": i}})
+    yield relay
+    relay.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(garbage=st.lists(GARBAGE, min_size=1, max_size=20))
+def test_a_peer_that_sends_garbage_is_not_a_viewer(run_in_flight: Relay, garbage: list[list[bytes]]) -> None:
+    """Whatever a DEALER sends that is not a hello, the relay counts and ignores: no
+    welcome, no run in flight sent to it, and it never becomes a viewer."""
+    relay = run_in_flight
+    attacker = BareViewer(relay.address)
+    try:
+        counted = relay.garbage
+        for frames in garbage:
+            attacker.socket.send_multipart(frames)
+        wait_until(lambda: relay.garbage >= counted + len(garbage), WAIT, "every garbage message counted")
+        attacker.read()
+        assert attacker.welcomes == 0 and attacker.messages == [] and relay.viewers == 0
+    finally:
+        attacker.close()
+
+
+def test_each_viewer_is_sent_the_runs_in_flight_once_however_often_it_says_hello(run_in_flight: Relay) -> None:
+    relay = run_in_flight
+    viewers = [BareViewer(relay.address, identity=f"viewer-{i}".encode()) for i in range(6)]
+    garbage = relay.garbage
+    try:
+        for _ in range(5):
+            for viewer in viewers:
+                viewer.hello()
+
+        def everyone_welcomed() -> bool:
+            for viewer in viewers:
+                viewer.read()
+                if not viewer.welcomes:
+                    viewer.hello()  # a relay welcomes a few a second: the others say it again
+            return all(viewer.welcomes for viewer in viewers)
+
+        wait_until(everyone_welcomed, WAIT, "every viewer welcomed")
+        wait_until(lambda: all(viewer.read() or len(viewer.messages) >= 52 for viewer in viewers), WAIT, "the run in flight sent")
+        for viewer in viewers:
+            viewer.hello()
+        on_delta_marker = relay.begin({"id": "marker"})
+        wait_until(lambda: all(viewer.read() or any(kind == b"begin" and run == on_delta_marker.run for kind, run, _ in viewer.messages) for viewer in viewers), WAIT)
+        for viewer in viewers:
+            assert viewer.welcomes == 1
+            assert len(viewer.messages) == 53  # the run in flight (begin and 51 deltas), then the marker's begin
+        assert relay.garbage == garbage
+    finally:
+        for viewer in viewers:
+            viewer.socket.send_multipart([b"bye"])
+            viewer.close()
+
+
+def test_close_returns_within_its_bound_and_counts_what_it_left() -> None:
+    """A viewer that reads nothing and a backlog of 100,000 messages: `close` keeps
+    the driver no longer than its bound (plus a loaded machine's slack), and counts
+    what it did not send."""
+    relay = Relay("tcp://127.0.0.1:0")
+    viewer = BareViewer(relay.address)
+    try:
+        viewer.hello()
+        wait_until(lambda: viewer.read() or viewer.welcomes, WAIT, "the viewer welcomed")
+        on_delta = relay.begin({"id": "a"})
+        for i in range(100_000):
+            on_delta({"trace": "t", "set": {"i": i, "text": "y" * 100}})
+        started = time.monotonic()
+        unsent = relay.close(timeout=0.1)
+        took = time.monotonic() - started
+    finally:
+        viewer.close()
+    assert took < 1.0
+    assert unsent > 0 and relay.unsent == unsent
