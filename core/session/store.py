@@ -345,7 +345,8 @@ class Rollout:
     @property
     def waiting(self) -> bool:
         """Sent to its server but not begun: no trace yet, as a run waiting for one of
-        the server's (or vf-eval's) slots has none. Not running, not timed."""
+        the server's (or vf-eval's) slots has none. Not running, not timed; it can
+        still stall (a server that never answers looks the same)."""
         return self.status is Status.RUNNING and not self.summary().trace_ids
 
     @property
@@ -387,7 +388,7 @@ class Rollout:
         return "idle", self.idle(now)
 
     def stalled(self, now: float, threshold: float) -> bool:
-        if self.status not in _LIVE or self.waiting:
+        if self.status not in _LIVE:
             return False
         return self.idle(now) > threshold
 
@@ -768,9 +769,8 @@ class RolloutStore:
         for key in self._live:  # `Rollout.stalled` inlined: a call per rollout cost more than the test
             rollout = rollouts[key]
             status = rollout.status
-            if status is Status.RUNNING and not (rollout.traces or (rollout.facts and rollout.facts.trace_ids)):
-                continue  # `Rollout.waiting`: sent, waiting for a slot, neither running nor stalled
-            running += status is Status.RUNNING
+            # `Rollout.waiting` inlined: sent but no trace yet is waiting for a slot, not running
+            running += status is Status.RUNNING and bool(rollout.traces or (rollout.facts and rollout.facts.trace_ids))
             stalled += status in _LIVE and now - (rollout.last_delta_at or rollout.started_at or now) > threshold
         return running, stalled
 
