@@ -17,7 +17,7 @@ from textual.geometry import Region
 from textual.message import Message
 from textual.widget import Widget
 
-from core.session.compare import COUNT_COLUMNS, Comparison, cell_text, compare_store, count_texts
+from core.session.compare import COUNT_COLUMNS, Comparison, compare_store, count_texts, variant_cells
 from core.session.store import RolloutStore
 from tui.keys import bindings
 from tui.literal import safe
@@ -43,7 +43,7 @@ def task_width(comparison: Comparison, width: int) -> int:
     between columns) leave, so a narrow pane still shows every number."""
     numbers = 0
     for name in comparison.variants:
-        widest = max([cell_len(safe(name)), *(len(cell_text(cells.get(name))) for cells in comparison.tasks.values())])
+        widest = max([cell_len(safe(name)), *map(len, variant_cells(comparison, name).values())])
         numbers += 1 + widest + sum(1 + len(title) for title in COUNT_COLUMNS)
     longest = max((cell_len(safe(label)) for _, label in comparison.tasks), default=4) + len(DIFFER)
     return max(TASK_WIDTH[0], min(TASK_WIDTH[1], longest, width - numbers))
@@ -56,8 +56,12 @@ DIFFER = "≠ "
 def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | None = None, width: int = 200) -> RenderableType:
     table = Table(box=None, padding=(0, 1), collapse_padding=True, pad_edge=False, header_style="bold", expand=False)
     table.add_column("task", no_wrap=True, overflow="ellipsis", width=task_width(comparison, width))
+    texts = {name: variant_cells(comparison, name) for name in comparison.variants}
+    widths = {name: max([cell_len(safe(name)), *map(len, texts[name].values())]) for name in comparison.variants}
     for name in comparison.variants:
-        table.add_column(Text(safe(name)), justify="right", no_wrap=True)
+        # cells padded to one width and left as they are: right-justified, Rich would
+        # strip the padding of a cell with no retried errors and shift its parts
+        table.add_column(Text(safe(name), justify="right"), justify="left", no_wrap=True)
         for title in COUNT_COLUMNS:
             table.add_column(Text(title, style=palette.muted), justify="right", no_wrap=True)
     disagree = set(comparison.disagreements())
@@ -67,7 +71,7 @@ def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | No
         for name in comparison.variants:
             cell = cells.get(name)
             style = palette.success if cell is not None and cell.passed else palette.error if cell is not None and cell.k else palette.muted
-            row.append(Text(cell_text(cell), style=style))
+            row.append(Text(texts[name][task].rjust(widths[name]), style=style))
             failed, cancelled = count_texts(cell)
             row += [Text(failed, style=palette.error), Text(cancelled, style=palette.warning)]
         table.add_row(*row, style="reverse" if task == cursor else None)

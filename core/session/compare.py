@@ -149,15 +149,16 @@ def compare_lines(comparison: Comparison) -> list[str]:
     they disagree."""
     variants = comparison.variants
     width = min(40, max([4, *(len(label) for _, label in comparison.tasks)]))
-    head = f"{'task':<{width}}" + "".join(f"  {name[:24]:>24}" + "".join(f" {title:>4}" for title in COUNT_COLUMNS) for name in variants)
+    texts = {name: variant_cells(comparison, name) for name in variants}
+    widths = {name: max([len(name[:24]), *map(len, texts[name].values())]) for name in variants}
+    head = f"{'task':<{width}}" + "".join(f"  {name[:24]:>{widths[name]}}" + "".join(f" {title:>4}" for title in COUNT_COLUMNS) for name in variants)
     lines = [head, "-" * len(head)]
     disagree = set(comparison.disagreements())
     for task, cells in comparison.tasks.items():
         label = task[1][:width]
         row = f"{label:<{width}}"
         for name in variants:
-            cell = cells.get(name)
-            row += f"  {cell_text(cell):>24}" + "".join(f" {count:>4}" for count in count_texts(cell))
+            row += f"  {texts[name][task]:>{widths[name]}}" + "".join(f" {count:>4}" for count in count_texts(cells.get(name)))
         lines.append(row.rstrip() + ("  ← differ" if task in disagree else ""))
     lines.append("-" * len(head))
     lines += [f"{name}: {comparison.summary(name).text()}" for name in variants]
@@ -165,17 +166,27 @@ def compare_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def cell_text(cell: Cell | None) -> str:
-    """`0.50 (1/2) 3t 2.1s`: mean reward, passes of the scored, mean turns, mean time
-    (whole seconds from 10 s: a narrow pane keeps every column); `!` failed calls they
-    recovered from. `–`: none scored."""
+def cell_parts(cell: Cell | None) -> tuple[str, ...]:
+    """`0.50`, `(1/2)`, `3t`, `2.1s`, `1!`: mean reward, passes of the scored, mean
+    turns, mean time (whole seconds from 10 s: a narrow pane keeps every column), and
+    the failed calls they recovered from (blank when none). `–` alone: none scored."""
     if cell is None or not cell.k:
-        return "–"
+        return ("–",)
     passes = sum(r >= PASS for r in cell.rewards)
     turns = sum(cell.turns) / cell.k
     seconds = sum(cell.seconds) / cell.k
-    errors = f" {cell.errors}!" if cell.errors else ""
-    return f"{cell.mean:.2f} ({passes}/{cell.k}) {turns:.0f}t {seconds:.{1 if seconds < 10 else 0}f}s{errors}"
+    return f"{cell.mean:.2f}", f"({passes}/{cell.k})", f"{turns:.0f}t", f"{seconds:.{1 if seconds < 10 else 0}f}s", f"{cell.errors}!" if cell.errors else ""
+
+
+def variant_cells(comparison: Comparison, name: str) -> dict[tuple[int, str], str]:
+    """A variant's cells, task by task, each part right-aligned in a column of its own
+    across the tasks: a cell with more in it (`1!`, `(10/12)`) never shifts its row."""
+    parts = {task: cell_parts(cells.get(name)) for task, cells in comparison.tasks.items()}
+    full = [each for each in parts.values() if len(each) > 1]
+    widths = [max(len(each[i]) for each in full) for i in range(len(full[0]))] if full else []
+    if widths and not widths[-1]:  # no retried errors in this column: no blank part
+        widths.pop()
+    return {task: "–" if len(each) == 1 else " ".join(part.rjust(width) for part, width in zip(each, widths)) for task, each in parts.items()}
 
 
 def count_texts(cell: Cell | None) -> tuple[str, str]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from textual.widgets import Static
 
 from core.session.compare import compare, compare_lines, compare_store
@@ -275,3 +277,29 @@ async def test_the_compare_tab_fits_its_pane_and_shows_every_count(size: tuple[i
         unscored = [line for line in lines[1:8] if line.count("–") == 2]
         assert [[line[at] for at in fail_at] for line in unscored] == [["1", "1"], [" ", " "]], unscored
         assert [[line[at] for at in cxl_at] for line in unscored] == [[" ", " "], ["1", "1"]], unscored
+
+
+def _columns_of(line: str) -> list[int]:
+    """Where each of a line's cells puts the end of its passes `(1/2)` and of its turns `3t`."""
+    return [match.end() for match in re.finditer(r"\(\d+/\d+\)|\b\d+t\b", line)]
+
+
+async def test_compare_columns_stay_aligned_whatever_a_cell_holds() -> None:
+    """A cell with retried errors (`1.00 (1/1) 3t 7.0s 1!`) lines up with one without:
+    each part of a cell in one column, in the Compare tab and in `tracewatch compare`."""
+    engine = make_engine()
+    comparison = compare_store(engine.store)
+    assert any(cell.errors for cells in comparison.tasks.values() for cell in cells.values()), "the fixture has a retried error"
+    rows = [line for line in compare_lines(comparison)[2:] if "(" in line]
+    assert len({tuple(_columns_of(line)) for line in rows}) == 1, "\n".join(rows)
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        await until(pilot, lambda: view.region.height > 3)
+        console = Console(width=view.content_region.width, record=True, color_system=None)
+        console.print(view.render())
+        shown = [line for line in console.export_text().splitlines() if "(" in line and "/" in line and "variants" not in line and "each cell" not in line]
+        assert len(shown) == sum(any(cell.k for cell in cells.values()) for cells in comparison.tasks.values())
+        assert len({tuple(_columns_of(line)) for line in shown}) == 1, "\n".join(shown)
