@@ -64,21 +64,31 @@ class PushingForwarder(Forwarder):
         return ZmtpStream(keep=False)
 
     def _copy(self, leg: Leg, data: bytes) -> None:
+        """The chunk to the app if its queue has room; else its messages are
+        counted and their request ids kept, so that when the copies pick up again
+        the app knows which runs lost some (and only those are incomplete)."""
         if self.unwatched:
             leg.stream.scan(data)  # where messages begin is still needed to answer runs a dead forwarder left
             return
-        inside = leg.stream.under_way
-        starts, first, before = leg.stream.scan(data)
-        self.forwarded += starts
         if not leg.gap:
-            if not self._send(leg, data):
-                leg.gap = True
-                self.dropped += starts + int(inside)  # a message begun in a chunk the app got is cut short too
+            inside = leg.stream.under_way
+            if self._send(leg, data):
+                self.forwarded += leg.stream.scan(data)[0]
+                return
+            starts, _, _ = leg.stream.scan(data, leg.lost)
+            self.forwarded += starts
+            leg.gap = True
+            self.dropped += starts + int(inside)  # a message begun in a chunk the app got is cut short too
             return
-        if first is not None and self._send(leg, data[first:], RESUMED):
+        firsts: list[bytes | None] = []
+        starts, first, before = leg.stream.scan(data, firsts)
+        self.forwarded += starts
+        if first is not None and self._send(leg, data[first:], RESUMED, msgpack.packb([*leg.lost, *firsts[:before]])):
             leg.gap = False
+            leg.lost = []
             self.dropped += before
         else:
+            leg.lost += firsts
             self.dropped += starts
 
     def _send(self, leg: Leg, data: bytes, *flag: bytes) -> bool:
@@ -178,8 +188,9 @@ class ForwardingProcess:
         self.notes: list[str] = []
         """What the view could not read (a connection that is not ZMTP 3, or encrypted)."""
         self._streams: dict[tuple[bytes, bytes], ZmtpStream] = {}
-        self._gapped: set[tuple[bytes, bytes]] = set()
-        """Streams that resumed after lost copies, until their next whole message."""
+        self._gapped: dict[tuple[bytes, bytes], list[bytes | None]] = {}
+        """Streams that resumed after lost copies -> the first frames of the messages
+        lost (None: not known), until their next whole message."""
         self._context = zmq.Context()
         self._pull = self._context.socket(zmq.PULL)
         self._pull.setsockopt(zmq.RCVHWM, copy_queue)
@@ -255,22 +266,21 @@ class ForwardingProcess:
                 for direction in (TO_SERVER, TO_DRIVER):
                     self._streams.pop((driver, direction.encode()), None)
             else:
-                self._read(kind, driver, frames[2], len(frames) > 3, now, taken)
+                self._read(kind, driver, frames[2], frames[4] if len(frames) > 4 else None, now, taken)
         return taken
 
-    def _read(self, kind: bytes, driver: bytes, data: bytes, resumed: bool, now: float, taken: list[Copy]) -> None:
+    def _read(self, kind: bytes, driver: bytes, data: bytes, resumed: bytes | None, now: float, taken: list[Copy]) -> None:
         stream = self._streams.get((driver, kind))
         if stream is None:
             stream = self._streams[(driver, kind)] = ZmtpStream(keep=True)
-        if resumed:
-            stream.resume()
-            self._gapped.add((driver, kind))
+        if resumed is not None:
+            cut = stream.resume()
+            self._gapped.setdefault((driver, kind), []).extend([*cut, *lost_ids(resumed)])
         readable = stream.unreadable is None
         direction = kind.decode()
         messages = stream.feed(data)
-        if messages and (driver, kind) in self._gapped:
-            self._gapped.discard((driver, kind))
-            taken.append(Copy(direction, driver, messages.pop(0), now, after_gap=True))
+        if messages and (lost := self._gapped.pop((driver, kind), None)) is not None:
+            taken.append(Copy(direction, driver, messages.pop(0), now, lost=tuple(lost)))
         taken.extend(Copy(direction, driver, message, now) for message in messages)
         if readable and stream.unreadable is not None:
             self.notes.append(f"driver {driver.decode()}: {stream.unreadable}; its frames go on, unseen")
@@ -307,6 +317,17 @@ class ForwardingProcess:
             self.upstream_ok = status["upstream_ok"]
             self.upstream_note = str(status["upstream_note"])
             self.notes.extend(str(note) for note in status.get("notes", ()))
+
+
+def lost_ids(packed: bytes) -> list[bytes | None]:
+    """The first frames a resumed chunk says were lost before it (None: not known)."""
+    try:
+        ids = msgpack.unpackb(packed)
+    except Exception:
+        return [None]
+    if not isinstance(ids, list):
+        return [None]
+    return [i if isinstance(i, bytes) else None for i in ids]
 
 
 if __name__ == "__main__":

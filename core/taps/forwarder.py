@@ -70,8 +70,9 @@ class Copy:
     frames: list[bytes]
     """The message's frames: [request_id, method|kind, payload]."""
     t: float
-    after_gap: bool = False
-    """Copies of this direction of this connection were lost just before this one."""
+    lost: tuple[bytes | None, ...] | None = None
+    """Copies of this direction of this connection were lost just before this one:
+    their first frames (a run's request id; None where not known)."""
 
 
 @dataclass(eq=False)
@@ -87,6 +88,8 @@ class Leg:
     """Bytes the target could not take yet; the source is not read until they went."""
     gap: bool = False
     """Copies of this leg were dropped: the view picks up again at a message start."""
+    lost: list[bytes | None] = field(default_factory=list)
+    """The first frames (request ids) of the messages dropped in this gap."""
 
 
 @dataclass(eq=False)

@@ -55,6 +55,10 @@ class ObservedRuns:
         """Run id (whatever identifies a run to its tap) -> rollout key."""
         self._task_index: dict[str, int] = {}
         self._rollouts_of: dict[int, int] = {}
+        self.replied = 0
+        """Runs that ended with their reply seen."""
+        self.incomplete = 0
+        """Of those, runs the view lost copies of."""
         self.lossy: dict[Hashable, int] = {}
         """Runs in flight that lost copies -> deltas of theirs that could not be applied since."""
 
@@ -155,6 +159,7 @@ class ObservedRuns:
         rollout = self.store.rollouts[key]
         if rollout.status.finished:
             return
+        self.replied += 1
         try:
             response = RunResponse.model_validate(reply)
             if skipped is not None and response.success and response.head is not None:
@@ -173,6 +178,7 @@ class ObservedRuns:
     def _incomplete(self, key: str, head: dict[str, Any], summaries: Any, skipped: int) -> None:
         """A run that replied after the view lost copies of it: it ended as the server
         says, with what the view saw and how much that is."""
+        self.incomplete += 1
         record = self.store.rollouts[key].assembly.finish(head, summaries, partial=True)
         nodes, calls = streamed_counts(summaries)
         seen_nodes = sum(len(trace["nodes"]) for trace in record["traces"])
@@ -191,6 +197,12 @@ class ObservedRuns:
         core.recordings.ending), as a variant of our own records it."""
         if self.recorder is not None:
             self.recorder.reply(key, reply, self.store.rollouts[key].ending)
+
+    def wholeness(self) -> str | None:
+        """How many of the runs that replied the view saw whole, once one was not."""
+        if not self.incomplete:
+            return None
+        return f"{self.replied - self.incomplete:,} of {self.replied:,} runs seen whole ({self.incomplete:,} view incomplete)"
 
     def lose(self, run: Hashable, reason: str) -> None:
         """The view of this run broke; the run itself goes on without us."""

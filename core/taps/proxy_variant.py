@@ -82,7 +82,7 @@ class ProxyVariant(TapVariant):
         if forwarder is None:
             return None
         upstream = "upstream ok" if forwarder.upstream_ok else f"upstream: {forwarder.upstream_note}"
-        return f"{upstream} · {counters_line(forwarder)}"
+        return " · ".join(filter(None, [upstream, counters_line(forwarder), self.runs.wholeness()]))
 
     @property
     def quit_warning(self) -> str | None:
@@ -145,7 +145,8 @@ class ProxyVariant(TapVariant):
         if unread:
             lost.append(left_unread(unread, "frame copies"))
         if lost:
-            self.reason = "; ".join(filter(None, [self.reason, f"the view {' and '.join(lost)} (the drivers got every frame)"]))
+            view = f"the view {' and '.join(lost)} (the drivers got every frame)"
+            self.reason = "; ".join(filter(None, [self.reason, view, self.runs.wholeness()]))
         self._say(f"stopped: {counters_line(forwarder)}")
         self._event("exited", detail=counters_line(forwarder))
         self._set(VariantState.DONE)
@@ -219,9 +220,8 @@ class ProxyVariant(TapVariant):
         if len(copy.frames) != 3:
             self._say(f"a {len(copy.frames)}-frame message passed through (not the env-server protocol); forwarded as is")
             return
-        if copy.after_gap and copy.direction != TO_SERVER:
-            for run in [run for run in self.runs.keys if isinstance(run, tuple) and run[0] == copy.driver]:
-                self.runs.lost_copies(run)
+        if copy.lost is not None and copy.direction != TO_SERVER:
+            self._lost(copy.driver, copy.lost)
         raw_id, word, payload = copy.frames
         run = (copy.driver, raw_id)
         if copy.direction == TO_SERVER:
@@ -254,6 +254,16 @@ class ProxyVariant(TapVariant):
             except Exception as error:
                 reply = {"success": False, "error": f"the reply could not be decoded here ({error})"}
             self.runs.reply(run, reply)
+
+    def _lost(self, driver: bytes, request_ids: tuple[bytes | None, ...]) -> None:
+        """Copies of these runs were lost (of every run of the driver, where one
+        lost copy's run is not known)."""
+        if None in request_ids:
+            runs = [run for run in self.runs.keys if isinstance(run, tuple) and run[0] == driver]
+        else:
+            runs = [(driver, request_id) for request_id in request_ids]
+        for run in runs:
+            self.runs.lost_copies(run)
 
     def _check(self, forwarder: ForwardingProcess) -> None:
         """Counters and upstream news: a card redraw when they change. (Which runs a

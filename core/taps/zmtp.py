@@ -34,14 +34,17 @@ class ZmtpStream:
         self._skip = 0
         self._frames: list[bytes] = []
 
-    def resume(self) -> None:
+    def resume(self) -> list[bytes | None]:
         """Bytes were lost: what follows starts between two messages, after the
-        handshake; a message cut short is forgotten."""
+        handshake; a message cut short is forgotten. Its first frame (a run's
+        request id; None if that was not read), if one was cut short."""
+        cut: list[bytes | None] = [self._frames[0]] if self._frames else [None] if self._buffer or self._skip else []
         self._greeting = bytearray(GREETING)
         self._buffer.clear()
         self._skip = 0
         self._frames = []
         self.in_message = self.under_way = False
+        return cut
 
     @property
     def between_messages(self) -> bool:
@@ -54,13 +57,15 @@ class ZmtpStream:
             and not (self._skip or self._buffer or self.in_message)
         )
 
-    def scan(self, data: bytes) -> tuple[int, int | None, int]:
+    def scan(self, data: bytes, firsts: list[bytes | None] | None = None) -> tuple[int, int | None, int]:
         """Messages that begin in `data`; the first offset in it where a reader may
         start (a frame header between two messages), if any; and how many of those
-        messages begin before that offset (all of them, if there is none)."""
+        messages begin before that offset (all of them, if there is none). With
+        `firsts`, each of those messages' first frame is added to it (None where
+        that frame does not end in `data`)."""
         if self.keep:
             raise ValueError("a keeping stream reads with feed()")
-        return self._walk(data, None)
+        return self._walk(data, None, firsts)
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """The messages `data` completes, each as its list of frames."""
@@ -92,7 +97,9 @@ class ZmtpStream:
                 return None
         return offset
 
-    def _walk(self, data: bytes, messages: list[list[bytes]] | None) -> tuple[int, int | None, int]:
+    def _walk(
+        self, data: bytes, messages: list[list[bytes]] | None, firsts: list[bytes | None] | None = None
+    ) -> tuple[int, int | None, int]:
         offset = self._frames_start(data)
         if offset is None:
             return 0, None, 0
@@ -121,6 +128,9 @@ class ZmtpStream:
             else:
                 if not in_message:
                     starts += 1
+                    if firsts is not None:
+                        whole = position + head + size <= end
+                        firsts.append(bytes(buffer[position + head : position + head + size]) if whole else None)
                 in_message = bool(flags & MORE)
                 if keep:
                     self._frames.append(bytes(buffer[position + head : position + head + size]))

@@ -3,13 +3,16 @@ rather than slow the driver), a run the driver completed is shown and recorded a
 *view incomplete* with what the view saw, as its reply says it ended: never as a
 failure of the server. Real parts: a forwarding process with a small copy queue, a
 scripted env server sending verifiers 0.4.0's recorded stream, verifiers' own
-EnvClient driving, and the app's loop held while the burst goes by."""
+EnvClient driving, and the app's loop held while the burst goes by. Only the runs
+whose copies were lost are incomplete, and the summary says how many are whole."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import threading
+from collections.abc import Callable
 
 import pytest
 import zmq
@@ -17,6 +20,7 @@ from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
+from core.engine.headless import summary_lines
 from core.engine.live import Engine
 from core.engine.opened import OpenedRecording
 from core.ports import free_address
@@ -25,7 +29,7 @@ from core.session.config import Config
 from core.session.contracts import VariantState
 from core.session.store import Status
 from core.taps.proxy_variant import ProxyVariant
-from core.wire.protocol import pack
+from core.wire.protocol import pack, unpack
 from tests.support.polling import eventually, wait_until
 from tests.support.repo import FIXTURE
 
@@ -34,6 +38,9 @@ RUNS = 4
 FILLERS = 30
 """64 kB deltas per run between its first deltas and the rest: far more than the
 view's queue holds while the app's loop is held."""
+COPY_QUEUE = 8
+"""Chunks (up to 64 kB) the view's queue holds: room for the run requests before the
+burst, none for the burst."""
 
 
 def recorded_run() -> tuple[list[dict], dict]:
@@ -44,43 +51,47 @@ def recorded_run() -> tuple[list[dict], dict]:
 
 
 class HeldServer:
-    """An env server that answers every run, once told, with the first deltas of the
-    recorded run and a burst of fillers, and once released with the rest and the reply."""
+    """An env server that sends the recorded run's deltas (and fillers) to the runs
+    it holds only when told, so a test decides what goes by while the view is held."""
 
     def __init__(self) -> None:
-        self.deltas, self.reply = recorded_run()
+        self.deltas, reply = recorded_run()
         trace = self.deltas[0]["trace"]
-        filler = {"trace": trace, "pending": [{"role": "tool", "content": "x" * 65536}]}
-        self.first = [*map(pack, self.deltas[:3]), *[pack(filler)] * FILLERS, pack(self.deltas[3])]
-        self.rest = [*map(pack, self.deltas[4:])]
+        self.filler = pack({"trace": trace, "pending": [{"role": "tool", "content": "x" * 65536}]})
+        self.reply = pack(reply)
         self.context = zmq.Context()
         self.router = self.context.socket(zmq.ROUTER)
         for option in (zmq.SNDHWM, zmq.RCVHWM, zmq.LINGER):
             self.router.setsockopt(option, 0)
         self.address = f"tcp://127.0.0.1:{self.router.bind_to_random_port('tcp://127.0.0.1')}"
-        self.runs: list[tuple[bytes, bytes]] = []
-        self.burst = threading.Event()
-        self.release = threading.Event()
+        self.runs: dict[str, tuple[bytes, bytes]] = {}
+        """Task id -> the driver's peer and the run's request id."""
+        self.orders: queue.Queue[tuple[Callable[[str], bool], list[bytes], bool]] = queue.Queue()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
+    def send(self, runs: Callable[[str], bool], deltas: list[bytes], reply: bool = False) -> None:
+        """To the runs whose task id `runs` picks: these deltas, then the reply."""
+        self.orders.put((runs, deltas, reply))
+
     def _serve(self) -> None:
-        steps = [(self.burst, self.first, False), (self.release, self.rest, True)]
         while not self.done.is_set():
             if self.router.poll(20):
-                peer, request_id, method, _ = self.router.recv_multipart()
+                peer, request_id, method, payload = self.router.recv_multipart()
                 if method == b"run":
-                    self.runs.append((peer, request_id))
+                    self.runs[unpack(payload)["task_data"]["id"]] = (peer, request_id)
                 else:
                     self.router.send_multipart([peer, request_id, b"reply", pack({"success": True})])
-            if steps and steps[0][0].is_set():
-                _, deltas, reply = steps.pop(0)
-                for peer, request_id in self.runs:
+            while not self.orders.empty():
+                picked, deltas, reply = self.orders.get()
+                for task_id, (peer, request_id) in self.runs.items():
+                    if not picked(task_id):
+                        continue
                     for delta in deltas:
                         self.router.send_multipart([peer, request_id, b"delta", delta])
                     if reply:
-                        self.router.send_multipart([peer, request_id, b"reply", pack(self.reply)])
+                        self.router.send_multipart([peer, request_id, b"reply", self.reply])
         self.router.close()
         self.context.term()
 
@@ -93,47 +104,65 @@ def server():
     held.thread.join(WAIT)
 
 
-async def test_a_run_whose_view_lost_copies_is_view_incomplete_as_its_reply_says_never_a_server_failure(server, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(ProxyVariant, "copy_queue", 2)
-    recording = tmp_path / "loss.twrec"
+class Driven:
+    """verifiers' EnvClient running one run per task id, on a thread of its own (the
+    test's loop is the app's, and is held at times)."""
+
+    def __init__(self, listen: str, task_ids: list[str]) -> None:
+        self.streamed: dict[str, int] = dict.fromkeys(task_ids, 0)
+        self.episodes: list = []
+        self.thread = threading.Thread(target=asyncio.run, args=(self._drive(listen, task_ids),))
+        self.thread.start()
+
+    async def _drive(self, listen: str, task_ids: list[str]) -> None:
+        client = VerifiersClient(listen)
+        try:
+            await client.wait_for_server_startup(timeout=WAIT, interval=0.1)
+            config = SamplingConfig(temperature=0.3, max_tokens=512)
+
+            def counting(task_id: str):
+                return lambda _delta: self.streamed.__setitem__(task_id, self.streamed[task_id] + 1)
+
+            runs = (client.run(EvalClientConfig(), "m", config, {"id": t}, counting(t)) for t in task_ids)
+            self.episodes.extend(await asyncio.wait_for(asyncio.gather(*runs), WAIT))
+        finally:
+            await client.close()
+
+    def at_driver(self, counts: dict[str, int]) -> bool:
+        return all(self.streamed[task_id] >= count for task_id, count in counts.items())
+
+
+async def proxy(server: HeldServer, tmp_path, recording) -> tuple[Engine, ProxyVariant]:
     engine = Engine(Config.for_proxy(free_address(), server.address, "px"), recorder=Recorder(recording, meta={}), session_dir=tmp_path / "s")
     await engine.start()
     variant = engine.variants["px"]
     assert isinstance(variant, ProxyVariant)
     await eventually(lambda: variant.state is VariantState.RUNNING, WAIT, "the proxy up")
-    streamed: dict[int, int] = {}
-    episodes: list = []
+    # the forwarder's word on the upstream came through: its copies reach the view
+    await eventually(lambda: variant.forwarder.upstream_ok, WAIT, "the copies' channel up")
+    return engine, variant
 
-    async def drive() -> None:
-        client = VerifiersClient(variant.listen)
-        try:
-            await client.wait_for_server_startup(timeout=WAIT, interval=0.1)
-            config = SamplingConfig(temperature=0.3, max_tokens=512)
 
-            def counting(i: int):
-                return lambda _delta: streamed.__setitem__(i, streamed.get(i, 0) + 1)
-
-            runs = (client.run(EvalClientConfig(), "m", config, {"id": f"t{i}"}, counting(i)) for i in range(RUNS))
-            episodes.extend(await asyncio.wait_for(asyncio.gather(*runs), WAIT))
-        finally:
-            await client.close()
-
-    driver = threading.Thread(target=asyncio.run, args=(drive(),))
-    driver.start()
+async def test_a_run_whose_view_lost_copies_is_view_incomplete_as_its_reply_says_never_a_server_failure(server, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(ProxyVariant, "copy_queue", COPY_QUEUE)
+    recording = tmp_path / "loss.twrec"
+    engine, variant = await proxy(server, tmp_path, recording)
+    tasks = [f"t{i}" for i in range(RUNS)]
+    first = [*map(pack, server.deltas[:3]), *[server.filler] * FILLERS, pack(server.deltas[3])]
+    driver = Driven(variant.listen, tasks)
     try:
         await eventually(lambda: len(engine.store.rollouts) == RUNS == len(server.runs), WAIT, "every run begun in the view")
-        server.burst.set()
+        server.send(lambda _: True, first)
         # the app's loop held (a view far behind) while the burst reaches the driver
-        wait_until(lambda: len(streamed) == RUNS and all(n == len(server.first) for n in streamed.values()), WAIT, "the burst at the driver")
+        wait_until(lambda: driver.at_driver(dict.fromkeys(tasks, len(first))), WAIT, "the burst at the driver")
         await eventually(lambda: variant.forwarder.dropped > 0, WAIT, "the view's copies dropped")
-        server.release.set()
-        await asyncio.to_thread(driver.join, WAIT)
-        assert len(episodes) == RUNS and all(e.traces[0].nodes for e in episodes), "the driver got every run whole"
+        server.send(lambda _: True, [*map(pack, server.deltas[4:])], reply=True)
+        await asyncio.to_thread(driver.thread.join, WAIT)
+        assert len(driver.episodes) == RUNS and all(e.traces[0].nodes for e in driver.episodes), "the driver got every run whole"
         rollouts = await eventually(
             lambda: (r := list(engine.store.variant_rollouts("px"))) and all(x.status.finished for x in r) and r, WAIT, "every run ended in the view"
         )
     finally:
-        server.release.set()
         await engine.shutdown()
     for rollout in rollouts:
         assert rollout.status is Status.DONE, rollout.reason
@@ -142,3 +171,36 @@ async def test_a_run_whose_view_lost_copies_is_view_incomplete_as_its_reply_says
     assert engine.store.stats("px").counts.get(Status.FAILED, 0) == 0
     replayed = {r.key: r.ending for r in OpenedRecording(recording).store.rollouts.values()}
     assert replayed == {r.key: r.ending for r in rollouts}, "the recording says the same"
+
+
+async def test_a_burst_that_drops_copies_leaves_the_runs_it_did_not_touch_whole_and_the_summary_counts_them(server, tmp_path, monkeypatch) -> None:
+    """Of one driver's runs, only those whose copies were dropped are incomplete:
+    the others, on the same connection, stay whole; the summary says how many."""
+    monkeypatch.setattr(ProxyVariant, "copy_queue", COPY_QUEUE)
+    engine, variant = await proxy(server, tmp_path, tmp_path / "burst.twrec")
+    quiet, bursting = [f"q{i}" for i in range(RUNS)], [f"b{i}" for i in range(RUNS)]
+    driver = Driven(variant.listen, quiet + bursting)
+    early = [*map(pack, server.deltas[:4])]
+    try:
+        await eventually(lambda: len(engine.store.rollouts) == 2 * RUNS == len(server.runs), WAIT, "every run begun in the view")
+        server.send(lambda _: True, early)
+        await eventually(lambda: all(r.turns for r in engine.store.rollouts.values()), WAIT, "every run's first turn in the view")
+        server.send(lambda task_id: task_id in bursting, [server.filler] * FILLERS)
+        # the app's loop held (a view far behind) while the burst reaches the driver
+        wait_until(lambda: driver.at_driver(dict.fromkeys(bursting, len(early) + FILLERS)), WAIT, "the burst at the driver")
+        await eventually(lambda: variant.forwarder.dropped > 0, WAIT, "the view's copies dropped")
+        server.send(lambda _: True, [*map(pack, server.deltas[4:])], reply=True)
+        await asyncio.to_thread(driver.thread.join, WAIT)
+        assert len(driver.episodes) == 2 * RUNS
+        rollouts = await eventually(
+            lambda: (r := list(engine.store.variant_rollouts("px"))) and all(x.status.finished for x in r) and r, WAIT, "every run ended in the view"
+        )
+    finally:
+        await engine.shutdown()
+    by_task = {r.task_data["id"]: r for r in rollouts}
+    for task_id in quiet:
+        assert by_task[task_id].status is Status.DONE and by_task[task_id].reason is None, by_task[task_id].reason
+    for task_id in bursting:
+        assert by_task[task_id].status is Status.DONE and (by_task[task_id].reason or "").startswith("view incomplete: "), by_task[task_id].reason
+    (line,) = [line for line in summary_lines(engine) if line.startswith("px:")]
+    assert f"{RUNS} of {2 * RUNS} runs seen whole ({RUNS} view incomplete)" in line, line
