@@ -35,6 +35,9 @@ BYE = b"bye"
 """A viewer leaving a relay (one frame)."""
 RUN_DIR = b"run_dir"
 """Where vf-eval writes its run directory (payload: its absolute `path`)."""
+TAPPED = b"tapped"
+"""The eval tap wrapped verifiers' Env in a process (payload: its `pid`, and `how`:
+"on import" or "already imported")."""
 NO_RUN = b""
 """The run frame of a message about the sender rather than one of its runs."""
 

@@ -31,7 +31,7 @@ from core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
 from core.taps.tap_variant import TapVariant
 from core.wire.protocol import unpack
 from tracewatch_guest import inject
-from tracewatch_guest.framing import ADDRESS_VAR, RUN_DIR, decode
+from tracewatch_guest.framing import ADDRESS_VAR, RUN_DIR, TAPPED, decode
 
 INJECT_DIR = Path(inject.__file__).resolve().parent
 RECEIVE_QUEUE = 100_000
@@ -82,6 +82,8 @@ class EvalVariant(TapVariant, CapturedChild):
         self._cancelled_at = math.inf
         self._child: SupervisedChild | None = None
         self._starts = 0
+        self.tapped: list[int] = []
+        """The pids of the eval's processes whose verifiers Env the tap wrapped."""
 
     # -- what the UI reads ---------------------------------------------------------
 
@@ -118,6 +120,7 @@ class EvalVariant(TapVariant, CapturedChild):
             return
         self.reason = self.outcome_text = None
         self.unread = 0
+        self.tapped = []
         self._cancelled_at = math.inf
         self.escalation = []
         self._kill_now = False
@@ -160,9 +163,12 @@ class EvalVariant(TapVariant, CapturedChild):
             outcome = child.outcome()
             self.outcome_text = f"exit code {outcome.exit_code} · {outcome.status}"
             self._event("exited", code=code, status=str(outcome.status))
+            saw_a_run = bool(self.runs.keys or self.store.variants[self.name])
             if code != 0:
-                at_once = time.monotonic() - started < EXITED_AT_ONCE and not self.runs.keys and not self.store.variants[self.name]
+                at_once = time.monotonic() - started < EXITED_AT_ONCE and not saw_a_run
                 self.reason = self._exit_reason(code, "at once" if at_once else "")
+            elif not saw_a_run:
+                self.reason = self._no_rollout_reason()
             self.runs.end_all(self.reason or "the eval ended before this rollout replied")
             self._set(VariantState.FAILED if self.reason else VariantState.DONE)
         except (ChildError, OSError) as error:
@@ -216,10 +222,15 @@ class EvalVariant(TapVariant, CapturedChild):
             self.dropped = message.dropped
             self.store.touch_variant(self.name)
         try:
-            if not self.runs.message(message.kind, message.run, message.payload) and message.kind == RUN_DIR:
+            if self.runs.message(message.kind, message.run, message.payload):
+                return
+            if message.kind == RUN_DIR:
                 self.run_dir = str(unpack(message.payload).get("path"))
                 self._event("run_dir", path=self.run_dir)
                 self.store.touch_variant(self.name)
+            elif message.kind == TAPPED:
+                pid = unpack(message.payload).get("pid")
+                self.tapped.append(pid if isinstance(pid, int) else 0)
         except Exception as error:  # one odd message must not stop the view of the rest
             self.runs.lose(message.run, f"a tap message could not be read: {error!r}")
 
@@ -243,6 +254,18 @@ class EvalVariant(TapVariant, CapturedChild):
         self._set(VariantState.CANCELLED)
 
     # -- bookkeeping ---------------------------------------------------------------
+
+    def _no_rollout_reason(self) -> str:
+        """Why an eval that ended well showed nothing: the tap never met verifiers'
+        Env, or met it and saw it run nothing."""
+        if not self.tapped:
+            return (
+                "no rollout reached tracewatch: no process of the eval imported verifiers' Env with the tap "
+                "in place (is it a verifiers v1 eval? the tap needs the PYTHONPATH tracewatch sets, and a "
+                "python run without -S or -I)"
+            )
+        pids = ", ".join(map(str, self.tapped[:5]))
+        return f"no rollout reached tracewatch: the tap wrapped verifiers' Env (pid {pids}) but it ran no rollout"
 
     def _exit_reason(self, code: int, when: str) -> str:
         tail = tail_lines(self.stderr_path, 8) if self.stderr_path is not None else []

@@ -253,3 +253,28 @@ async def test_cancelling_an_eval_that_floods_as_it_exits_reads_for_a_while_and_
         await engine.shutdown()
     assert variant.state is VariantState.CANCELLED and rollout.status is Status.CANCELLED
     assert_read_in_order_or_counted(rollout, FLOOD, variant.unread, variant.reason, lambda n: f"the view left {n:,} tap messages unread at the stop (its runs end cancelled anyway)")
+
+
+@pytest.mark.parametrize("imports", ["import verifiers.v1.env", "import verifiers.v1.cli.eval.runner"])
+def test_an_env_the_projects_own_sitecustomize_imported_first_is_still_tapped(model, eval_env, monkeypatch, imports) -> None:
+    project = eval_env / "project"
+    project.mkdir()
+    (project / "sitecustomize.py").write_text(f"{imports}\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(project), os.environ["PYTHONPATH"]]))
+    result = cli_eval(*vf_eval(model, eval_env / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sum(" done · reward " in line for line in result.stdout.splitlines()) == 6
+
+
+@pytest.mark.parametrize(
+    ("code", "why"),
+    [
+        ("pass", "no process of the eval imported verifiers' Env with the tap in place (is it a verifiers v1 eval?"),
+        ("import verifiers.v1.env", "the tap wrapped verifiers' Env (pid "),
+    ],
+)
+def test_an_eval_that_shows_no_rollout_says_why(code, why) -> None:
+    result = cli_eval(sys.executable, "-c", code)
+    assert result.returncode == 1
+    (summary,) = [line for line in result.stdout.splitlines() if line.startswith("eval: failed; no rollouts")]
+    assert f"; no rollout reached tracewatch: {why}" in summary

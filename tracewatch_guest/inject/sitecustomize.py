@@ -1,11 +1,14 @@
 """tracewatch's eval tap, injected into a `vf-eval` it supervises (this folder goes
 first on the child's PYTHONPATH; `TRACEWATCH_TAP` names where to stream).
 
-When `verifiers.v1.env` is imported, `Env.run_slot` is wrapped: each in-process
+When `verifiers.v1.env` is imported (or at once, if something imported it before this
+ran: a `.pth` file, the project's own `sitecustomize`), `Env.run_slot` is wrapped: each in-process
 rollout streams verifiers' own deltas (`DeltaStreamer(lambda: slot.traces, send)`,
 watching every trace as it is minted, exactly as a served run streams them) and then
 a served-style reply (the episode head and per-trace counts) to tracewatch. When
 `verifiers.v1.cli.eval.runner` is imported, its run directory is reported as well.
+Each process that taps `Env` says so (`TAPPED`), so tracewatch can tell an eval whose
+Env it never saw from one that ran no rollout.
 
 It runs inside someone else's program, so: only the standard library, pyzmq and
 msgpack (without pyzmq it says so on stderr and does nothing); nothing named `core`
@@ -152,7 +155,7 @@ def _reply_of(episode: Any) -> dict[str, Any]:
     return framing.served_reply(dump(episode, exclude={"traces"}), traces)
 
 
-def _wrap_run_slot(env_module: Any) -> None:
+def _wrap_run_slot(env_module: Any, how: str) -> None:
     env_class = env_module.Env
     original = env_class.run_slot
     if getattr(original, "__tracewatch__", False):
@@ -213,11 +216,16 @@ def _wrap_run_slot(env_module: Any) -> None:
     setattr(run_slot, "__tracewatch__", True)  # noqa: B010 - a function attribute mypy cannot see
     setattr(run_slot, "__wrapped__", original)  # noqa: B010
     env_class.run_slot = run_slot
+    sender = _connect()
+    if sender is not None:
+        sender.send(framing.TAPPED, framing.NO_RUN, sender.packed({"pid": os.getpid(), "how": how}))
 
 
-def _wrap_output_path(runner_module: Any) -> None:
+def _wrap_output_path(runner_module: Any, how: str) -> None:
     """Report the run directory (its traces.jsonl) when vf-eval decides it."""
     original = runner_module.output_path
+    if getattr(original, "__tracewatch__", False):
+        return
 
     def output_path(config: Any) -> Any:
         path = original(config)
@@ -226,41 +234,77 @@ def _wrap_output_path(runner_module: Any) -> None:
             sender.send(framing.RUN_DIR, framing.NO_RUN, sender.packed({"path": os.path.abspath(str(path))}))
         return path
 
+    setattr(output_path, "__tracewatch__", True)  # noqa: B010
     runner_module.output_path = output_path
 
 
 _PATCHES = {"verifiers.v1.env": _wrap_run_slot, "verifiers.v1.cli.eval.runner": _wrap_output_path}
 
 
+def _patch(name: str, module: Any, how: str) -> None:
+    try:
+        _PATCHES[name](module, how)
+    except Exception as error:
+        _say(f"{name} could not be tapped; rollouts will not stream: {error!r}")
+
+
+def _patch_imported() -> None:
+    """Patch whatever of ours is imported already: before this ran, or by a loader
+    this finder was not asked about (the runner imports the env, so tapping one
+    catches the other)."""
+    for name in _PATCHES:
+        module = sys.modules.get(name)
+        if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False) is False:
+            _patch(name, module, "already imported")
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """The loader a module would have had, then its patch once its code ran."""
+
+    def __init__(self, name: str, loader: Any) -> None:
+        self.name = name
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        # the module keeps its own loader (tracebacks and resources read through it)
+        module.__loader__ = module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        _patch(self.name, module, "on import")
+        _patch_imported()
+
+
 class _Finder(importlib.abc.MetaPathFinder):
-    """Patches a module right after its own code ran, the first time it is imported."""
+    """Patches a module right after its own code ran, whichever finder finds it."""
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        patch = _PATCHES.get(name)
-        if patch is None:
+        if name not in _PATCHES:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
             return None
-        exec_module = spec.loader.exec_module
-
-        def patched(module: Any) -> None:
-            exec_module(module)
-            try:
-                patch(module)
-            except Exception as error:
-                _say(f"{name} could not be tapped; rollouts will not stream: {error!r}")
-
-        spec.loader.exec_module = patched  # type: ignore[method-assign]
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _PatchingLoader(name, spec.loader)
         return spec
 
 
 def _install() -> None:
     global framing  # bound here, not imported: see `_load_framing`
-    _chain()
     framing = _load_framing()
-    if os.environ.get(framing.ADDRESS_VAR):
-        sys.meta_path.insert(0, _Finder())
+    tapping = bool(os.environ.get(framing.ADDRESS_VAR))
+    if tapping:
+        sys.meta_path.insert(0, _Finder())  # before the project's sitecustomize runs
+    _chain()
+    if tapping:
+        _patch_imported()
 
 
 try:
