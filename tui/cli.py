@@ -330,6 +330,12 @@ def _tokenizers(args: argparse.Namespace, config: Config | None) -> Tokenizers:
 
 
 def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: Tokenizers, stall_seconds: dict[str, float] | None = None) -> int:
+    if getattr(args, "cancel_stalled", None) is not None:
+        uncancellable = {name: v.rollout_cancel_unavailable for name, v in engine.variants.items() if v.rollout_cancel_unavailable}
+        if uncancellable:
+            for name, reason in uncancellable.items():
+                print(f"tracewatch: --cancel-stalled cannot cancel {name}'s rollouts: {reason}", file=sys.stderr)
+            return 2
     if args.headless:
         from core.engine.headless import run_headless
 

@@ -76,7 +76,7 @@ async def run_headless(
         _say(out, line)
     if interrupts.received:
         return 128 + interrupts.received[0]
-    ok = store.rollouts and all(r.status is Status.DONE for r in store.rollouts.values())
+    ok = store.rollouts and all(r.status in (Status.DONE, Status.UNOBSERVED) for r in store.rollouts.values())
     return 0 if ok and engine.recording_stopped is None else 1
 
 
@@ -98,7 +98,10 @@ class _Interrupts:
                     variant.cancel()
             return
         self.received.append(signum)
-        _say(self.out, f"{signum.name}: cancelling every run and stopping every server (again to kill them now)")
+        if any(not (variant.cancel_unavailable and variant.rollout_cancel_unavailable) for variant in self.engine.variants.values()):
+            _say(self.out, f"{signum.name}: cancelling every run and stopping every server (again to kill them now)")
+        else:  # viewers only: the runs are someone else's and go on
+            _say(self.out, f"{signum.name}: stopping the viewer; the runs it watches go on")
         self.stop.set()
 
 

@@ -30,7 +30,7 @@ def recorded_ending(record: Mapping[str, Any], episode: dict[str, Any] | None = 
     recording) is judged as that version's app judged it live: by `episode` when
     the caller assembled it, else by the head's `ok`."""
     end = record.get("end")
-    if isinstance(end, Mapping) and end.get("status") in (Status.DONE, Status.FAILED, Status.CANCELLED):
+    if isinstance(end, Mapping) and end.get("status") in (Status.DONE, Status.FAILED, Status.CANCELLED, Status.UNOBSERVED):
         reason = end.get("reason")
         return Ending(Status(end["status"]), None if reason is None else str(reason))
     reply = record.get("r")

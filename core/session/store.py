@@ -45,13 +45,15 @@ class Status(StrEnum):
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    UNOBSERVED = "unobserved"
+    """A run someone else drives that the viewer stopped watching before it ended: it goes on."""
 
     @property
     def finished(self) -> bool:
         return self in _FINISHED
 
 
-_FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
+_FINISHED = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED, Status.UNOBSERVED})
 _LIVE = (Status.RUNNING, Status.CANCELLING)
 
 
@@ -653,6 +655,10 @@ class RolloutStore:
     def failed(self, key: str, reason: str, cancelled: bool = False, t: float | None = None) -> None:
         """The run ended without an episode."""
         self.ended(key, Ending(Status.CANCELLED if cancelled else Status.FAILED, reason), None, t)
+
+    def unobserved(self, key: str, reason: str, t: float | None = None) -> None:
+        """The viewer stopped watching a run someone else drives; the run goes on."""
+        self.ended(key, Ending(Status.UNOBSERVED, reason), None, t)
 
     def ended(self, key: str, ending: Ending, record: dict[str, Any] | None = None, t: float | None = None) -> None:
         """The one way a rollout ends (the first ending wins); `record` is its episode

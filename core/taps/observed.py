@@ -213,6 +213,15 @@ class ObservedRuns:
         self.store.failed(key, reason)
         self._record_reply(key, {"success": False, "error": reason})
 
+    def unobserve_all(self, reason: str) -> None:
+        """Every run still open is left unobserved here (the viewer stopped; they go on)."""
+        for run in list(self.keys):
+            key = self.keys.pop(run)
+            self.lossy.pop(run, None)
+            if not self.store.rollouts[key].status.finished:
+                self.store.unobserved(key, reason)
+                self._record_reply(key, {"success": False, "error": reason})
+
     def end_all(self, reason: str, cancelled: bool = False) -> None:
         """Every run still open ends here (the tap closed before their replies)."""
         for run in list(self.keys):

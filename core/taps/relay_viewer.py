@@ -132,7 +132,7 @@ class RelayViewer(TapVariant):
             self._main.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
-        self.runs.end_all("the viewer stopped before the run ended (the run itself goes on)")
+        self.runs.unobserve_all("the viewer stopped before the run ended (the run itself goes on)")
         if self.relay_gone:
             self.reason = f"the relay at {self.address} went away (no heartbeat) and had not come back"
         if self.unread:

@@ -188,9 +188,9 @@ async def test_sigterm_stops_a_headless_tap_behind_a_backlog_with_its_summary() 
             tap.kill()
             tap.wait()
     assert tap.returncode == 143, out + err
-    assert "SIGTERM: cancelling every run and stopping every server" in out
-    assert re.search(r"^v/0 \[.*\] (failed|cancelled) .*the viewer stopped before the run ended", out, re.MULTILINE), out
-    summary = re.search(r"^v: done; [^\n]*", out, re.MULTILINE)
+    assert "SIGTERM: stopping the viewer; the runs it watches go on" in out and "cancelling" not in out
+    assert re.search(r"^v/0 \[.*\] unobserved .*the viewer stopped before the run ended", out, re.MULTILINE), out
+    summary = re.search(r"^v: done; 1 unobserved; [^\n]*", out, re.MULTILINE)
     assert summary, out
     left = re.search(r"the viewer left ([\d,]+) relay messages unread at the stop \(the runs themselves go on\)$", summary[0])
     assert left is None or int(left[1].replace(",", "")) <= BACKLOG
@@ -269,3 +269,15 @@ async def test_headless_tap_says_the_relay_went_away_and_so_does_its_summary() -
             tap.wait()
     assert line.startswith(f"v: the relay at {relay.address} went away")
     assert re.search(r"^v: done; .*the relay at \S+ went away", out, re.MULTILINE), out + err
+
+
+@pytest.mark.parametrize("headless", [True, False], ids=["headless", "tui"])
+def test_cancel_stalled_on_a_relay_viewer_is_refused_with_the_reason(headless: bool) -> None:
+    relay = Relay("tcp://127.0.0.1:0")
+    try:
+        argv = [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--no-record", "--cancel-stalled", "5"]
+        result = subprocess.run(argv + (["--headless"] if headless else []), capture_output=True, text=True, timeout=WAIT, stdin=subprocess.DEVNULL)
+    finally:
+        relay.close()
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--cancel-stalled cannot cancel v's rollouts: a relay only publishes" in result.stderr
