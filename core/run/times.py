@@ -62,6 +62,13 @@ class RolloutTimes:
         agent = self.span("agent")
         return agent.end - agent.start if agent is not None and agent.end is not None else None
 
+    def durations(self) -> dict[str, float]:
+        """Seconds in each ended span, and the agent's model and harness parts, as
+        `core.session.store.phase_durations` reads them from a trace's timing."""
+        durations = {span.phase: span.end - span.start for span in self.spans if span.end is not None}
+        durations.update((part, seconds) for part, seconds in (("model", self.model), ("harness", self.harness)) if seconds)
+        return durations
+
     def call_intervals(self) -> Iterable[tuple[float, float]]:
         calls = self.calls
         return zip(calls[::2], calls[1::2])

@@ -494,7 +494,9 @@ class RolloutStore:
         self.clock = clock
         self.rollouts: dict[str, Rollout] = {}
         self.variants: dict[str, list[str]] = {}
-        self._durations: dict[str, dict[str, list[float]]] = {}
+        self._durations: dict[str, dict[str, dict[str, float]]] = {}
+        """Per variant, each done rollout's seconds per phase (`phase_durations`), by
+        key: a rollout read again (an opened recording loads it) replaces its own."""
         self._changes = Changes()
         self.dropped_frames = 0
         """Frames a client could not use (the screen may then miss what they held)."""
@@ -515,7 +517,7 @@ class RolloutStore:
     def add_variant(self, name: str) -> None:
         if name not in self.variants:
             self.variants[name] = []
-            self._durations[name] = {key: [] for key in DURATION_KEYS}
+            self._durations[name] = {}
             self._changes.variants.add(name)
 
     def add_rollout(
@@ -676,9 +678,9 @@ class RolloutStore:
         for trace in rollout.traces.values():
             trace.pending_since = trace.tools_since = None
         if ending.status is Status.DONE and rollout.primary is not None:
-            durations = self._durations[rollout.variant]
-            for phase, seconds in phase_durations(rollout.primary.timing).items():
-                durations[phase].append(seconds)
+            self._durations[rollout.variant][key] = phase_durations(rollout.primary.timing)
+        elif ending.status is Status.DONE and (times := rollout.times) is not None:
+            self._durations[rollout.variant][key] = times.durations()  # known by its summary alone
         self._account(rollout)
         self._touch(rollout)
         self._bump(rollout)
@@ -733,9 +735,13 @@ class RolloutStore:
             if status in _FINISHED and (rollout.traces or rollout.facts is not None):
                 if (reward := rollout.reward) is not None:
                     rewards.append(reward)
+        by_phase: dict[str, list[float]] = {key: [] for key in DURATION_KEYS}
+        for durations in self._durations.get(variant, {}).values():
+            for phase, seconds in durations.items():
+                by_phase[phase].append(seconds)
         phases = {
             phase: (percentile(values, 0.5), percentile(values, 0.95))
-            for phase, values in ((p, sorted(v)) for p, v in self._durations.get(variant, {}).items())
+            for phase, values in ((p, sorted(v)) for p, v in by_phase.items())
             if values
         }
         return VariantStats(
