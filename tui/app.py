@@ -207,6 +207,7 @@ class TracewatchApp(App[None]):
                 self._second()
             elif self._dirty_variants and self._ticks % CARD_EVERY == 0:
                 self._redraw_cards(self._dirty_variants)
+                self._draw_status(now)  # its counts are the cards': drawn at the same tick
 
     def _second(self) -> None:
         """Once a second: clocks (elapsed, activity, uptime, grace), the status line,

@@ -130,6 +130,7 @@ class TracePane(Vertical):
         text = self._title(rollout)
         if text != self._title_line.content:
             self._title_line.update(text, layout=False)
+            self._title_line.tooltip = text.plain  # a title cut with "…" is whole on hover
 
     def _title(self, rollout: Rollout) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis", end="")

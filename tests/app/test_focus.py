@@ -3,9 +3,11 @@ keys and a visible cursor, Enter in the trace's search hands the keys back to it
 
 from __future__ import annotations
 
+from textual.widgets import Static
+
 from tests.support.app_screen import select
 from tests.support.polling import until
-from tests.support.tui_standin import make_engine
+from tests.support.tui_standin import T0, make_engine
 from tui.app import TracewatchApp
 from tui.compare_view import CompareView
 from tui.side_by_side import SideBySideScreen
@@ -57,3 +59,35 @@ async def test_enter_in_the_trace_search_gives_the_keys_back_to_the_transcript()
         await until(pilot, lambda: app.focused is transcript)
         await pilot.press("2")
         await until(pilot, lambda: app.detail.active == "tab-timing")
+
+
+async def test_a_trace_title_that_does_not_fit_ends_with_an_ellipsis_and_is_whole_on_hover() -> None:
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(60, 20)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        key = next(key for key, rollout in app.store.rollouts.items() if rollout.reason and rollout.status.value == "failed")
+        await select(pilot, key)
+        title = app.query_one("#trace-title", Static)
+        whole = title.render()
+        await until(pilot, lambda: app.store.rollouts[key].reason in str(title.render()))
+        whole = str(title.render())
+        assert len(whole) > title.size.width, "the test needs a title wider than the pane"
+        drawn = title.render_line(0).text.rstrip()
+        assert drawn.endswith("…"), drawn
+        assert title.tooltip == whole
+
+
+async def test_the_status_line_and_the_cards_read_the_same_tick() -> None:
+    """Rollouts that end show on the card and in the status line together, not a
+    second apart (with the clock held still, the once-a-second redraw never comes)."""
+    engine = make_engine(finish=False, clock=lambda: T0)
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        status = app.query_one("#status", Static)
+        card = app.cards["baseline"]
+        await until(pilot, lambda: "run 7" in str(card.body.render()) and " 14 running" in str(status.render()))
+        for key, rollout in list(engine.store.rollouts.items()):
+            if rollout.variant == "baseline":
+                engine.store.failed(key, "ended by the test", t=T0)
+        await until(pilot, lambda: "run 0" in str(card.body.render()) and " 7 running" in str(status.render()))
