@@ -87,7 +87,9 @@ class TimelineView(ScrollView, can_focus=True):
         self._span = (0.0, 1.0)
         self._styles: dict[str, Style] = {}
         self._columns: dict[str, list[Column]] = {}
-        """Each variant's concurrency columns for the frame being drawn."""
+        self._columns_for: tuple[object, ...] = ()
+        """Each variant's concurrency columns, kept while the window, the width and the
+        run's buckets stay as they were."""
         self.rows_drawn = 0
         """Rollout bars drawn (a frame draws the rows on screen, not the run)."""
 
@@ -128,7 +130,9 @@ class TimelineView(ScrollView, can_focus=True):
 
     def refresh(self, *regions: Region, **kwargs: bool) -> Self:
         self._span = self.span()
-        self._columns = {}
+        drawn_for = (self._span, self._bar_width(), self.store.series.version)
+        if drawn_for != self._columns_for:  # a cursor move over a still run reads no bucket
+            self._columns, self._columns_for = {}, drawn_for
         return super().refresh(*regions, **kwargs)
 
     # -- keys and mouse ------------------------------------------------------------
