@@ -34,4 +34,5 @@ def variant_for(config: AnyVariantConfig, store: RolloutStore, session_dir: Path
         env=config.environment(),
         grace_seconds=config.grace_seconds,
         deadline_seconds=config.deadline_seconds,
+        finish_without_viewer=config.on_viewer_exit == "finish",
     )

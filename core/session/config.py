@@ -18,7 +18,7 @@ import sys
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -371,6 +371,10 @@ class TapVariantConfig(_VariantFields):
     proxy: ProxySpec | None = None
     eval: list[str] | None = Field(None, description='a vf-eval command line, e.g. ["vf-eval", "@", "eval.toml"]')
     relay: str | None = Field(None, description="tcp://host:port of a driver's tracewatch_relay.Relay")
+    on_viewer_exit: Literal["stop", "finish"] = Field(
+        "stop",
+        description='an eval\'s fate if tracewatch dies: "stop" it (the default), or let it "finish" and write its results',
+    )
 
     @field_validator("eval", mode="before")
     @classmethod
@@ -388,6 +392,8 @@ class TapVariantConfig(_VariantFields):
             raise ValueError(
                 "expected exactly one of proxy (a table: listen, upstream), eval (a command line) or relay (tcp://host:port)"
             )
+        if self.on_viewer_exit != "stop" and self.eval is None:
+            raise ValueError("on_viewer_exit is an eval's choice; a proxy or relay viewer has no eval to finish")
         return self
 
     def environment(self) -> dict[str, str]:

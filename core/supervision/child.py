@@ -103,6 +103,7 @@ class SupervisedChild:
         deadline_seconds: float,
         supervisor_grace_seconds: float,
         label: str = "",
+        finish_without_app: bool = False,
     ) -> None:
         if not argv:
             raise ValueError("argv must name a program")
@@ -116,6 +117,8 @@ class SupervisedChild:
         self.deadline_seconds = deadline_seconds
         self.supervisor_grace_seconds = supervisor_grace_seconds
         self.label = label
+        self.finish_without_app = finish_without_app
+        """If the app dies, the command runs on to its end (still under the deadline)."""
         self.argv_digest = supervisor.argv_digest(self.argv)
         self._used = False
         self._process: subprocess.Popen[bytes] | None = None
@@ -301,6 +304,7 @@ class SupervisedChild:
             "--record", str(self.record_path),
             "--deadline-seconds", repr(float(self.deadline_seconds)),
             "--grace-seconds", repr(float(self.supervisor_grace_seconds)),
+            "--on-parent-gone", "finish" if self.finish_without_app else "stop",
             "--", *self.argv,
         ]  # fmt: skip
 

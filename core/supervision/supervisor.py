@@ -1,12 +1,14 @@
 """Run one command so that it cannot outlive the app that started it.
 
     python core/supervision/supervisor.py --parent-fd N --record PATH \\
-        --deadline-seconds S --grace-seconds G -- ARGV...
+        --deadline-seconds S --grace-seconds G [--on-parent-gone stop|finish] -- ARGV...
 
 The app cannot clean up after itself once it is SIGKILLed, so this small process
 does it: it starts ARGV in a session (and process group) of its own and stops that
 whole group when the app's liveness pipe reads end-of-file, when the hard deadline
-passes, or when it is sent SIGTERM/SIGINT itself. Stopping is SIGTERM, the grace
+passes, or when it is sent SIGTERM/SIGINT itself. With `--on-parent-gone finish` (a
+costly eval whose viewer crashed) the app's end is noted (`parent_gone_at`) and the
+command runs on to its own end, still under the deadline, signals and reaping. Stopping is SIGTERM, the grace
 period (the app waits longer, so this escalation finishes before the app's), then
 SIGKILL. Anything left in the group after the command exits is stopped the same
 way. The exit status is the command's (128+signal if a signal ended it).
@@ -174,9 +176,10 @@ def _now() -> str:
 
 class _Supervision:
     def __init__(
-        self, record_path: str, parent_fd: int, deadline: float, grace: float, command: list[str]
+        self, record_path: str, parent_fd: int, deadline: float, grace: float, command: list[str], finish: bool = False
     ) -> None:
         self.command = command
+        self.finish_without_parent = finish
         self.record_path = record_path
         self.parent_fd = parent_fd
         self.deadline = deadline
@@ -194,6 +197,8 @@ class _Supervision:
             "deadline_seconds": deadline,
             "grace_seconds": grace,
             "subreaper": False,
+            "on_parent_gone": "finish" if finish else "stop",
+            "parent_gone_at": None,
             "started_at": _now(),
             "finished_at": None,
             "sigkill_due_at": None,
@@ -238,6 +243,7 @@ class _Supervision:
         """Block until something says the command must stop (or it exits); return why."""
         assert self.child is not None
         ends_at = time.monotonic() + self.deadline
+        watched = [self.parent_fd]
         while True:
             if self.requested is not None:
                 return self.requested
@@ -246,9 +252,13 @@ class _Supervision:
             remaining = ends_at - time.monotonic()
             if remaining <= 0:
                 return "deadline"
-            readable, _, _ = select.select([self.parent_fd], [], [], min(_TICK, remaining))
+            readable, _, _ = select.select(watched, [], [], min(_TICK, remaining))
             if readable and not os.read(self.parent_fd, 4096):
-                return "parent_gone"
+                if not self.finish_without_parent:
+                    return "parent_gone"
+                watched = []
+                self.record["parent_gone_at"] = _now()
+                self.save()
 
     def stop(self, reason: str) -> None:
         """SIGTERM the group and what we inherited, give them the whole grace period,
@@ -321,10 +331,10 @@ class _Supervision:
         return code if code >= 0 else 128 - code
 
 
-def _parse(args: list[str]) -> tuple[int, str, float, float, list[str]]:
+def _parse(args: list[str]) -> tuple[int, str, float, float, list[str], bool]:
     usage = (
         "usage: python core/supervision/supervisor.py --parent-fd N --record PATH "
-        "--deadline-seconds S --grace-seconds G -- ARGV..."
+        "--deadline-seconds S --grace-seconds G [--on-parent-gone stop|finish] -- ARGV..."
     )
     if "--" not in args:
         raise SystemExit(usage)
@@ -332,7 +342,11 @@ def _parse(args: list[str]) -> tuple[int, str, float, float, list[str]]:
     options, command = args[:split], args[split + 1 :]
     names = ("--parent-fd", "--record", "--deadline-seconds", "--grace-seconds")
     values = dict(zip(options[::2], options[1::2]))
-    if not command or len(options) != 2 * len(names) or set(values) != set(names):
+    on_parent_gone = values.pop("--on-parent-gone", "stop")
+    keys = options[::2]
+    if not command or len(options) % 2 or len(set(keys)) != len(keys) or set(values) != set(names):
+        raise SystemExit(usage)
+    if on_parent_gone not in ("stop", "finish"):
         raise SystemExit(usage)
     try:
         parent_fd = int(values["--parent-fd"])
@@ -341,12 +355,12 @@ def _parse(args: list[str]) -> tuple[int, str, float, float, list[str]]:
         os.fstat(parent_fd)
     except (ValueError, OSError) as error:
         raise SystemExit(f"{usage}\n{error}") from None
-    return parent_fd, values["--record"], deadline, grace, command
+    return parent_fd, values["--record"], deadline, grace, command, on_parent_gone == "finish"
 
 
 def main(args: list[str] | None = None) -> int:
-    parent_fd, record_path, deadline, grace, command = _parse(sys.argv[1:] if args is None else args)
-    supervision = _Supervision(record_path, parent_fd, deadline, grace, command)
+    parent_fd, record_path, deadline, grace, command, finish = _parse(sys.argv[1:] if args is None else args)
+    supervision = _Supervision(record_path, parent_fd, deadline, grace, command, finish)
     supervision.record["subreaper"] = become_subreaper()
     signal.signal(signal.SIGTERM, supervision.on_signal)
     signal.signal(signal.SIGINT, supervision.on_signal)

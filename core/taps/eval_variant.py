@@ -66,6 +66,7 @@ class EvalVariant(TapVariant, CapturedChild):
         env: dict[str, str] | None = None,
         grace_seconds: float = 10.0,
         deadline_seconds: float = 86400.0,
+        finish_without_viewer: bool = False,
     ) -> None:
         super().__init__(name, store, recorder)
         self.argv = argv
@@ -74,6 +75,8 @@ class EvalVariant(TapVariant, CapturedChild):
         self.env = env or {}
         self.grace_seconds = grace_seconds
         self.deadline_seconds = deadline_seconds
+        self.finish_without_viewer = finish_without_viewer
+        """`on_viewer_exit = "finish"`: if tracewatch dies, the eval runs on and writes its results."""
         self.run_dir: str | None = None
         self.outcome_text: str | None = None
         self.dropped = 0
@@ -197,6 +200,7 @@ class EvalVariant(TapVariant, CapturedChild):
             deadline_seconds=self.deadline_seconds,
             supervisor_grace_seconds=max(0.5, self.grace_seconds * 0.6),
             label=self.name,
+            finish_without_app=self.finish_without_viewer,
         )
         pid = await asyncio.to_thread(self._child.start)
         self.server_started_at = time.time()

@@ -5,6 +5,7 @@ injected through a `sitecustomize` streaming every in-process rollout back."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -17,9 +18,10 @@ from core.engine.opened import OpenedRecording, OpenedRun
 from core.session.config import Config, build_config
 from core.session.contracts import VariantState
 from core.session.store import Status
+from core.supervision.supervisor import group_alive
 from core.taps.eval_variant import INJECT_DIR, EvalVariant
 from tests.support.interop.fake_model import MODEL, FakeModel
-from tests.support.polling import eventually
+from tests.support.polling import eventually, wait_until
 from tests.support.repo import INTEROP
 from tests.support.tap_checks import assert_read_in_order_or_counted
 
@@ -278,3 +280,34 @@ def test_an_eval_that_shows_no_rollout_says_why(code, why) -> None:
     assert result.returncode == 1
     (summary,) = [line for line in result.stdout.splitlines() if line.startswith("eval: failed; no rollouts")]
     assert f"; no rollout reached tracewatch: {why}" in summary
+
+
+def test_with_finish_an_eval_outlives_a_killed_viewer_and_its_results_open(model, eval_env, monkeypatch) -> None:
+    """The headless viewer is SIGKILLed while a model call hangs; the eval, told to
+    finish, runs on once it is released, writes its run directory, and exits 0 under
+    its supervisor, which `tracewatch open` then shows."""
+    monkeypatch.setenv("TW_EVALSET_HANG", "1")
+    monkeypatch.setenv("TRACEWATCH_HOME", str(eval_env / "home"))
+    config = eval_env / "tracewatch.toml"
+    config.write_text(
+        f'[[variants]]\nname = "ev"\neval = {json.dumps(vf_eval(model, eval_env / "out", rollouts=1))}\n'
+        'on_viewer_exit = "finish"\n'
+    )
+    viewer = subprocess.Popen([sys.executable, "-m", "tui.cli", "--headless", "--no-record", str(config)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        assert model.hanging.wait(WAIT), "the scripted model call never hung"
+        viewer.kill()
+        viewer.wait(WAIT)
+    finally:
+        if viewer.poll() is None:
+            viewer.kill()
+    (record_path,) = (eval_env / "home" / "sessions").glob("*/ev-1/supervisor.json")
+    model.release()
+    record = wait_until(lambda: (r := json.loads(record_path.read_text()))["state"] == "finished" and r, WAIT, "the eval finished")
+    assert record["parent_gone_at"] is not None and record["reason"] == "child_exited" and record["exit_code"] == 0
+    assert not group_alive(record["child_pgid"])
+    (traces,) = (eval_env / "out").glob("*/traces.jsonl")
+    opened = OpenedRun(traces.parent)
+    assert sorted((r.task_label, r.reward) for r in opened.store.rollouts.values()) == sorted(EXPECTED.items())
+

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.supervision.supervisor import START_FAILED_EXIT, argv_digest
+from core.supervision.supervisor import START_FAILED_EXIT, argv_digest, group_alive
 from tests.support.child_helpers import HOLDER, child_kwargs, program, reported_pids
 from tests.support.polling import MARGIN, pid_gone, wait_until
 
@@ -20,7 +20,7 @@ GRACE = 0.5
 class Launched:
     """A supervisor started straight from its command line, this test holding the pipe."""
 
-    def __init__(self, tmp_path: Path, argv: list[str], deadline: float = 60.0, grace: float = GRACE) -> None:
+    def __init__(self, tmp_path: Path, argv: list[str], deadline: float = 60.0, grace: float = GRACE, on_parent_gone: str = "stop") -> None:
         self.grace = grace
         self.record_path = tmp_path / "record.json"
         self.stdout_path = tmp_path / "out.log"
@@ -29,7 +29,7 @@ class Launched:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "core.supervision.supervisor", "--parent-fd", str(read_end),
                  "--record", str(self.record_path), "--deadline-seconds", str(deadline),
-                 "--grace-seconds", str(grace), "--", *argv],
+                 "--grace-seconds", str(grace), "--on-parent-gone", on_parent_gone, "--", *argv],
                 stdout=out,
                 pass_fds=(read_end,),
                 start_new_session=True,
@@ -149,3 +149,24 @@ def test_escapee_ignoring_sigterm_is_killed_after_the_command_exits(tmp_path):
     assert signals_sent(record) == ["SIGTERM", "SIGKILL"]
     assert record["signals"][0]["inherited"] == escapee
     wait_until(lambda: all(map(pid_gone, escapee)), MARGIN, "the escaped grandchild to be gone")
+
+
+def test_finish_without_the_app_runs_the_command_to_its_end(tmp_path):
+    launched = Launched(tmp_path, [sys.executable, "-c", "import time; time.sleep(1.5); print('results written')"], on_parent_gone="finish")
+    os.close(launched.write_end)  # the app is gone at once
+    launched.write_end = os.open(os.devnull, os.O_RDONLY)  # what wait() closes
+    assert launched.wait() == 0
+    record = launched.record()
+    assert record["reason"] == "child_exited" and record["exit_code"] == 0 and record["signals"] == []
+    assert record["on_parent_gone"] == "finish" and record["parent_gone_at"] is not None
+    assert "results written" in launched.stdout_path.read_text()
+
+
+def test_finish_without_the_app_still_enforces_the_deadline(tmp_path):
+    launched = Launched(tmp_path, [sys.executable, "-c", "import time; time.sleep(600)"], deadline=2.0, on_parent_gone="finish")
+    os.close(launched.write_end)
+    launched.write_end = os.open(os.devnull, os.O_RDONLY)
+    assert launched.wait() == 128 + signal.SIGTERM
+    record = launched.record()
+    assert record["reason"] == "deadline" and record["parent_gone_at"] is not None
+    assert signals_sent(record)[:1] == ["SIGTERM"] and not group_alive(record["child_pgid"])

@@ -523,3 +523,12 @@ def test_the_attach_command_refuses_a_key_in_the_base_urls_query(tmp_path):
     assert done.returncode == 2
     assert "argument --base-url: holds what looks like a URL with a credential in its query" in done.stderr
     assert "QUERYSECRET1" not in done.stderr + done.stdout
+
+
+def test_on_viewer_exit_is_an_evals_choice(tmp_path):
+    (tmp_path / "tasks.jsonl").write_text("")
+    path = write(tmp_path, '[[variants]]\nname = "ev"\neval = ["vf-eval", "x"]\non_viewer_exit = "finish"\n', tasks=None)
+    assert load_config(path).variants[0].on_viewer_exit == "finish"
+    message = problems(write(tmp_path, '[[variants]]\nname = "r"\nrelay = "tcp://127.0.0.1:9"\non_viewer_exit = "finish"\n', tasks=None))
+    assert "on_viewer_exit is an eval's choice" in message
+    assert "on_viewer_exit" in problems(write(tmp_path, '[[variants]]\nname = "ev"\neval = ["vf-eval"]\non_viewer_exit = "linger"\n', tasks=None))
