@@ -161,8 +161,9 @@ class VariantCard(Horizontal, can_focus=True):
     def _detail(self, now: float, palette: Palette) -> Text | None:
         """The cancel escalation while it runs, then its outcome; or why it failed."""
         variant = self.variant
-        if variant.outcome_text:
-            return Text(safe(variant.outcome_text), style=palette.warning)
+        if variant.outcome_text:  # how it exited, and why in its own words (its stderr's tail)
+            words = f"{variant.outcome_text} · {variant.reason}" if variant.reason else variant.outcome_text
+            return Text(safe(words), style=palette.warning)
         if variant.escalation:
             self.tooltip = "\n".join(
                 _STEP.get(e.kind, e.kind) + (f": {safe(e.detail)}" if e.detail else "") for e in variant.escalation

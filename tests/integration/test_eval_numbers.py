@@ -13,11 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from core.engine.live import Engine
 from core.engine.opened import OpenedRecording, OpenedRun
 from core.session.compare import compare
+from core.session.config import Config
+from core.session.contracts import VariantState
 from core.session.store import percentile
+from tests.app.test_app_recordings import card_text
 from tests.support.interop.fake_model import MODEL, FakeModel
+from tests.support.polling import until
 from tests.support.repo import INTEROP
+from tui.app import TracewatchApp
 
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 WAIT = 180.0
@@ -160,3 +166,17 @@ def test_an_opened_recordings_phase_percentiles_cover_every_finished_rollout_fro
     for key in list(session.store.rollouts)[:3]:
         session.load(key)
         assert session.store.stats("ev").phases["agent"] == pytest.approx(expected, abs=1e-6), f"after visiting {key}"
+
+
+async def test_a_failed_evals_card_says_why_in_the_evals_own_words(eval_run, tmp_path, monkeypatch) -> None:
+    """vf-eval refuses a run directory that already holds results; the card says so
+    (its stderr's tail), not only its exit code."""
+    argv = [VF_EVAL, "tw_evalset", "-m", MODEL, "--no-rich", "--no-push", "-o", str(eval_run.run_dir.parent), "--run.name", eval_run.run_dir.name]
+    engine = Engine(Config.for_eval(argv, "again"), session_dir=tmp_path / "s")
+    app = TracewatchApp(engine)
+    for name in ("PYTHONPATH", "HOME"):
+        monkeypatch.setenv(name, eval_env(tmp_path)[name])
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: engine.variants["again"].state is VariantState.FAILED, "the eval failing", timeout=WAIT)
+        await until(pilot, lambda: "already contains results" in card_text(app.cards["again"]), "the card saying why")
+        assert "exit code 1" in card_text(app.cards["again"])
