@@ -11,6 +11,7 @@ from typing import Any
 from rich.style import Style
 
 from core.session.store import ROLLOUT_PHASES, Rollout, Status
+from core.tokens.flags import FLAGS
 from tui.literal import safe
 from tui.numbers import clock, reward_text
 from tui.palette import Palette
@@ -75,6 +76,15 @@ def _errors(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cel
     return (str(errors), palette.error) if errors else ("", PLAIN)
 
 
+FLAG_MARKS = {"tool-trained": "tool", "misaligned": "align"}
+"""How the Flags column writes each flag (`core.tokens.flags`), short enough that two fit."""
+
+
+def _flags(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cell:
+    flags = rollout.flags
+    return (" ".join(FLAG_MARKS[flag] for flag in FLAGS if flag in flags), palette.warning) if flags else ("", PLAIN)
+
+
 _PHASE_ORDER = {phase: i for i, phase in enumerate(ROLLOUT_PHASES)}
 
 COLUMNS: tuple[Column, ...] = (
@@ -102,13 +112,13 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column("activity", "Activity", 16, 6, sort=lambda r, now: r.activity(now)[1], cell=_activity, ticks=True),
     Column(
-        "turns", "Turns", 5, 9,
+        "turns", "Turns", 5, 10,
         sort=lambda r, now: r.turns,
         cell=lambda r, now, palette, stall: (str(r.turns), PLAIN),
         measure=lambda r, now: r.turns,
     ),
     Column(
-        "tokens", "Tokens", 7, 10,
+        "tokens", "Tokens", 7, 11,
         sort=lambda r, now: r.tokens,
         cell=lambda r, now, palette, stall: (f"{r.tokens:,}", PLAIN),
         measure=lambda r, now: r.tokens,
@@ -127,11 +137,13 @@ COLUMNS: tuple[Column, ...] = (
         measure=lambda r, now: r.elapsed(now) if r.started_at else None,
     ),
     Column("errors", "Errors", 6, 8, sort=lambda r, now: r.errors, cell=_errors, measure=lambda r, now: r.errors),
-    Column("trace", "Trace", 9, 11, sort=lambda r, now: next(iter(r.trace_ids), ""), cell=_trace),
+    Column("flag", "Flags", 10, 9, sort=lambda r, now: len(r.flags), cell=_flags, filtered=True),
+    Column("trace", "Trace", 9, 12, sort=lambda r, now: next(iter(r.trace_ids), ""), cell=_trace),
 )
 """Left to right: what a glance needs first (what runs, where it is, what it does now)
 on the left, so an 80-column terminal shows it without scrolling; the trace id, a
 cross-reference, last. By priority a narrow table keeps what runs, where it is, what it
-does now, how it ended, how long, whether it failed; the cross-references last."""
+does now, how it ended, how long, whether it failed, whether its training tokens are
+wrong; the cross-references last."""
 
 BY_KEY = {column.key: column for column in COLUMNS}

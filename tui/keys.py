@@ -83,7 +83,7 @@ KEYS: tuple[Key, ...] = (
     # Footer first, in the order a narrow footer keeps them: help and quit never drop off.
     Key("question_mark", "help", "Help", "help: every key, by where it works", footer="Help"),
     Key("q", "quit", "Quit", "quit: cancel every run, stop every server, exit", footer="Quit"),
-    Key("slash", "filter", "Filter rollouts", "filter rows (variant: status: phase: error: reward:<1 elapsed:>1m30s …); in a trace, search", footer="Filter", priority=True),
+    Key("slash", "filter", "Filter rollouts", "filter rows (variant: status: phase: error: flag: reward:<1 elapsed:>1m30s …); in a trace, search", footer="Filter", priority=True),
     Key("escape", "clear_filter", "Clear filter", "clear the filter and go back to the table"),
     Key("s", "start_variant", "Start variant", "start the selected rollout's variant (or the focused card's)", footer="Start", writes=True),
     Key("x", "cancel_variant", "Cancel variant", "cancel a variant: confirm with y; again while cancelling: SIGKILL now", footer="Stop var", writes=True),

@@ -6,6 +6,8 @@ picks rollouts with no delta for longer than the store's stall threshold. The nu
 columns take comparisons (`reward:<1`, `tokens:>=5000`, `elapsed:>1m30s`; no operator
 means equal), alternatives again comma-separated; a rollout without the number (no
 reward yet) matches none. `error:TEXT` looks in why a rollout failed or was cancelled.
+`flag:tool-trained` and `flag:misaligned` pick the rollouts whose training tokens are
+wrong that way (`core.tokens.flags`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from core.session.store import ROLLOUT_PHASES, Rollout, Status
+from core.tokens.flags import FLAGS
 from tui.columns import COLUMNS
 
 FIELDS = (*(column.key for column in COLUMNS if column.filtered), "status")
@@ -86,6 +89,7 @@ class RowFilter:
     errors: tuple[str, ...] = ()
     malformed: tuple[str, ...] = ()
     """What a comparison that could not be read should have been (it filters nothing)."""
+    flags: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> RowFilter:
@@ -110,11 +114,11 @@ class RowFilter:
                 words.append(token)
         return cls(
             tuple(fields["variant"]), tuple(fields["status"]), tuple(fields["phase"]), tuple(words),
-            tuple(comparisons), tuple(errors), tuple(malformed),
+            tuple(comparisons), tuple(errors), tuple(malformed), tuple(fields["flag"]),
         )
 
     def __bool__(self) -> bool:
-        return bool(self.variants or self.statuses or self.phases or self.words or self.comparisons or self.errors)
+        return bool(self.variants or self.statuses or self.phases or self.words or self.comparisons or self.errors or self.flags)
 
     @property
     def moves_with_time(self) -> bool:
@@ -139,6 +143,7 @@ class RowFilter:
             _tightens(self.variants, wider.variants, _contains)
             and _tightens(self.statuses, wider.statuses, _status_implies)
             and _tightens(self.phases, wider.phases, _contains)
+            and _tightens(self.flags, wider.flags, _contains)
             and all(any(old in new for new in self.words) for old in wider.words)
             and set(wider.comparisons) <= set(self.comparisons)
             and all(any(old in new for new in self.errors) for old in wider.errors)
@@ -147,9 +152,10 @@ class RowFilter:
     def problems(self, variants: Iterable[str]) -> list[str]:
         """A value no rollout can match, with the values there are: `status:bogus`
         shows why the table is empty rather than just an empty table."""
-        known = {"variant": tuple(v.lower() for v in variants), "status": STATUSES, "phase": ROLLOUT_PHASES}
+        known = {"variant": tuple(v.lower() for v in variants), "status": STATUSES, "phase": ROLLOUT_PHASES, "flag": FLAGS}
         found = []
-        for name, values in (("variant", self.variants), ("status", self.statuses), ("phase", self.phases)):
+        fields = (("variant", self.variants), ("status", self.statuses), ("phase", self.phases), ("flag", self.flags))
+        for name, values in fields:
             for value in values:
                 if not _any_in((value,), " ".join(known[name])):
                     found.append(f"{name}:{value} matches nothing; {name} is one of {', '.join(known[name]) or '(none yet)'}")
@@ -203,12 +209,14 @@ class RowFilter:
         return matches
 
     def _outcome(self, now: float) -> Callable[[Rollout], bool] | None:
-        """The comparisons and `error:` texts as one test (None: there are none)."""
-        comparisons, errors = self.comparisons, self.errors
-        if not comparisons and not errors:
+        """The comparisons, `error:` texts and flags as one test (None: there are none)."""
+        comparisons, errors, flags = self.comparisons, self.errors, self.flags
+        if not comparisons and not errors and not flags:
             return None
 
         def holds(rollout: Rollout) -> bool:
+            if flags and not any(_any_in(flags, flag) for flag in rollout.flags):
+                return False
             if not all(comparison.holds(MEASURES[comparison.field](rollout, now)) for comparison in comparisons):
                 return False
             reason = (rollout.reason or "").lower()
@@ -234,6 +242,8 @@ class RowFilter:
             _accepted(self.variants, variants, str.lower),
             _accepted(self.statuses, tuple(status.value for status in Status), str),
             _accepted(self.phases, ROLLOUT_PHASES, str),
+            # a rollout has no flag or some: accepting every flag still asks for one
+            frozenset(flag for flag in FLAGS if _any_in(self.flags, flag)) if self.flags else None,
             frozenset(word for word in self.words if not any(word in other and word != other for other in self.words)),
             frozenset(self.comparisons),
             frozenset(text for text in self.errors if not any(text in other and text != other for other in self.errors)),

@@ -13,6 +13,7 @@ from textual.widgets import Button, Static
 
 from core.session.contracts import VariantState, VariantView
 from core.session.store import RolloutStore, Status
+from core.tokens.flags import FLAGS
 from tui.literal import safe
 from tui.numbers import clock
 from tui.palette import Palette
@@ -127,6 +128,9 @@ class VariantCard(Horizontal, can_focus=True):
         counts.append(f"  done {tally[Status.DONE]}", style=palette.success)
         counts.append(f"  fail {tally[Status.FAILED]}", style=palette.error if tally[Status.FAILED] else "")
         counts.append(f"  cxl {tally[Status.CANCELLED]}")
+        for flag in FLAGS:
+            if stats.flagged.get(flag):
+                counts.append(f"  {flag} {stats.flagged[flag]}", style=palette.warning)
         reward = Text(f"mean reward {stats.mean_reward:.2f}", style="bold") if stats.mean_reward is not None else None
         if self.size.height and self.size.height < 4:
             rows = [Text(" · ").join([head, server]), detail or Text(" · ").join([counts, *([reward] if reward else [])])]

@@ -15,26 +15,29 @@ from core.recordings.ending import recorded_ending
 from core.recordings.file_format import Damage
 from core.recordings.reader import Scan, read_header
 from core.session.store import Ending, RolloutFacts, Status, rollout_facts
+from core.tokens.flags import COMPACT_STREAMS, NO_FLAGS, node_flags
 from core.wire.delta_checks import DeltaValueError, check_scalars
 from core.wire.protocol import unpack_record
 
 
 class _TraceCounts:
     """What a table row needs of one trace (`TraceCounts`), counted from its deltas
-    without keeping them: sampled nodes (turns), errors and failed calls, and its
-    latest scalars; its model calls are not read (`call_spans`)."""
+    without keeping them: sampled nodes (turns), errors and failed calls, its nodes'
+    flags and its latest scalars; its model calls are not read (`call_spans`)."""
 
-    __slots__ = ("turns", "errors", "scalars")
+    __slots__ = ("turns", "errors", "scalars", "flags")
     call_spans = None
 
     def __init__(self) -> None:
         self.turns = 0
         self.errors = 0
         self.scalars: dict[str, Any] = {}
+        self.flags = NO_FLAGS
 
     def add(self, delta: dict[str, Any]) -> None:
         self.turns += delta.get("sampled", 0)
         self.errors += delta.get("errors", 0) + delta.get("failed_calls", 0)
+        self.flags = self.flags.union(delta.get("flags", NO_FLAGS))
         scalars = delta.get("set")
         if isinstance(scalars, dict) and _usable(scalars):
             self.scalars.update(scalars)
@@ -145,8 +148,8 @@ class RolloutSummary:
 
 def _read_for_index(unpacker: msgpack.Unpacker) -> dict[str, Any]:
     """A record with only what the index keeps decoded: a delta's `trace`, `discard`
-    and `set`, and counts of its sampled nodes, errors and failed calls; the node and
-    call contents, the bulk of a recording, are skipped undecoded."""
+    and `set`, counts of its sampled nodes, errors and failed calls, and its nodes'
+    flags; the messages and calls, and token arrays no flag reads, are skipped undecoded."""
     record = {}
     for _ in range(unpacker.read_map_header()):
         key = unpacker.unpack()
@@ -165,7 +168,7 @@ def _read_for_index(unpacker: msgpack.Unpacker) -> dict[str, Any]:
             if field in ("trace", "set", "discard"):
                 delta[field] = unpacker.unpack()
             elif field == "nodes":
-                delta["sampled"] = _count_items(unpacker, "sampled", lambda sampled: bool(sampled))
+                delta["sampled"], delta["flags"] = _nodes(unpacker)
             elif field == "calls":
                 delta["failed_calls"] = _count_items(unpacker, "node", lambda node: node is None)
             elif field == "errors":
@@ -173,6 +176,58 @@ def _read_for_index(unpacker: msgpack.Unpacker) -> dict[str, Any]:
             else:
                 unpacker.skip()
     return record
+
+
+_FLAGGED_FIELDS = frozenset({"sampled", "mask", "token_ids", *COMPACT_STREAMS})
+"""What `node_flags` reads of a node, beside its message's role."""
+
+
+def _nodes(unpacker: msgpack.Unpacker) -> tuple[int, frozenset[str]]:
+    """How many of the nodes under the read position were sampled, and their flags
+    (`node_flags`, on the fields it reads); a value that is not a list of maps (the
+    store rejects it) counts nothing."""
+    try:
+        items = unpacker.read_array_header()
+    except ValueError:  # not a list: nothing consumed yet
+        unpacker.skip()
+        return 0, NO_FLAGS
+    sampled = 0
+    flags = NO_FLAGS
+    for _ in range(items):
+        try:
+            fields = unpacker.read_map_header()
+        except ValueError:
+            unpacker.skip()
+            continue
+        node: dict[str, Any] = {}
+        for _ in range(fields):
+            key = unpacker.unpack()
+            if isinstance(key, str) and key in _FLAGGED_FIELDS:
+                node[key] = unpacker.unpack()
+            elif key == "message":
+                node[key] = {"role": _role(unpacker)}
+            else:
+                unpacker.skip()
+        sampled += bool(node.get("sampled"))
+        if found := node_flags(node):
+            flags = flags | found
+    return sampled, flags
+
+
+def _role(unpacker: msgpack.Unpacker) -> Any:
+    """A message's role, the rest of it skipped (None if it is not a map)."""
+    try:
+        fields = unpacker.read_map_header()
+    except ValueError:
+        unpacker.skip()
+        return None
+    role = None
+    for _ in range(fields):
+        if unpacker.unpack() == "role":
+            role = unpacker.unpack()
+        else:
+            unpacker.skip()
+    return role
 
 
 def _count_items(unpacker: msgpack.Unpacker, key: str | None, wanted: Any) -> int:

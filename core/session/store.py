@@ -20,6 +20,7 @@ from typing import Any, Protocol, cast
 from core.run.series import Occupancy, Outcome, RunSeries
 from core.run.times import RolloutTimes, call_interval, times_of
 from core.session.task_identity import task_identity
+from core.tokens.flags import NO_FLAGS, node_flags
 from core.wire.assembly import EpisodeAssembly
 from core.wire.protocol import (
     AGENT_PARTS,
@@ -89,6 +90,7 @@ class TraceState:
         "revision",
         "sampled",
         "call_spans",
+        "flags",
     )
 
     def __init__(self, trace_id: str, record: dict[str, Any]) -> None:
@@ -109,6 +111,8 @@ class TraceState:
         self.call_spans: array[float] = array("d")
         """Its model calls' (start, end), flat: the run's timeline reads them without
         decoding the calls."""
+        self.flags = NO_FLAGS
+        """What is wrong with its training tokens (`node_flags`), over every node landed."""
 
     @property
     def nodes(self) -> Sequence[WireNode]:
@@ -139,6 +143,15 @@ class TraceState:
         """How many turns the nodes before `node` open: the first node opens one, and
         so does each node after a sampled one."""
         return 1 + self.sampled.count(1, 0, node - 1) if node > 0 else 0
+
+    def raise_flags(self, nodes: Iterable[WireNode]) -> bool:
+        """Add the flags of nodes that landed; whether it raised a new one."""
+        flags = self.flags
+        for node in nodes:
+            if found := node_flags(node):
+                flags = flags | found
+        raised, self.flags = flags != self.flags, flags
+        return raised
 
     @property
     def pending(self) -> list[WireMessage]:
@@ -184,6 +197,9 @@ class TraceCounts(Protocol):
         """Its latest `timing`, `ok`, `rewards`, `num_total_tokens` and the rest."""
     @property
     def call_spans(self) -> array[float] | None: ...
+    @property
+    def flags(self) -> frozenset[str]:
+        """Its nodes' `node_flags`, together."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +217,8 @@ class RolloutFacts:
     trace_ids: tuple[str, ...] = ()
     times: RolloutTimes | None = None
     """Its first trace's timing spans and model calls (None: no trace opened)."""
+    flags: frozenset[str] = NO_FLAGS
+    """What is wrong with its traces' training tokens (`core.tokens.flags`)."""
 
 
 NO_FACTS = RolloutFacts(None)
@@ -222,6 +240,7 @@ def rollout_facts(traces: Mapping[str, TraceCounts]) -> RolloutFacts:
         errors=sum(trace.error_count for trace in counts),
         trace_ids=tuple(traces),
         times=times_of(timing, primary.call_spans),
+        flags=NO_FLAGS.union(*(trace.flags for trace in counts)),
     )
 
 
@@ -334,6 +353,10 @@ class Rollout:
     @property
     def reward(self) -> float | None:
         return self.summary().reward
+
+    @property
+    def flags(self) -> frozenset[str]:
+        return self.summary().flags
 
     @property
     def phase(self) -> str:
@@ -474,6 +497,8 @@ class VariantStats:
     scored: int
     phases: dict[str, tuple[float, float]]
     """Per phase (and model/harness), p50 and p95 seconds over finished rollouts."""
+    flagged: dict[str, int] = field(default_factory=dict)
+    """Per flag (`core.tokens.flags`), how many rollouts raise it."""
 
 
 @dataclass
@@ -617,7 +642,7 @@ class RolloutStore:
         self._changes.traces.add((key, trace_id))
         self._touch(rollout)
         if delta.get("discard"):
-            rollout.traces.pop(trace_id, None)
+            self._discard(rollout, trace_id)
             return
         state = rollout.traces.get(trace_id)
         began = state is None and not rollout.traces
@@ -626,6 +651,8 @@ class RolloutStore:
         state.revision += 1
         nodes = delta.get("nodes")
         if nodes:
+            if state.raise_flags(nodes):  # rare: a card counts flagged rollouts
+                self._bump(rollout)
             for node in nodes:
                 sampled = bool(node.get("sampled"))
                 state.sampled.append(sampled)
@@ -648,6 +675,11 @@ class RolloutStore:
         if began and rollout.running_since is None:
             rollout.running_since = now
             self._account(rollout)  # running from here, not waiting
+            self._bump(rollout)
+
+    def _discard(self, rollout: Rollout, trace_id: str) -> None:
+        dropped = rollout.traces.pop(trace_id, None)
+        if dropped is not None and dropped.flags:  # a card counts flagged rollouts
             self._bump(rollout)
 
     def finished(self, key: str, record: dict[str, Any], t: float | None = None) -> None:
@@ -724,6 +756,7 @@ class RolloutStore:
     def _compute_stats(self, variant: str, run: int | None) -> VariantStats:
         counts = dict.fromkeys(Status, 0)
         rewards = []
+        flagged: dict[str, int] = {}
         rollouts = self.rollouts
         for key in self.variants.get(variant, ()):
             rollout = rollouts[key]
@@ -731,6 +764,8 @@ class RolloutStore:
                 continue
             status = Status.QUEUED if rollout.waiting else rollout.status
             counts[status] += 1
+            for flag in rollout.flags:
+                flagged[flag] = flagged.get(flag, 0) + 1
             # one that ended before any trace or summary (cancelled while queued) has no reward
             if status in _FINISHED and (rollout.traces or rollout.facts is not None):
                 if (reward := rollout.reward) is not None:
@@ -749,6 +784,7 @@ class RolloutStore:
             mean_reward=sum(rewards) / len(rewards) if rewards else None,
             scored=len(rewards),
             phases=phases,
+            flagged=flagged,
         )
 
     def live(self) -> list[Rollout]:

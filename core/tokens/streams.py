@@ -24,14 +24,13 @@ import numpy as np
 import numpy.typing as npt
 
 from core.text import short_repr
+from core.tokens.flags import COMPACT_STREAMS
 from core.wire.protocol import Packed
 
 Floats = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
 Ids = npt.NDArray[np.int64]
 
-COMPACT_STREAMS = ("logprobs", "advantages", "reference_logprobs", "trainer_logprobs", "entropies")
-"""Streams over the sampled tokens only: one value per True in `mask`."""
 NO_ID = -1
 """Stands in for a token id that is not an integer a tokenizer could know."""
 _INT64 = np.iinfo(np.int64)

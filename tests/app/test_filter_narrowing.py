@@ -3,7 +3,8 @@ through as the last one looks at no row, one that only narrows it refines the ro
 shown, and each row's test is the filter compiled once (`RowFilter.matcher`, words
 looked up in the rollout's kept `search_text`). The rows must be exactly those a full
 scan with the filter's plain definition (`reference_matches`) finds, for any rollouts
-and any typing, with the store changing, traces opening, going and leaving memory, and time passing
+and any typing, with the store changing, traces opening, going and leaving memory, tool
+results trained on (flags), and time passing
 (stalls) between keys."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PIECES = (
     "fail", "cancel", "done", "starting", "alpha", "beta", "al", "a", "b", "task", "1", ",", " ",
     "ag", "agent", "boot", "error", "2", "ab",
     "reward:", "tokens:", "elapsed:", "errors:", "turns:", "error:", "<", ">=", ">", "=", "0", "0.5", "15", "1m", "x", "boom", "oo",
+    "flag:", "tool", "tool-trained", "mis", "-",
 )
 rollouts = st.lists(
     st.tuples(
@@ -38,7 +40,7 @@ queries = st.lists(
 )
 """Each text typed a key at a time, or put in the field at once (a paste, an edit)."""
 between = st.lists(
-    st.tuples(st.integers(0, 24), st.sampled_from(("start", "fail", "cancel", "age", "add", "open", "discard", "unload"))), max_size=3
+    st.tuples(st.integers(0, 24), st.sampled_from(("start", "fail", "cancel", "age", "add", "open", "discard", "unload", "train"))), max_size=3
 )
 TRACE_IDS = ("ab1", "ba", "2ab", "tr")
 
@@ -69,7 +71,13 @@ def change(store: RolloutStore, clock: Clock, index: int, what: str) -> None:
             if what == "unload":  # its trace ids are then the summary's
                 store.unload(key)
             return
-        if what in ("open", "discard"):
+        if what == "train":  # a tool result trained on raises a flag as it lands
+            if rollout.status is Status.RUNNING:
+                if "tr" not in rollout.traces:
+                    store.apply_delta(key, {"trace": "tr", "open": {}})
+                node = {"message": {"role": "tool", "content": "x"}, "token_ids": [1], "mask": [True], "semantic_parents": []}
+                store.apply_delta(key, {"trace": "tr", "nodes": [node]})
+        elif what in ("open", "discard"):
             if rollout.status is Status.RUNNING:  # a trace's id is searched by words
                 trace = TRACE_IDS[index % len(TRACE_IDS)]
                 store.apply_delta(key, {"trace": trace, "discard": True} if what == "discard" else {"trace": trace, "open": {}})

@@ -18,6 +18,8 @@ def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, stall
             return False
     if row_filter.phases and not any(v in rollout.phase for v in row_filter.phases):
         return False
+    if row_filter.flags and not any(v in flag for v in row_filter.flags for flag in rollout.flags):
+        return False
     values = {
         "reward": rollout.reward, "tokens": rollout.tokens, "turns": rollout.turns, "errors": rollout.errors,
         "elapsed": rollout.elapsed(now) if rollout.started_at is not None else None,

@@ -1,0 +1,83 @@
+"""What is wrong with a trace's training tokens, found one node at a time as nodes land:
+the two masking bugs a run is watched for across its rollouts, not one message at a time.
+
+- `tool-trained`: the loss trains on tokens the model did not sample (a tool result, a
+  user turn, an unsampled node): `mask` True on a node that is not a sampled assistant one.
+- `misaligned`: a compact stream (`logprobs`, `advantages`, ...) has a length other than
+  the number of True in `mask`, or `mask` another length than `token_ids`: the token view
+  cannot place its values on tokens (`streams.read_message` says the same, per message).
+
+No numpy and no decoding of a packed float array: a mask packed as one byte per flag is
+counted in its bytes, and a stream's length is read from its header, so a 32k-token
+node costs a few byte counts. A stream that is not a list is ignored, as the token view
+ignores it; a flag is True or the number 1, as the token view reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from core.wire.protocol import Packed
+
+TOOL_TRAINED = "tool-trained"
+MISALIGNED = "misaligned"
+FLAGS = (TOOL_TRAINED, MISALIGNED)
+NO_FLAGS: frozenset[str] = frozenset()
+
+COMPACT_STREAMS = ("logprobs", "advantages", "reference_logprobs", "trainer_logprobs", "entropies")
+"""Streams over the sampled tokens only: one value per True in `mask`."""
+
+_TRAINED_BYTES = (b"\xc3", b"\x01")
+"""A packed True and a packed 1: the one-byte items that read as trained."""
+
+
+def node_flags(node: Any) -> frozenset[str]:
+    """The flags one node raises (a node dict as the store or a recording gives it;
+    long arrays may still be `Packed`); never raises."""
+    if not isinstance(node, Mapping):
+        return NO_FLAGS
+    mask = node.get("mask")
+    shape = _shape(mask)
+    if shape is None and not any(node.get(name) is not None for name in COMPACT_STREAMS):
+        return NO_FLAGS
+    flags: set[str] = set()
+    flag_count, trained = shape or (0, 0)
+    if trained and not (node.get("sampled") and _role(node) == "assistant"):
+        flags.add(TOOL_TRAINED)
+    tokens = _length(node.get("token_ids"))
+    if shape is not None and flag_count != (tokens or 0):
+        flags.add(MISALIGNED)
+    elif any((length := _length(node.get(name))) is not None and length != trained for name in COMPACT_STREAMS):
+        flags.add(MISALIGNED)
+    return frozenset(flags)
+
+
+def _role(node: Mapping[Any, Any]) -> Any:
+    message = node.get("message")
+    return message.get("role") if isinstance(message, Mapping) else None
+
+
+def _length(value: Any) -> int | None:
+    """A stream's length, None when it is absent or not a list."""
+    if isinstance(value, Packed):
+        return len(value)
+    return len(value) if isinstance(value, list | tuple) else None
+
+
+def _shape(mask: Any) -> tuple[int, int] | None:
+    """The mask's flags and how many are trained; None when there is no mask list."""
+    if isinstance(mask, Packed):
+        count = len(mask)
+        raw = bytes(mask.raw)
+        body = raw[_header(raw[0]) :]
+        if len(body) == count:  # one byte an item: count the trained ones
+            return count, sum(body.count(byte) for byte in _TRAINED_BYTES)
+        mask = mask.decode()
+    if not isinstance(mask, list | tuple):
+        return None
+    return len(mask), mask.count(True)  # True, 1 and 1.0: what the token view reads as trained
+
+
+def _header(marker: int) -> int:
+    return 3 if marker == 0xDC else 5 if marker == 0xDD else 1
