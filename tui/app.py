@@ -513,6 +513,8 @@ class TracewatchApp(App[None]):
         name = safe(target.name)
         if target.state is VariantState.CANCELLING:
             question = Text(f"Kill {name} now with SIGKILL?\n\nIts grace period is still running.")
+        elif target.cancel_words:
+            question = Text(f"Cancel variant {name}?\n\n{target.cancel_words}")
         elif target.supervised:
             question = Text(
                 f"Cancel variant {name}?\n\nIts runs are cancelled over the wire, then its server gets "

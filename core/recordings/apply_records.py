@@ -23,6 +23,7 @@ class RecordedVariant:
     health_left = None
     cancel_unavailable = None
     rollout_cancel_unavailable = None
+    cancel_words = None
     status_line = None
     source_lost = None
 

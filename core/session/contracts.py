@@ -106,6 +106,9 @@ class VariantView(Protocol):
     def rollout_cancel_unavailable(self) -> str | None:
         """Why its rollouts cannot be cancelled one by one, if so."""
     @property
+    def cancel_words(self) -> str | None:
+        """What cancelling it does, where a server's words would be wrong (an eval)."""
+    @property
     def status_line(self) -> str | None:
         """A tap's live counters (frames forwarded, copies the view dropped), for its card."""
     @property

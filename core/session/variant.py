@@ -73,6 +73,7 @@ class Variant(CapturedChild):
     child_name = "server"
     cancel_unavailable = None
     rollout_cancel_unavailable = None
+    cancel_words = None
     status_line = None
 
     def __init__(

@@ -50,6 +50,10 @@ ROLLOUT_CANCEL_UNAVAILABLE = (
 class EvalVariant(TapVariant, CapturedChild):
     child_name = "eval"
     rollout_cancel_unavailable = ROLLOUT_CANCEL_UNAVAILABLE
+    cancel_words = (
+        "vf-eval gets SIGTERM: it tears its rollouts down and exits 130 (cancelled), "
+        "its rollouts end cancelled with it; SIGKILL if it is still there after the grace period."
+    )
     cancel_unavailable = None
     health_left = None
     supervised = True

@@ -43,6 +43,7 @@ ROUTE_LOST = "drivers pointed at {listen} lose their route to {upstream} until a
 class ProxyVariant(TapVariant):
     cancel_unavailable = "the env server behind a proxy is not ours to stop; cancel runs one by one, or quit to stop the proxy"
     rollout_cancel_unavailable = None
+    cancel_words = None
     pid = None
     health_left = None
     outcome_text = None

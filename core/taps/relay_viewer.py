@@ -68,6 +68,7 @@ def _bye(dealer: zmq.asyncio.Socket) -> None:
 class RelayViewer(TapVariant):
     cancel_unavailable = NOT_OURS
     rollout_cancel_unavailable = NOT_OURS
+    cancel_words = None
     pid = None
     health_left = None
     outcome_text = None

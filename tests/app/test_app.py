@@ -598,6 +598,7 @@ async def test_rows_of_one_task_are_numbered_and_a_second_start_is_its_own_run()
     store = engine.store
     again = [store.add_rollout("baseline", 0, {"name": "again"}, index, key=f"baseline/again/{index}", run=2) for index in (0, 1)]
     store.started(again[0].key, "r-again")
+    store.apply_delta(again[0].key, {"trace": "t-again", "open": {"id": "t-again"}})  # its trace: running, not waiting
     app = TracewatchApp(engine)
     async with app.run_test(size=(160, 40)) as pilot:
         rows = await started(pilot, rows=16)

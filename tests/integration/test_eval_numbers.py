@@ -16,7 +16,7 @@ import pytest
 from core.engine.live import Engine
 from core.engine.opened import OpenedRecording, OpenedRun
 from core.session.compare import compare
-from core.session.config import Config
+from core.session.config import Config, build_config
 from core.session.contracts import VariantState
 from core.session.store import percentile
 from tests.app.test_app_recordings import card_text
@@ -24,6 +24,7 @@ from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import until
 from tests.support.repo import INTEROP
 from tui.app import TracewatchApp
+from tui.screens import ConfirmScreen
 
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 WAIT = 180.0
@@ -180,3 +181,26 @@ async def test_a_failed_evals_card_says_why_in_the_evals_own_words(eval_run, tmp
         await until(pilot, lambda: engine.variants["again"].state is VariantState.FAILED, "the eval failing", timeout=WAIT)
         await until(pilot, lambda: "already contains results" in card_text(app.cards["again"]), "the card saying why")
         assert "exit code 1" in card_text(app.cards["again"])
+
+
+async def test_cancelling_an_eval_asks_in_vf_evals_terms_and_it_ends_as_asked(tmp_path, monkeypatch) -> None:
+    """The dialog says what happens to vf-eval (SIGTERM, exit 130, its rollouts end
+    with it), not a server's runs cancelled over the wire; and that is what happens."""
+    for name, value in eval_env(tmp_path).items():
+        if name in ("PYTHONPATH", "HOME", "FAKE_MODEL_API_KEY"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TW_EVALSET_HANG", "1")
+    with FakeModel() as model:
+        config = build_config({"variants": [{"name": "ev", "eval": vf_eval(model, tmp_path / "out"), "grace_seconds": WAIT}]}, "test", tmp_path)
+        engine = Engine(config, session_dir=tmp_path / "s")
+        app = TracewatchApp(engine)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: model.hanging.is_set() and app.table.row_count, "a rollout hanging on the model", timeout=WAIT)
+            await pilot.press("x")
+            screen = await until(pilot, lambda: app.screen if isinstance(app.screen, ConfirmScreen) else None, "the confirm dialog")
+            question = screen.question.plain
+            assert "vf-eval gets SIGTERM" in question and "exits 130" in question and "over the wire" not in question, question
+            await pilot.press("y")
+            variant = engine.variants["ev"]
+            await until(pilot, lambda: variant.state is VariantState.CANCELLED, "the eval cancelled", timeout=2 * WAIT)
+            assert variant.outcome_text and "exit code 130" in variant.outcome_text

@@ -91,6 +91,7 @@ class StandInVariant:
         self.sampling: dict[str, Any] = {"temperature": 0.2 if name == "baseline" else 0.8}
         self.cancel_unavailable: str | None = None
         self.rollout_cancel_unavailable: str | None = None
+        self.cancel_words: str | None = None
         self.status_line: str | None = None
         self.source_lost: str | None = None
         self.calls: list[str] = []
