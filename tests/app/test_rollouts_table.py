@@ -191,6 +191,7 @@ async def test_tick_redraws_only_running_rows_on_screen(store: RolloutStore) -> 
     for i in range(200):
         rollout = store.add_rollout("many", 0, {"name": f"t{i}"}, key=f"many/{i}")
         store.started(rollout.key, f"r{i}", t=clock[0])
+        store.apply_delta(rollout.key, {"trace": f"t{i}", "open": {"id": f"t{i}"}}, clock[0])  # begun: it runs, not waits
     app = TableApp(store)
     async with app.run_test(size=(140, 20)):
         table = app.query_one(RolloutsTable)
