@@ -63,7 +63,7 @@ def test_a_config_name_that_leaves_its_folder_is_refused_before_anything_runs(tm
 def test_eval_name_that_leaves_its_folder_is_refused(tmp_path):
     done = tracewatch("eval", "--name", "../../../escape-2", "--headless", "--", sys.executable, "-c", "pass", cwd=tmp_path)
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert "variants[0].name: expected a name without path separators" in done.stderr
+    assert "eval: argument --name: expected a name without path separators" in done.stderr  # the command line's words
     assert "got '../../../escape-2', which has a path separator" in done.stderr
     assert not list(tmp_path.parent.rglob("escape-2*"))
 
