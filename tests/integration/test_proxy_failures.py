@@ -28,7 +28,7 @@ from core.session.contracts import VariantState
 from core.session.store import Status
 from core.taps.proxy_variant import ProxyVariant
 from tests.support.demo_launch import launch, stop
-from tests.support.polling import alive, eventually, pid_gone, wait_until
+from tests.support.polling import alive, children, eventually, pid_gone, wait_until
 
 WAIT = 60.0
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
@@ -43,14 +43,6 @@ def upstream():
     proc, address = launch(speed=20.0, seed=5, stderr=subprocess.DEVNULL)
     yield address
     stop(proc)
-
-
-def children(pid: int) -> list[int]:
-    found: list[int] = []
-    for thread in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{thread}/children") as listing:
-            found += [int(child) for child in listing.read().split()]
-    return found
 
 
 async def test_a_killed_app_leaves_the_forwarder_forwarding_until_its_driver_disconnects(upstream) -> None:

@@ -33,7 +33,7 @@ from core.taps.forwarder import TO_DRIVER, TO_SERVER, Forwarder
 from core.taps.proxy_variant import ProxyVariant
 from core.wire.client import EnvClient
 from tests.support.demo_launch import launch, stop
-from tests.support.polling import alive, eventually, pid_gone, wait_until
+from tests.support.polling import alive, children, eventually, pid_gone, wait_until
 
 SPEED = 60.0
 WAIT = 60.0
@@ -347,15 +347,6 @@ async def test_headless_proxy_prints_the_same_rollout_lines_as_attach_and_record
         assert re.search(rf"px/\d \[normal {i}\] done · reward 1 · \d+ turns · \d+ tokens · [\d.]+s", out), out
     assert "px: done; 2 done; mean reward 1.000" in out
     assert sorted(r.status for r in OpenedRecording(recording).store.rollouts.values()) == [Status.DONE, Status.DONE]
-
-
-def children(pid: int) -> list[int]:
-    """The live children of a process, from /proc."""
-    found: list[int] = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as listing:
-            found += [int(child) for child in listing.read().split()]
-    return found
 
 
 async def test_sigterm_stops_a_headless_proxy_mid_stream_and_leaves_no_process(upstream) -> None:

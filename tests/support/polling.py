@@ -4,6 +4,7 @@ sleep as synchronisation), and whether a process is really gone."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -53,3 +54,12 @@ async def until(pilot: Any, condition: Callable[[], T], what: str = "", timeout:
 def pid_gone(pid: int) -> bool:
     """Not running: no such process, or a zombie (PID 1 here may never reap orphans)."""
     return not alive(pid)
+
+
+def children(pid: int) -> list[int]:
+    """The live children of a process, from /proc."""
+    found: list[int] = []
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{thread}/children") as listing:
+            found += [int(child) for child in listing.read().split()]
+    return found
