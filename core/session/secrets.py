@@ -28,6 +28,14 @@ _SECRET_FLAG = re.compile(
 """An argv flag that takes a credential (`--api-key`, `--hf-token=...`); flags that
 name where one is kept (`--api-key-var`, `--token-file`) do not match."""
 
+_QUERY_CREDENTIAL = (
+    r"(?:x[-_])?(?:(?:amz|goog)[-_])?"
+    r"(?:(?:access|auth|api|app|client|id|refresh|session|security|private|secret|subscription|master)[-_.]?)?"
+    r"(?:api[-_]?key|key|token|secret|password|passwd|pwd|sig|signature|auth|credentials?)"
+)
+"""A query parameter named for a credential (`api_key`, `access_token`, `X-Amz-Signature`),
+as a whole name: `sort_key` or `page_token` merely mention one."""
+
 _SHAPES = [
     ("an API key (sk-...)", r"\bsk-[A-Za-z0-9_\-]{8,}"),
     ("a Hugging Face token (hf_...)", r"\bhf_[A-Za-z0-9]{16,}"),
@@ -41,9 +49,7 @@ _SHAPES = [
     ("a URL with a password (user:password@)", r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:[^/\s@]+@"),
     (
         "a URL with a credential in its query (?api_key=, ?token=, ?sig=, ...)",
-        r"(?i)[A-Za-z][A-Za-z0-9+.\-]*://[^\s?#]*\?(?:[^#\s]*&)?(?:[A-Za-z0-9]+[-_.])*"
-        r"(?:api[-_]?key|key|token|secret|password|passwd|pwd|sig|signature|auth|credentials?)"
-        r"(?:[-_.][A-Za-z0-9]+)*=[^&#\s]",
+        r"(?i)[A-Za-z][A-Za-z0-9+.\-]*://[^\s?#]*\?(?:[^#\s]*&)?" + _QUERY_CREDENTIAL + r"=[^&#\s]",
     ),
 ]
 _SHAPE_PATTERNS = [(what, re.compile(pattern)) for what, pattern in _SHAPES]

@@ -502,7 +502,11 @@ def test_ports_and_plain_queries_are_fine(tmp_path):
 
 
 QUERY_NAMES = st.sampled_from(["api_key", "apikey", "api-key", "key", "token", "access_token", "id_token", "sig",
-                               "signature", "secret", "client_secret", "password", "auth", "X-Goog-Api-Key"])  # fmt: skip
+                               "signature", "secret", "client_secret", "password", "auth", "X-Goog-Api-Key",
+                               "X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token", "refresh_token",
+                               "subscription-key"])  # fmt: skip
+PLAIN_QUERY_NAMES = st.sampled_from(["sort_key", "page_token", "next_page_token", "continuation_token", "cache_key",
+                                     "partition_key", "idempotency_key", "keyword", "tokens", "author", "design"])  # fmt: skip
 
 
 @settings(max_examples=100, deadline=None)
@@ -513,6 +517,15 @@ def test_generated_query_credentials_are_refused_and_never_repeated(name, value,
         message = problems(write(Path(folder), variant(f"[variants.endpoint]\nbase_url = {json.dumps(url)}")))
     assert "variants[0].endpoint.base_url: holds what looks like a URL with a credential in its query" in message
     assert value not in message and value[:10] not in message
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=PLAIN_QUERY_NAMES, value=st.from_regex(r"[A-Za-z0-9._~-]{1,20}", fullmatch=True), before=st.booleans())
+def test_query_parameters_that_only_mention_a_key_or_token_are_fine(name, value, before):
+    url = f"https://llm.example/v1?{'model=m&' if before else ''}{name}={value}"
+    with tempfile.TemporaryDirectory() as folder:
+        (config_variant,) = load_config(write(Path(folder), variant(f"[variants.endpoint]\nbase_url = {json.dumps(url)}"))).variants
+    assert config_variant.endpoint.base_url == url
 
 
 def test_the_attach_command_refuses_a_key_in_the_base_urls_query(tmp_path):
