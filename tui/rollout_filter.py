@@ -5,7 +5,8 @@ bare words must all appear in the variant, task, key or a trace id. `status:stal
 picks rollouts with no delta for longer than the store's stall threshold. The numeric
 columns take comparisons (`reward:<1`, `tokens:>=5000`, `elapsed:>1m30s`; no operator
 means equal), alternatives again comma-separated; a rollout without the number (no
-reward yet) matches none. `error:TEXT` looks in why a rollout failed or was cancelled.
+reward yet) matches none. `error:TEXT` looks in why a rollout failed or was cancelled
+and in its errors' types and messages.
 `flag:tool-trained` and `flag:misaligned` pick the rollouts whose training tokens are
 wrong that way (`core.tokens.flags`).
 """
@@ -219,8 +220,10 @@ class RowFilter:
                 return False
             if not all(comparison.holds(MEASURES[comparison.field](rollout, now)) for comparison in comparisons):
                 return False
-            reason = (rollout.reason or "").lower()
-            return all(text in reason for text in errors)
+            if errors:
+                said = rollout.error_text
+                return all(text in said for text in errors)
+            return True
 
         return holds
 

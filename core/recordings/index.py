@@ -14,7 +14,7 @@ import msgpack
 from core.recordings.ending import recorded_ending
 from core.recordings.file_format import Damage
 from core.recordings.reader import Scan, read_header
-from core.session.store import Ending, RolloutFacts, Status, rollout_facts
+from core.session.store import ERROR_WORDS_LIMIT, Ending, RolloutFacts, Status, error_words, rollout_facts
 from core.tokens.flags import COMPACT_STREAMS, NO_FLAGS, node_flags
 from core.wire.delta_checks import DeltaValueError, check_scalars
 from core.wire.protocol import unpack_record
@@ -25,18 +25,23 @@ class _TraceCounts:
     without keeping them: sampled nodes (turns), errors and failed calls, its nodes'
     flags and its latest scalars; its model calls are not read (`call_spans`)."""
 
-    __slots__ = ("turns", "errors", "scalars", "flags")
+    __slots__ = ("turns", "errors", "error_text", "scalars", "flags")
     call_spans = None
 
     def __init__(self) -> None:
         self.turns = 0
         self.errors = 0
+        self.error_text = ""
         self.scalars: dict[str, Any] = {}
         self.flags = NO_FLAGS
 
     def add(self, delta: dict[str, Any]) -> None:
         self.turns += delta.get("sampled", 0)
-        self.errors += delta.get("errors", 0) + delta.get("failed_calls", 0)
+        errors, failed = delta.get("errors", ()), delta.get("failed_calls", ())
+        self.errors += len(errors) + len(failed)
+        if (errors or failed) and len(self.error_text) < ERROR_WORDS_LIMIT:
+            words = error_words([*errors, *failed])
+            self.error_text = f"{self.error_text}\n{words}"[:ERROR_WORDS_LIMIT] if self.error_text else words
         self.flags = self.flags.union(delta.get("flags", NO_FLAGS))
         scalars = delta.get("set")
         if isinstance(scalars, dict) and _usable(scalars):
@@ -148,8 +153,9 @@ class RolloutSummary:
 
 def _read_for_index(unpacker: msgpack.Unpacker) -> dict[str, Any]:
     """A record with only what the index keeps decoded: a delta's `trace`, `discard`
-    and `set`, counts of its sampled nodes, errors and failed calls, and its nodes'
-    flags; the messages and calls, and token arrays no flag reads, are skipped undecoded."""
+    and `set`, a count of its sampled nodes, its errors' and failed calls' words, and
+    its nodes' flags; the messages and calls, and token arrays no flag reads, are
+    skipped undecoded."""
     record = {}
     for _ in range(unpacker.read_map_header()):
         key = unpacker.unpack()
@@ -170,9 +176,9 @@ def _read_for_index(unpacker: msgpack.Unpacker) -> dict[str, Any]:
             elif field == "nodes":
                 delta["sampled"], delta["flags"] = _nodes(unpacker)
             elif field == "calls":
-                delta["failed_calls"] = _count_items(unpacker, "node", lambda node: node is None)
+                delta["failed_calls"] = _failed_calls(unpacker)
             elif field == "errors":
-                delta["errors"] = _count_items(unpacker, None, None)
+                delta["errors"] = _errors(unpacker)
             else:
                 unpacker.skip()
     return record
@@ -230,32 +236,61 @@ def _role(unpacker: msgpack.Unpacker) -> Any:
     return role
 
 
-def _count_items(unpacker: msgpack.Unpacker, key: str | None, wanted: Any) -> int:
-    """How many items of the list under the read position have `wanted(item[key])`
-    (every item when `key` is None), decoding only that one field of each; a value
-    that is not a list of maps (the store rejects it) counts 0."""
+def _errors(unpacker: msgpack.Unpacker) -> list[object]:
+    """The errors of the list under the read position, one item each, with only their
+    `type` and `message` decoded (a traceback is skipped); [] if it is not a list."""
     try:
         items = unpacker.read_array_header()
     except ValueError:  # not a list: nothing consumed yet
         unpacker.skip()
-        return 0
-    count = 0
-    for _ in range(items):
-        if key is None:
+        return []
+    return [_error(unpacker) for _ in range(items)]
+
+
+def _error(unpacker: msgpack.Unpacker) -> object:
+    """One error's `type` and `message` (None, skipped, if it is not a map)."""
+    try:
+        fields = unpacker.read_map_header()
+    except ValueError:
+        unpacker.skip()
+        return None
+    error = {}
+    for _ in range(fields):
+        key = unpacker.unpack()
+        if key in ("type", "message"):
+            error[key] = unpacker.unpack()
+        else:
             unpacker.skip()
-            count += 1
-            continue
+    return error
+
+
+def _failed_calls(unpacker: msgpack.Unpacker) -> list[object]:
+    """The errors of the calls under the read position that sampled no node (`node`
+    None), one item per such call; [] if it is not a list of maps."""
+    try:
+        items = unpacker.read_array_header()
+    except ValueError:  # not a list: nothing consumed yet
+        unpacker.skip()
+        return []
+    failed: list[object] = []
+    for _ in range(items):
         try:
             fields = unpacker.read_map_header()
         except ValueError:
             unpacker.skip()
             continue
+        node, error = 0, None
         for _ in range(fields):
-            if unpacker.unpack() == key:
-                count += bool(wanted(unpacker.unpack()))
+            key = unpacker.unpack()
+            if key == "node":
+                node = unpacker.unpack()
+            elif key == "error":
+                error = _error(unpacker)
             else:
                 unpacker.skip()
-    return count
+        if node is None:
+            failed.append(error)
+    return failed
 
 
 class RecordingIndex:

@@ -175,6 +175,13 @@ class TraceState:
         return bool(self.errors)
 
     @property
+    def error_text(self) -> str:
+        """Its errors' and failed calls' words, where `error:TEXT` looks (`error_words`)."""
+        if not self.errors and not self.failed_calls:
+            return ""
+        return error_words([*self.errors, *(self.call(index).get("error") for _, index in self.failed_calls)])
+
+    @property
     def scalars(self) -> Mapping[str, Any]:
         """Its record, where a row's facts read its scalars (`TraceCounts`)."""
         return cast(Mapping[str, Any], self.record)
@@ -192,6 +199,9 @@ class TraceCounts(Protocol):
     @property
     def has_errors(self) -> bool:
         """What `trace_phase` weighs for a trace that is not ok."""
+    @property
+    def error_text(self) -> str:
+        """Its errors' and failed calls' words (`error_words`)."""
     @property
     def scalars(self) -> Mapping[str, Any]:
         """Its latest `timing`, `ok`, `rewards`, `num_total_tokens` and the rest."""
@@ -214,11 +224,29 @@ class RolloutFacts:
     tokens: int = 0
     reward: float | None = None
     errors: int = 0
+    error_text: str = ""
+    """Its errors' words, lower case (`error_words`), where `error:TEXT` looks."""
     trace_ids: tuple[str, ...] = ()
     times: RolloutTimes | None = None
     """Its first trace's timing spans and model calls (None: no trace opened)."""
     flags: frozenset[str] = NO_FLAGS
     """What is wrong with its traces' training tokens (`core.tokens.flags`)."""
+
+
+ERROR_WORDS_LIMIT = 4096
+"""How much of a trace's error words a row keeps: enough to find any error by its
+type and message, never the megabytes a hostile server may send."""
+
+
+def error_words(errors: Iterable[object]) -> str:
+    """Errors (`WireError`s, as a trace or a failed call holds them) as one lower-case
+    `type: message` line each, cut at `ERROR_WORDS_LIMIT`; what is not an error is skipped."""
+    lines = []
+    for error in errors:
+        if isinstance(error, dict):
+            kind, message = error.get("type"), error.get("message")
+            lines.append(f"{kind if isinstance(kind, str) else 'error'}: {message if isinstance(message, str) else ''}")
+    return "\n".join(lines)[:ERROR_WORDS_LIMIT].lower()
 
 
 NO_FACTS = RolloutFacts(None)
@@ -238,6 +266,7 @@ def rollout_facts(traces: Mapping[str, TraceCounts]) -> RolloutFacts:
         tokens=sum(int(trace.scalars.get("num_total_tokens") or 0) for trace in counts),
         reward=episode_reward(trace.scalars.get("rewards") for trace in counts),
         errors=sum(trace.error_count for trace in counts),
+        error_text="\n".join(text for trace in counts if (text := trace.error_text)),
         trace_ids=tuple(traces),
         times=times_of(timing, primary.call_spans),
         flags=NO_FLAGS.union(*(trace.flags for trace in counts)),
@@ -357,6 +386,12 @@ class Rollout:
     @property
     def flags(self) -> frozenset[str]:
         return self.summary().flags
+
+    @property
+    def error_text(self) -> str:
+        """Why it ended and its errors' words, lower case: where `error:TEXT` looks."""
+        reason, words = (self.reason or "").lower(), self.summary().error_text
+        return f"{reason}\n{words}" if words else reason
 
     @property
     def phase(self) -> str:

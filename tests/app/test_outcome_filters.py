@@ -15,7 +15,7 @@ from tui.rollout_filter import Comparison, RowFilter, parse_number
 
 STORE = timed_engine(count=30, slots=5).store
 FIELDS = ("reward:", "tokens:", "turns:", "errors:", "elapsed:", "error:", "status:")
-VALUES = ("<", "<=", ">", ">=", "=", "0", "0.5", "1", "1200", "3", "1m", "10s", "purpose", "cancel", ",", "x", "f")
+VALUES = ("<", "<=", ">", ">=", "=", "0", "0.5", "1", "1200", "3", "1m", "10s", "purpose", "cancel", "sandbox", "toolerror", ",", "x", "f")
 
 
 def test_comparisons_read_numbers_durations_and_alternatives():
@@ -65,3 +65,7 @@ async def test_typed_in_the_app_the_rows_are_those_that_compare_and_a_typo_is_ex
         assert app.table.row_count == 24, "a comparison it cannot read filters nothing"
         await pilot.press("ctrl+u", *"error:purpose")
         await until(pilot, lambda: set(app.table.ordered_keys) == {k for k, r in engine.store.rollouts.items() if r.reason})
+        await pilot.press("ctrl+u", *"error:sandbox")
+        sandboxed = {k for k, r in engine.store.rollouts.items() if any(t.errors for t in r.traces.values())}
+        assert sandboxed, "the run has rollouts whose traces hold the sandbox's error"
+        await until(pilot, lambda: set(app.table.ordered_keys) == sandboxed)

@@ -28,7 +28,12 @@ def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, stall
         value = values[comparison.field]
         if value is None or not any(compares(value, op, number) for op, number in comparison.alternatives):
             return False
-    if not all(text in (rollout.reason or "").lower() for text in row_filter.errors):
+    said = [(rollout.reason or "").lower()]
+    for trace in rollout.traces.values():
+        for error in [*trace.errors, *(trace.call(index).get("error") for _, index in trace.failed_calls)]:
+            if isinstance(error, dict):
+                said.append(f"{error.get('type')}: {error.get('message')}".lower())
+    if not all(any(text in words for words in said) for text in row_filter.errors):
         return False
     haystack = " ".join((rollout.key, rollout.variant, rollout.task_label, *rollout.trace_ids)).lower()
     return all(word in haystack for word in row_filter.words)

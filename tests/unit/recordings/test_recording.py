@@ -23,7 +23,7 @@ from core.recordings.file_format import RecordingError
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.recorder import Recorder
-from core.session.store import Status
+from core.session.store import RolloutStore, Status
 
 ND = {"__nd__": True, "dtype": "uint8", "shape": [2, 2], "data": bytes([0, 1, 255, 7])}
 
@@ -343,3 +343,37 @@ def test_index_of_a_cut_recording_keeps_what_landed(tmp_path):
     path.write_bytes(data[: header_end - 1])
     index = RecordingIndex.build(path)
     assert "inside its header" in index.truncated and index.rollouts == {}
+
+
+ERRORS = st.lists(
+    st.fixed_dictionaries({"type": st.text(max_size=20), "message": st.text(max_size=3000)}), max_size=3
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(trace_errors=st.lists(ERRORS, min_size=1, max_size=3), call_errors=ERRORS)
+def test_an_opened_rollout_keeps_its_errors_words_as_the_live_store_does(trace_errors, call_errors):
+    """`error:TEXT` finds the same rollouts in a recording opened later as it did live:
+    the index keeps the words of every error and failed call the store kept."""
+    deltas = [{"trace": "ta", "open": {"id": "ta"}}]
+    deltas += [{"trace": "ta", "errors": errors} for errors in trace_errors]
+    deltas.append({"trace": "ta", "calls": [{"node": None, "error": error} for error in call_errors]})
+    store = RolloutStore()
+    store.add_rollout("v", 0, {"prompt": "p"}, 0, key="v/0", t=1.0)
+    store.started("v/0", "req", 1.0)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "errors.twrec"
+        with Recorder(path) as rec:
+            rec.rollout("v/0", "v", 0, {"prompt": "p"}, 0, t=1.0)
+            rec.request("v/0", "req", t=1.0)
+            for t, delta in enumerate(deltas, 2):
+                rec.delta("v/0", delta, t=float(t))
+                store.apply_delta("v/0", delta, float(t))
+        opened = RecordingIndex.build(path).rollouts["v/0"].facts
+    live = store.rollouts["v/0"].summary()
+    assert store.rollouts["v/0"].status is Status.RUNNING, store.rollouts["v/0"].reason
+    assert (opened.errors, opened.error_text) == (live.errors, live.error_text)
+    assert live.errors == sum(map(len, trace_errors)) + len(call_errors)
+    first = next(iter([*(e for errors in trace_errors for e in errors), *call_errors]), None)
+    if first is not None:
+        assert live.error_text.startswith(f"{first['type']}: {first['message']}".lower()[:100])
