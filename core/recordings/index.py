@@ -25,12 +25,15 @@ class _TraceCounts:
     without keeping them: sampled nodes (turns), errors and failed calls, its nodes'
     flags and its latest scalars; its model calls are not read (`call_spans`)."""
 
-    __slots__ = ("turns", "errors", "error_text", "scalars", "flags")
+    __slots__ = ("turns", "errors", "has_errors", "error_text", "scalars", "flags")
     call_spans = None
 
     def __init__(self) -> None:
         self.turns = 0
         self.errors = 0
+        self.has_errors = False
+        """Whether it recorded errors of its own: a failed call that was retried does
+        not put a trace in error (`TraceState.has_errors`)."""
         self.error_text = ""
         self.scalars: dict[str, Any] = {}
         self.flags = NO_FLAGS
@@ -39,6 +42,7 @@ class _TraceCounts:
         self.turns += delta.get("sampled", 0)
         errors, failed = delta.get("errors", ()), delta.get("failed_calls", ())
         self.errors += len(errors) + len(failed)
+        self.has_errors = self.has_errors or bool(errors)
         if (errors or failed) and len(self.error_text) < ERROR_WORDS_LIMIT:
             words = error_words([*errors, *failed])
             self.error_text = f"{self.error_text}\n{words}"[:ERROR_WORDS_LIMIT] if self.error_text else words
@@ -50,10 +54,6 @@ class _TraceCounts:
     @property
     def error_count(self) -> int:
         return self.errors
-
-    @property
-    def has_errors(self) -> bool:
-        return self.errors > 0
 
 
 def _usable(scalars: dict[str, Any]) -> bool:
