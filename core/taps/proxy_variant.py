@@ -37,6 +37,12 @@ IDLE_WAIT = 0.02
 CARD_EVERY = 0.25
 """The card's counters are redrawn at most this often."""
 
+STOPPED_UNSEEN = (
+    "the proxy stopped before the view saw the run's reply (the driver got every frame forwarded; "
+    "a run still in flight lost its route)"
+)
+"""A stop is a viewer's stop: the view cannot know how these runs ended, so they are
+unobserved, never failed (their replies may be among the copies left unread)."""
 ROUTE_LOST = "drivers pointed at {listen} lose their route to {upstream} until a proxy listens there again"
 
 
@@ -120,7 +126,7 @@ class ProxyVariant(TapVariant):
         return True
 
     async def stop(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
-        """Stop forwarding: the last copies are read, runs still open end here."""
+        """Stop forwarding: the last copies are read, runs still open are left unobserved."""
         if self.state.active:
             on_progress(f"{self.name}: stopping the proxy; {self.quit_warning}")
         while self.state is VariantState.STARTING:  # a spawn in progress ends within its timeout
@@ -139,7 +145,7 @@ class ProxyVariant(TapVariant):
         await read_until(lambda: ends, lambda: forwarder.take(1), self._read_or_say)  # what was forwarded before it stopped
         unread = count_left(lambda: forwarder.take(TURN_COPIES))
         forwarder.close()
-        self.runs.end_all("the proxy stopped before the run replied (the driver lost its route)")
+        self.runs.unobserve_all(STOPPED_UNSEEN)
         lost = []
         if forwarder.dropped:
             lost.append(f"dropped {forwarder.dropped:,} frame copies")

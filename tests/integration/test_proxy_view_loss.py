@@ -204,3 +204,29 @@ async def test_a_burst_that_drops_copies_leaves_the_runs_it_did_not_touch_whole_
         assert by_task[task_id].status is Status.DONE and (by_task[task_id].reason or "").startswith("view incomplete: "), by_task[task_id].reason
     (line,) = [line for line in summary_lines(engine) if line.startswith("px:")]
     assert f"{RUNS} of {2 * RUNS} runs seen whole ({RUNS} view incomplete)" in line, line
+
+
+async def test_a_stop_leaves_the_runs_the_view_did_not_see_end_unobserved_never_failed(server, tmp_path) -> None:
+    """Stopping the proxy is stopping a viewer: the runs whose reply the view has not
+    read (in flight, or their reply among the copies left unread) are unobserved, not
+    counted as failed in the summary, whose counts are what the view knows."""
+    engine, variant = await proxy(server, tmp_path, tmp_path / "stop.twrec")
+    context = zmq.Context()
+    driver = context.socket(zmq.DEALER)  # a driver that sends runs and never waits for them
+    driver.setsockopt(zmq.LINGER, 0)
+    driver.connect(variant.listen)
+    try:
+        for i in range(RUNS):
+            driver.send_multipart([f"r{i}".encode(), b"run", pack({"task_data": {"id": f"t{i}"}, "model": "m", "sampling": {}})])
+        await eventually(lambda: len(engine.store.rollouts) == RUNS == len(server.runs), WAIT, "every run begun in the view")
+        server.send(lambda _: True, [*map(pack, server.deltas[:4])])
+        await eventually(lambda: all(r.turns for r in engine.store.rollouts.values()), WAIT, "every run's first turn in the view")
+    finally:
+        await engine.shutdown()
+        driver.close()
+        context.term()
+    rollouts = list(engine.store.variant_rollouts("px"))
+    assert [r.status for r in rollouts] == [Status.UNOBSERVED] * RUNS, [r.reason for r in rollouts]
+    assert all("the proxy stopped" in (r.reason or "") for r in rollouts)
+    (line,) = [line for line in summary_lines(engine) if line.startswith("px:")]
+    assert "failed" not in line and f"{RUNS} unobserved" in line, line
