@@ -90,6 +90,9 @@ class TracewatchApp(App[None]):
         self._typed = 0.0
         self._ticks = 0
         self._next_second = 0.0
+        self._stalled = 0
+        """Live rollouts stalled at the last second: a pass over every live one, so
+        counted once a second, not at each redraw of the status line."""
         self._dirty_variants: set[str] = set()
         self._timeline_moved = False
         self._quitting = False
@@ -207,17 +210,18 @@ class TracewatchApp(App[None]):
                 self._second()
             elif self._dirty_variants and self._ticks % CARD_EVERY == 0:
                 self._redraw_cards(self._dirty_variants)
-                self._draw_status(now)  # its counts are the cards': drawn at the same tick
+                self._draw_status()  # its counts are the cards': drawn at the same tick
 
     def _second(self) -> None:
         """Once a second: clocks (elapsed, activity, uptime, grace), the status line,
         logs, and the waterfall's open spans."""
         now = self.store.clock()
         self._next_second = now + 1.0
+        self._stalled = self.store.live_counts(now)[1]
         self.table.tick()
         self._redraw_cards(self.engine.variants)
         self._show_timing(now)
-        self._draw_status(now)
+        self._draw_status()
         self._tell_recording_stopped()
         self.logs.poll(visible=self.detail.active == "tab-logs")
         for alert in self.alerts.check(now):
@@ -290,13 +294,12 @@ class TracewatchApp(App[None]):
         elif self.detail.active == "tab-trends":
             self.trends.show()
 
-    def _draw_status(self, now: float) -> None:
-        running, stalled = self.store.live_counts(now)
+    def _draw_status(self) -> None:
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(self.title), style="bold")
-        text.append(f"  {len(self.store.rollouts)} rollouts · {running} running")
-        if stalled:
-            text.append(f" · {stalled} stalled", style=self.palette.warning)
+        text.append(f"  {len(self.store.rollouts)} rollouts · {self.store.running_count()} running")
+        if self._stalled:
+            text.append(f" · {self._stalled} stalled", style=self.palette.warning)
         if (dropped := self.store.dropped_frames):
             text.append(f" · {dropped} frame{'s' if dropped > 1 else ''} dropped", style=self.palette.warning)
         if self.table.row_filter:
@@ -679,7 +682,7 @@ class TracewatchApp(App[None]):
 
     def action_replay_pause(self) -> None:
         paused = self._replay().toggle_pause()
-        self._draw_status(self.store.clock())
+        self._draw_status()
         self.notify("Replay paused: n steps one record." if paused else "Replay playing.")
 
     def action_replay_step(self) -> None:
@@ -688,7 +691,7 @@ class TracewatchApp(App[None]):
             replay.toggle_pause()
         if not replay.step():
             self.notify("The end of the recording.")
-        self._draw_status(self.store.clock())
+        self._draw_status()
 
     def action_replay_seek(self) -> None:
         replay = self._replay()

@@ -124,8 +124,7 @@ class TimelineView(ScrollView, can_focus=True):
         series, now = self.store.series, self.store.clock()
         if series.first is None:
             return now - 60.0, now
-        running, _ = self.store.live_counts(now)
-        end = max(series.last or now, now if running else 0.0)
+        end = max(series.last or now, now if self.store.running_count() else 0.0)
         return series.first, max(end, series.first + MIN_SECONDS)
 
     def refresh(self, *regions: Region, **kwargs: bool) -> Self:

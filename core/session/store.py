@@ -19,6 +19,7 @@ from typing import Any, Protocol, cast
 
 from core.run.series import Occupancy, Outcome, RunSeries
 from core.run.times import RolloutTimes, call_interval, times_of
+from core.session.tallies import Counted, SortedPhases, Tally
 from core.session.task_identity import task_identity
 from core.tokens.flags import NO_FLAGS, node_flags
 from core.wire.assembly import EpisodeAssembly
@@ -312,6 +313,8 @@ class Rollout:
     _occupancy: Occupancy | None = field(default=None, repr=False, compare=False)
     """Its times as the run's series last counted them (`RolloutStore._account`)."""
     _outcome: Outcome | None = field(default=None, repr=False, compare=False)
+    _counted: Counted | None = field(default=None, repr=False, compare=False)
+    """How its variant's tallies last counted it (`RolloutStore._bump`)."""
 
     @property
     def assembly(self) -> EpisodeAssembly:
@@ -554,9 +557,12 @@ class RolloutStore:
         self.clock = clock
         self.rollouts: dict[str, Rollout] = {}
         self.variants: dict[str, list[str]] = {}
-        self._durations: dict[str, dict[str, dict[str, float]]] = {}
+        self._phases: dict[str, SortedPhases] = {}
         """Per variant, each done rollout's seconds per phase (`phase_durations`), by
         key: a rollout read again (an opened recording loads it) replaces its own."""
+        self._tallies: dict[tuple[str, int | None], Tally] = {}
+        """Per variant and per (variant, run), what `stats` counts, kept as rollouts
+        change (`core.session.tallies`)."""
         self._changes = Changes()
         self.dropped_frames = 0
         """Frames a client could not use (the screen may then miss what they held)."""
@@ -577,7 +583,7 @@ class RolloutStore:
     def add_variant(self, name: str) -> None:
         if name not in self.variants:
             self.variants[name] = []
-            self._durations[name] = {}
+            self._phases[name] = SortedPhases()
             self._changes.variants.add(name)
 
     def add_rollout(
@@ -608,7 +614,7 @@ class RolloutStore:
         from the start (a rollout loaded on demand)."""
         old = self.rollouts[key]
         rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at, task_key=old.task_key)
-        rollout._occupancy, rollout._outcome = old._occupancy, old._outcome
+        rollout._occupancy, rollout._outcome, rollout._counted = old._occupancy, old._outcome, old._counted
         self.rollouts[key] = rollout
         self._live.discard(key)
         self._account(rollout)
@@ -745,9 +751,9 @@ class RolloutStore:
         for trace in rollout.traces.values():
             trace.pending_since = trace.tools_since = None
         if ending.status is Status.DONE and rollout.primary is not None:
-            self._durations[rollout.variant][key] = phase_durations(rollout.primary.timing)
+            self._phases[rollout.variant].set(key, phase_durations(rollout.primary.timing))
         elif ending.status is Status.DONE and (times := rollout.times) is not None:
-            self._durations[rollout.variant][key] = times.durations()  # known by its summary alone
+            self._phases[rollout.variant].set(key, times.durations())  # known by its summary alone
         self._account(rollout)
         self._touch(rollout)
         self._bump(rollout)
@@ -778,49 +784,33 @@ class RolloutStore:
 
     def stats(self, variant: str, run: int | None = None) -> VariantStats:
         """Counts, mean reward (over one run's rollouts, if given) and phase
-        percentiles; cached until one of the variant's rollouts changes status, ending
-        or record. Do not mutate what it returns."""
+        percentiles, read from what the store keeps counted as rollouts change, never
+        a pass over them; cached until one of the variant's rollouts changes status,
+        ending or record. Do not mutate what it returns."""
         version = self._versions.get(variant, 0)
         cached = self._stats.get((variant, run))
         if cached is not None and cached[0] == version:
             return cached[1]
-        stats = self._compute_stats(variant, run)
+        tally = self._tallies.get((variant, run)) or Tally(dict.fromkeys(Status, 0))
+        phases = self._phases.get(variant)
+        stats = VariantStats(
+            counts=dict(tally.counts),
+            mean_reward=tally.mean_reward,
+            scored=tally.scored,
+            phases={
+                phase: (percentile(values, 0.5), percentile(values, 0.95))
+                for phase in DURATION_KEYS
+                if (values := phases.by_phase.get(phase) if phases is not None else None)
+            },
+            flagged=dict(tally.flagged),
+        )
         self._stats[(variant, run)] = (version, stats)
         return stats
 
-    def _compute_stats(self, variant: str, run: int | None) -> VariantStats:
-        counts = dict.fromkeys(Status, 0)
-        rewards = []
-        flagged: dict[str, int] = {}
-        rollouts = self.rollouts
-        for key in self.variants.get(variant, ()):
-            rollout = rollouts[key]
-            if run is not None and rollout.run != run:
-                continue
-            status = Status.QUEUED if rollout.waiting else rollout.status
-            counts[status] += 1
-            for flag in rollout.flags:
-                flagged[flag] = flagged.get(flag, 0) + 1
-            # one that ended before any trace or summary (cancelled while queued) has no reward
-            if status in _FINISHED and (rollout.traces or rollout.facts is not None):
-                if (reward := rollout.reward) is not None:
-                    rewards.append(reward)
-        by_phase: dict[str, list[float]] = {key: [] for key in DURATION_KEYS}
-        for durations in self._durations.get(variant, {}).values():
-            for phase, seconds in durations.items():
-                by_phase[phase].append(seconds)
-        phases = {
-            phase: (percentile(values, 0.5), percentile(values, 0.95))
-            for phase, values in ((p, sorted(v)) for p, v in by_phase.items())
-            if values
-        }
-        return VariantStats(
-            counts=counts,
-            mean_reward=sum(rewards) / len(rewards) if rewards else None,
-            scored=len(rewards),
-            phases=phases,
-            flagged=flagged,
-        )
+    def running_count(self) -> int:
+        """Rollouts running (begun, not waiting for a slot), over every variant and
+        run: the sum of the cards' counts, so the status line and they agree."""
+        return sum(tally.counts[Status.RUNNING] for (_, run), tally in self._tallies.items() if run is None)
 
     def live(self) -> list[Rollout]:
         """The rollouts running or cancelling, oldest first."""
@@ -876,8 +866,25 @@ class RolloutStore:
         self._changes.variants.add(rollout.variant)
 
     def _bump(self, rollout: Rollout) -> None:
-        self._versions[rollout.variant] = self._versions.get(rollout.variant, 0) + 1
+        """One of what a card counts of `rollout` may have changed: its variant's
+        tallies count it again (its old contribution taken back), its stats are stale."""
+        variant = rollout.variant
+        self._versions[variant] = self._versions.get(variant, 0) + 1
         self.version += 1
+        status = Status.QUEUED if rollout.waiting else rollout.status
+        scored = status in _FINISHED and (rollout.traces or rollout.facts is not None)  # ended before any trace: no reward
+        counted = (status, rollout.flags, rollout.reward if scored else None)
+        old = rollout._counted
+        if counted == old:
+            return
+        rollout._counted = counted
+        for place in ((variant, None), (variant, rollout.run)):
+            tally = self._tallies.get(place)
+            if tally is None:
+                tally = self._tallies[place] = Tally(dict.fromkeys(Status, 0))
+            if old is not None:
+                tally.add(old, -1)
+            tally.add(counted, 1)
 
 
 def _first_error(record: dict[str, Any]) -> str | None:

@@ -1,0 +1,72 @@
+"""Each variant's counts kept as its rollouts change, rather than counted again over
+all of them: a card and the status line are redrawn several times a second, and with
+20,000 rollouts in flight some rollout changes between any two redraws, so a count
+from scratch was a pass over every rollout each time, in the way of the keys.
+
+A rollout is counted by what a card shows of it (`Counted`): its status as shown (one
+waiting for a slot is queued), its flags, and its reward once it finished. The store
+counts it again whenever it says one of these may have changed (`RolloutStore._bump`),
+taking its last contribution back first; the phase percentiles keep each phase's
+seconds sorted as done rollouts arrive.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.session.store import Status
+
+Counted = tuple["Status", frozenset[str], float | None]
+"""A rollout as a card counts it: status as shown, flags, reward if it is scored."""
+
+
+@dataclass
+class Tally:
+    """One variant's (or one of its runs') counts by status, flags and rewards."""
+
+    counts: dict[Status, int]
+    flagged: dict[str, int] = field(default_factory=dict)
+    reward_sum: float = 0.0
+    scored: int = 0
+
+    def add(self, counted: Counted, sign: int) -> None:
+        status, flags, reward = counted
+        self.counts[status] += sign
+        for flag in flags:
+            left = self.flagged.get(flag, 0) + sign
+            if left:
+                self.flagged[flag] = left
+            else:
+                del self.flagged[flag]
+        if reward is not None:
+            self.reward_sum += sign * reward
+            self.scored += sign
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward_sum / self.scored if self.scored else None
+
+
+@dataclass
+class SortedPhases:
+    """Per phase, the seconds of every done rollout, sorted as they arrive (a
+    percentile is then a lookup), and each rollout's own, so one read again replaces
+    its values rather than counting twice."""
+
+    by_phase: dict[str, list[float]] = field(default_factory=dict)
+    by_key: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def set(self, key: str, durations: dict[str, float]) -> None:
+        durations = {phase: seconds for phase, seconds in durations.items() if math.isfinite(seconds)}  # sortable
+        old = self.by_key.get(key)
+        if old is not None:
+            for phase, seconds in old.items():
+                values = self.by_phase[phase]
+                del values[bisect_left(values, seconds)]
+        self.by_key[key] = durations
+        for phase, seconds in durations.items():
+            insort(self.by_phase.setdefault(phase, []), seconds)
