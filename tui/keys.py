@@ -140,6 +140,7 @@ KEYS: tuple[Key, ...] = (
     Key("full_stop", "cycle(1)", "Next rollout", "side by side: the focused side's next rollout of the task", where="sides", palette=False),
     Key("v", "choose_variant(1)", "Next variant", "side by side: the focused side's next variant that ran the task", where="sides", palette=False),
     Key("V", "choose_variant(-1)", "Previous variant", "side by side: the focused side's previous variant that ran the task", where="sides", palette=False),
+    Key("d", "next_difference", "Where they differ", "side by side: both sides to the first turn where they differ (again: the next one)", where="sides", palette=False),
     Key("left", "focus_side(0)", "Left side", "side by side: focus the left side (tab too)", where="sides", palette=False),
     Key("right", "focus_side(1)", "Right side", "side by side: focus the right side", where="sides", palette=False),
     Key("escape", "back", "Back", "side by side: back to the Compare tab", where="sides", priority=True, palette=False),

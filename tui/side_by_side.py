@@ -3,7 +3,11 @@ under a header (variant, which rollout of how many, reward, how it ended). Each 
 chooses its own variant (`v` / `V` step the focused side through the variants that ran
 the task; the same one on both sides compares two of its rollouts) and its rollout
 (`,` and `.`). Both follow the store: rollouts of the task that start or end while the
-screen is open join the cycling and the header, a variant that runs it joins `v`."""
+screen is open join the cycling and the header, a variant that runs it joins `v`.
+
+The two traces are compared turn by turn as their turns land (`TurnPairs`): each
+differing turn is marked on both sides, the first is named under the title, and `d`
+brings both sides to it (again: to the next)."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Static
 
+from core.session.divergence import TurnPairs
 from core.session.store import Rollout, RolloutStore
 from tui.columns import rollout_number
 from tui.keys import bindings
@@ -138,6 +143,8 @@ class SideBySideScreen(Screen[list[str]]):
     DEFAULT_CSS = """
     SideBySideScreen {
         & #task-title { height: 1; padding: 0 1; text-style: bold; }
+        & #divergence { height: 1; padding: 0 1; color: $text-muted; }
+        & #divergence.-differs { color: $text-warning; text-style: bold; }
         & #sides { height: 1fr; }
         & Side { width: 1fr; height: 1fr; border-left: vkey $foreground 20%; }
         & Side:focus-within { border-left: vkey $primary; }
@@ -157,18 +164,26 @@ class SideBySideScreen(Screen[list[str]]):
         self.ran = ran = variants_that_ran(store, task)
         self._seen = store.version
         self.sides = [Side(store, task, ran, name, self._sides_moved) for name in first_sides(ran, prefer)]
+        self.pairs: TurnPairs | None = None
+        """The shown traces' turns compared, as they land."""
+        self._jumped: int | None = None
+        """The differing turn `d` last brought both sides to."""
+        self.divergence = Static(markup=False, id="divergence")
+        self._said = ""
         if len(self.sides) == 2 and self.sides[0].variant == self.sides[1].variant:
             right = self.sides[1]
             right.at = min(1, len(right.rollouts) - 1)  # one variant on both sides: two of its rollouts
 
     def compose(self) -> ComposeResult:
-        hint = "Esc: back · v V: another variant · , .: another rollout (of the focused side)"
+        hint = "Esc: back · v V: another variant · , .: another rollout (of the focused side) · d: where they differ"
         yield Static(Text(f"task {safe(self.shown_task[1])} · side by side · {hint}"), markup=False, id="task-title")
+        yield self.divergence
         with Horizontal(id="sides"):
             yield from self.sides
 
     def on_mount(self) -> None:
         self.sides[0].transcript.focus()
+        self._compare()
         self.set_interval(REFRESH, self._refresh)
 
     def _sides_moved(self) -> None:
@@ -182,6 +197,44 @@ class SideBySideScreen(Screen[list[str]]):
                 side.follow()
         for side in self.sides:
             side.draw()
+        self._compare()
+
+    def _compare(self) -> None:
+        """Judge the turns that landed on both sides since the last look, and mark
+        them; a side that shows another trace starts the comparison again."""
+        traces = [side.rollout.primary if side.rollout is not None else None for side in self.sides]
+        shown = [trace for trace in traces if trace is not None]
+        if len(shown) < 2:
+            self.pairs = None
+            self._say("nothing to compare yet: a side has no trace", False)
+            return
+        ended = [side.rollout is not None and side.rollout.status.finished for side in self.sides]
+        pairs, fresh = self.pairs, False
+        if pairs is None or any(a is not b for a, b in zip(pairs.traces, shown, strict=True)):
+            pairs, fresh = TurnPairs(shown[0], shown[1]), True
+            self.pairs, self._jumped = pairs, None
+        if pairs.update(*ended) or fresh:
+            marks = {turn: kind.value for turn, kind in pairs.differing().items()}
+            for side in self.sides:
+                side.transcript.mark_turns(marks)
+        self._say(self._callout(pairs, all(ended)), pairs.first is not None)
+
+    def _say(self, callout: str, differs: bool) -> None:
+        if callout != self._said:
+            self._said = callout
+            self.divergence.update(Text(callout))
+            self.divergence.set_class(differs, "-differs")
+
+    def _callout(self, pairs: TurnPairs, ended: bool) -> str:
+        first, differing = pairs.first, pairs.differing()
+        if first is not None:
+            more = len(differing) - 1
+            text = f"first difference: turn {first} · {differing[first].value}"
+            return text + (f" · {more} more differing turn{'s' * (more != 1)} marked ≠" if more else "") + " · d: both sides there"
+        alike = len(pairs.kinds)
+        if ended:
+            return f"no difference: {alike} turn{'s' * (alike != 1)} alike"
+        return f"alike so far: {alike} turn{'s' * (alike != 1)} compared, the rest as they land"
 
     def _focused_side(self) -> Side:
         focused = self.focused
@@ -189,12 +242,25 @@ class SideBySideScreen(Screen[list[str]]):
 
     def action_cycle(self, step: int) -> None:
         self._focused_side().cycle(step)
+        self._compare()
 
     def action_choose_variant(self, step: int) -> None:
         self._focused_side().choose_variant(step)
+        self._compare()
 
     def action_focus_side(self, index: int) -> None:
         self.sides[min(index, len(self.sides) - 1)].transcript.focus()
+
+    def action_next_difference(self) -> None:
+        """Both sides to the first differing turn, or the next after the one `d` went to."""
+        differing = sorted(self.pairs.differing()) if self.pairs is not None else []
+        if not differing:
+            self.notify("no difference so far", timeout=2)
+            return
+        after = [turn for turn in differing if self._jumped is not None and turn > self._jumped]
+        self._jumped = (after or differing)[0]
+        for side in self.sides:
+            side.transcript.scroll_to_turn(self._jumped)
 
     def action_back(self) -> None:
         self.show(())

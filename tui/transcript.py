@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.segment import Segment
@@ -33,6 +33,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from core.session.divergence import turn_starts
 from core.session.store import TraceState
 from core.wire.protocol import WireMessage, WireModelCall, WireNode
 from tui.keys import bindings
@@ -93,6 +94,7 @@ class Transcript(ScrollView, can_focus=True):
         & > .transcript--text { color: $foreground; }
         & > .transcript--meta { color: $text-muted; }
         & > .transcript--rule { color: $text-muted; }
+        & > .transcript--differs { color: $text-warning; text-style: bold; }
         & > .transcript--system { color: $text-secondary; text-style: bold; }
         & > .transcript--user { color: $text-accent; text-style: bold; }
         & > .transcript--assistant { color: $text-primary; text-style: bold; }
@@ -117,7 +119,7 @@ class Transcript(ScrollView, can_focus=True):
         f"transcript--{key}"
         for key in (
             *ROLES,
-            "text", "meta", "rule", "other", "call", "reasoning", "branch", "error",
+            "text", "meta", "rule", "differs", "other", "call", "reasoning", "branch", "error",
             "error-text", "pending", "pending-title", "cursor", "badge", "outcome", "match", "match-current",
         )
     }
@@ -153,6 +155,9 @@ class Transcript(ScrollView, can_focus=True):
         """Lines holding the search text, top to bottom; `_match_at` is the current one."""
         self._match_at = -1
         self._match_set: set[int] = set()
+        self._differs: dict[int, str] = {}
+        """Turns marked as differing from another trace's, by number (`mark_turns`):
+        kept when the trace switches, until whoever marked them marks the new one's."""
         self._reset()
 
     def _reset(self) -> None:
@@ -228,6 +233,33 @@ class Transcript(ScrollView, can_focus=True):
         """Go to the bottom and follow from there."""
         self.following, self.new_since_left = True, 0
         self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def mark_turns(self, differs: Mapping[int, str]) -> None:
+        """Mark these turns (by number) as differing from another trace's, each with
+        how: the rules of those laid out are drawn again, the others when laid out."""
+        changed = {turn for turn in differs.keys() | self._differs.keys() if differs.get(turn) != self._differs.get(turn)}
+        self._differs = dict(differs)
+        if not changed or self._state is None:
+            return
+        starts = turn_starts(self._state.sampled)
+        for turn in changed:
+            position = self._node_blocks.get(starts[turn - 1]) if turn <= len(starts) else None
+            if position is not None:
+                self._rehead(position)
+
+    def scroll_to_turn(self, turn: int) -> None:
+        """Put the turn's rule at the top (the trace's end when it has no such turn)."""
+        state = self._state
+        starts = turn_starts(state.sampled) if state is not None else []
+        if turn > len(starts):
+            self.action_jump_end()
+            return
+        self.following = False
+        while self._first_node > starts[turn - 1]:
+            self._lay_out_above()
+        position = self._node_blocks.get(starts[turn - 1])
+        if position is not None:
+            self.scroll_to(y=self._starts[position], animate=False, immediate=True)
 
     @property
     def trace_state(self) -> TraceState | None:
@@ -395,7 +427,7 @@ class Transcript(ScrollView, can_focus=True):
         index, node, turn = block.source
         self.headers_rendered += 1
         call = self._state.node_call(index) if self._state else None
-        return node_head(index, node, call, turn)
+        return node_head(index, node, call, turn, self._differs.get(turn) if turn else None)
 
     def _rehead(self, position: int) -> None:
         block = self._blocks[position]

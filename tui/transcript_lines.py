@@ -58,12 +58,16 @@ def _tool_call_parts(call: WireToolCall) -> tuple[str, Any]:
     return str(function.get("name") or "?"), function.get("arguments")
 
 
-def node_head(index: int, node: WireNode, call: WireModelCall | None, turn: int | None) -> list[Logical]:
+def node_head(index: int, node: WireNode, call: WireModelCall | None, turn: int | None, differs: str | None = None) -> list[Logical]:
+    """`differs`: how the turn it opens differs from another trace's (side by side),
+    marked in the gutter of the turn's rule."""
     message = node.get("message") or {}
     role = str(message.get("role") or "?")
     key = _role_key(role)
     lines: list[Logical] = []
-    if turn is not None:
+    if turn is not None and differs:
+        lines.append((("≠ ", "differs"), [(f"── turn {turn} · {differs} ", "differs")], ("─", "differs")))
+    elif turn is not None:
         lines.append((None, [(f"── turn {turn} ", "rule")], ("─", "rule")))
     segs: list[Seg] = [(safe(role), key), (f"  #{index}", "meta")]
     if role == "tool":

@@ -14,6 +14,8 @@ from textual.pilot import Pilot
 
 from core.engine.opened import OpenedRecording
 from core.engine.replay import ReplaySession
+from tests.support.app_screen import open_side_by_side
+from tests.support.diverging_traces import diverged
 from tests.support.polling import until
 from tests.support.tui_standin import StandInEngine, make_engine, write_recording
 from tui.app import TracewatchApp
@@ -100,6 +102,22 @@ def test_side_by_side(snap_compare) -> None:
         await pilot.pause()
 
     assert snap_compare(TracewatchApp(frozen(finish=True)), terminal_size=(160, 48), run_before=run_before)
+
+
+def test_side_by_side_where_they_part(snap_compare) -> None:
+    """Two traces of a task that part at turn 3 (and again at 6), `d` pressed: both
+    sides at turn 3, each differing turn marked, the first named under the title."""
+
+    async def run_before(pilot: Pilot) -> None:
+        app = pilot.app
+        assert isinstance(app, TracewatchApp)
+        _, screen, left, right = await open_side_by_side(app, pilot, 2, "enter")
+        await until(pilot, lambda: "first difference" in str(screen.divergence.render()))
+        await pilot.press("d")
+        await until(pilot, lambda: all("turn 3" in side.transcript.render_line(0).text for side in (left, right)))
+        await pilot.pause()
+
+    assert snap_compare(TracewatchApp(diverged().engine), terminal_size=(160, 40), run_before=run_before)
 
 
 def test_logs_at_80x24(snap_compare) -> None:
