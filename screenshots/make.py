@@ -12,7 +12,8 @@ worth showing (each waited for with a deadline), then a PNG of each SVG:
     trace-pending.svg   a trace whose pending preview (sent to the model, no reply yet) shows
     timing.svg          a finished rollout's phase waterfall and per-variant p50/p95
     compare.svg         the variants task by task: mean ± standard error, where they differ
-    side-by-side.svg    a task's traces side by side, one variant's rollout on each side
+    side-by-side.svg    a task's traces side by side, one variant's rollout on each side,
+                        both at the first turn where they differ (marked ≠ with how)
     timeline.svg        every rollout on one time axis by phase, each variant's concurrency above
     trends.svg          each variant's finished per minute, reward, errors, tokens/s, agent time
     tokens.svg          a training rollout's message token by token, coloured by where the
@@ -135,18 +136,43 @@ class Shooter:
         await self.settle(1.1)
 
 
+    async def to_first_difference(self) -> None:
+        """Bring both sides to the first turn where their traces differ, if they do."""
+        screen = self.app.screen
+        try:
+            await wait_for(self.pilot, "the first difference", lambda: "first difference" in str(screen.divergence.render()), 3)
+        except Timeout:
+            return
+        await self.pilot.press("d")
+        await self.settle(0.5)
+
+
 def side_by_side_task(store) -> tuple[int, str]:
-    """A task worth showing side by side: one both variants scored, where they
-    disagree, else where their mean rewards differ, else with the most turns."""
+    """A task worth showing side by side: one both variants scored whose traces part
+    (as the screen opens it: each variant's first rollout of it), where they disagree,
+    else where their mean rewards differ, else with the most turns."""
     comparison = compare_store(store)
     both = [task for task, cells in comparison.tasks.items() if all(cells.get(name) and cells[name].k for name in comparison.variants)]
     disagree = set(comparison.disagreements())
 
-    def worth(task: tuple[int, str]) -> tuple[bool, bool, int]:
+    def worth(task: tuple[int, str]) -> tuple[bool, bool, bool, int]:
         cells = comparison.tasks[task].values()
-        return task in disagree, len({cell.mean for cell in cells}) > 1, sum(sum(cell.turns) for cell in cells)
+        return parts_ways(store, task), task in disagree, len({cell.mean for cell in cells}) > 1, sum(sum(cell.turns) for cell in cells)
 
     return max(both, key=worth)
+
+
+def parts_ways(store, task: tuple[int, str]) -> bool:
+    """Whether the first two variants' first rollouts of the task differ at some turn."""
+    from core.session.divergence import TurnPairs
+    from tui.side_by_side import task_rollouts
+
+    traces = [store.rollouts[keys[0]].primary for name in store.variants if (keys := task_rollouts(store, name, task))][:2]
+    if len(traces) < 2 or None in traces:
+        return False
+    pairs = TurnPairs(*traces)
+    pairs.update(True, True)
+    return pairs.first is not None
 
 
 def by_scenario(engine: Engine, variant: str, scenario: str) -> Rollout:
@@ -258,7 +284,8 @@ async def session(speed: float, out: Path) -> list[Path]:
             # A task's traces side by side, opened from the Compare tab: a task where the
             # variants disagree if there is one, else one both scored with the most turns.
             await shots.side_by_side(side_by_side_task(store))
-            shots.shoot("side-by-side", "tracewatch: a task's traces side by side")
+            await shots.to_first_difference()
+            shots.shoot("side-by-side", "tracewatch: a task's traces side by side, where they part")
             await pilot.press("escape")
             await wait_for(pilot, "the Compare tab again", lambda: not isinstance(app.screen, SideBySideScreen), 5)
 
