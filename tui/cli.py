@@ -178,12 +178,12 @@ def tokens_parser() -> argparse.ArgumentParser:
 def compare_sources(args: argparse.Namespace) -> int:
     """Every source's variants side by side; a name two sources share gets its
     source's name in front."""
-    from core.engine.opened import OpenedRecording, OpenedRun  # offline only: not on a live start
+    from core.engine.opened import OpenedRecording, open_folder  # offline only: not on a live start
     from core.session.compare import compare, compare_lines
 
     groups: dict[str, list[Rollout]] = {}
     for path in args.sources:
-        session = OpenedRecording(path) if path.suffix == RECORDING_SUFFIX else OpenedRun(path)
+        session = OpenedRecording(path) if path.suffix == RECORDING_SUFFIX else open_folder(path)
         for name in session.variants:
             label = name if name not in groups else f"{path.stem}:{name}"
             groups[label] = list(session.store.variant_rollouts(name))
@@ -214,11 +214,11 @@ def export(args: argparse.Namespace) -> int:
 def export_trace_events(source: Path, output: Path) -> int:
     """A recording is read one rollout at a time; a run directory or JSONL file is
     opened whole, as `open` does."""
-    from core.engine.opened import OpenedRun
+    from core.engine.opened import open_folder
     from core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
 
     written = TraceEventsWritten()
-    rollouts = recording_rollouts(source, written) if source.suffix == RECORDING_SUFFIX else OpenedRun(source).store.rollouts.values()
+    rollouts = recording_rollouts(source, written) if source.suffix == RECORDING_SUFFIX else open_folder(source).store.rollouts.values()
     write_trace_events(rollouts, output, written)
     print(f"wrote {written.rollouts} rollouts ({written.slices} slices) to {output}: open it in Perfetto or chrome://tracing")
     if written.skipped:
@@ -274,14 +274,14 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
 
 
 def _offline_session(command: str, args: argparse.Namespace) -> Session:
-    from core.engine.opened import OpenedRecording, OpenedRun  # offline only: not on a live start
+    from core.engine.opened import OpenedRecording, open_folder  # offline only: not on a live start
     from core.engine.replay import ReplaySession  # offline only: not on a live start
 
     if command == "replay":
         return ReplaySession(args.file, speed=args.speed)
     if args.path.suffix == RECORDING_SUFFIX:
         return OpenedRecording(args.path)
-    return OpenedRun(args.path)
+    return open_folder(args.path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,9 @@ class Column:
     measure: Callable[[Rollout, float], float | None] | None = None
     """The number the filter compares (`reward:<1`), given the rollout and `now`; None
     where the rollout has none yet (no reward), which no comparison lets through."""
+    stepped: bool = False
+    """Shown only in a session where some rollout has a training step (a training
+    run's files): elsewhere it would be an empty column."""
 
 
 def rollout_number(rollout: Rollout) -> str:
@@ -103,6 +106,13 @@ COLUMNS: tuple[Column, ...] = (
         "number", "#", 4, 3,
         sort=lambda r, now: (r.run, r.rollout_index),
         cell=lambda r, now, palette, stall: (rollout_number(r), palette.muted),
+    ),
+    Column(
+        "step", "Step", 5, 4,
+        sort=lambda r, now: (r.step is not None, r.step or 0),
+        cell=lambda r, now, palette, stall: ("" if r.step is None else str(r.step), PLAIN),
+        measure=lambda r, now: r.step,
+        stepped=True,
     ),
     Column(
         "phase", "Phase", 10, 4,

@@ -26,7 +26,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.session.store import Rollout, RolloutStore
-from tui.columns import BY_KEY, COLUMNS, Cell
+from tui.columns import BY_KEY, COLUMNS, Cell, Column
 from tui.keys import bindings
 from tui.palette import PALETTE_CLASSES, Palette
 from tui.rollout_filter import RowFilter
@@ -35,12 +35,19 @@ from tui.virtual_size import set_virtual_size
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 PADDING = 1
 """Blank cells each side of a column's text."""
-FULL_WIDTH = sum(column.width + 2 * PADDING for column in COLUMNS)
-"""Narrower than this, the table lays its columns out by `PRIORITY`: a one-cell gap
-between columns, the Task column as wide as what is left (at least `TASK_NARROW`), and
-the columns that do not fit left out rather than behind a horizontal scrollbar."""
 TASK_NARROW = 12
-PRIORITY = tuple(column.key for column in sorted(COLUMNS, key=lambda column: column.priority))
+
+
+def available(steps: bool) -> tuple[Column, ...]:
+    """The columns a session can fill: the Step column only where a rollout has a step."""
+    return COLUMNS if steps else tuple(column for column in COLUMNS if not column.stepped)
+
+
+def full_width(columns: tuple[Column, ...]) -> int:
+    """Narrower than this, the table lays its columns out by priority: a one-cell gap
+    between columns, the Task column as wide as what is left (at least `TASK_NARROW`),
+    and the columns that do not fit left out rather than behind a horizontal scrollbar."""
+    return sum(column.width + 2 * PADDING for column in columns)
 TICKING = frozenset(column.key for column in COLUMNS if column.ticks)
 
 
@@ -114,7 +121,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._resort = False
         self._cursor_row = 0
         self._cursor_key: str | None = None
-        self._columns, self._widths, self._pads = self._layout(FULL_WIDTH)
+        self._steps = store.steps_known
+        self._columns, self._widths, self._pads = self._layout(full_width(available(self._steps)), self._steps)
         self._strips: dict[str, tuple[Strip, int]] = {}
         """Each drawn row without the cursor, full width, and the `_second` it was drawn
         in; dropped when its rollout changes, and a live row's (its clocks move) drawn
@@ -240,6 +248,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         self.mark(keys)
         if not self._dirty:
             return
+        if self.store.steps_known != self._steps:  # the first rollout with a step: its column joins
+            self.on_resize()
         wanted = self._wanted()
         rollouts, rows, strips = self.store.rollouts, self._rows, self._strips
         redraw: list[int] = []
@@ -291,8 +301,9 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._reindex(sort=True)
 
     def action_cycle_sort(self) -> None:
-        index = COLUMN_KEYS.index(self.sort_column) + 1 if self.sort_column else 0
-        self.sort_by(COLUMN_KEYS[index % len(COLUMN_KEYS)], reverse=False)
+        keys = tuple(column.key for column in available(self._steps))
+        index = keys.index(self.sort_column) + 1 if self.sort_column in keys else 0
+        self.sort_by(keys[index % len(keys)], reverse=False)
 
     def action_reverse_sort(self) -> None:
         self.sort_by(self.sort_column or COLUMN_KEYS[0], reverse=not self.sort_reverse)
@@ -406,7 +417,8 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         """A resize re-lays the columns (rare), never a tick."""
-        layout = self._layout(self.scrollable_content_region.width)
+        self._steps = self.store.steps_known
+        layout = self._layout(self.scrollable_content_region.width, self._steps)
         if layout != (self._columns, self._widths, self._pads):
             self._columns, self._widths, self._pads = layout
             set_virtual_size(self, Size(sum(self._widths), len(self._keys) + 1))
@@ -414,21 +426,23 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._scroll_to_cursor()
 
     @staticmethod
-    def _layout(width: int) -> tuple[tuple[str, ...], list[int], tuple[int, int]]:
+    def _layout(width: int, steps: bool) -> tuple[tuple[str, ...], list[int], tuple[int, int]]:
         """The columns shown, each one's width on screen (its padding included), and
-        the padding (left, right): every column from `FULL_WIDTH` up, else by `PRIORITY`."""
-        if width >= FULL_WIDTH:
-            return COLUMN_KEYS, [column.width + 2 * PADDING for column in COLUMNS], (PADDING, PADDING)
-        wanted = {column.key: (TASK_NARROW if column.key == "task" else column.width) + 1 for column in COLUMNS}
+        the padding (left, right): every available column from their `full_width` up,
+        else by priority."""
+        candidates = available(steps)
+        if width >= full_width(candidates):
+            return tuple(column.key for column in candidates), [column.width + 2 * PADDING for column in candidates], (PADDING, PADDING)
+        wanted = {column.key: (TASK_NARROW if column.key == "task" else column.width) + 1 for column in candidates}
         chosen: set[str] = set()
         used = 0
-        for key in PRIORITY:
-            if used + wanted[key] <= width:
-                chosen.add(key)
-                used += wanted[key]
+        for column in sorted(candidates, key=lambda column: column.priority):
+            if used + wanted[column.key] <= width:
+                chosen.add(column.key)
+                used += wanted[column.key]
         if "task" in chosen:
             wanted["task"] += min(width - used, 24 - TASK_NARROW)
-        columns = tuple(key for key in COLUMN_KEYS if key in chosen)
+        columns = tuple(column.key for column in candidates if column.key in chosen)
         return columns, [wanted[key] for key in columns], (0, 1)
 
     def notify_style_update(self) -> None:

@@ -35,9 +35,9 @@ class NoSuchRollout(TracewatchError):
 
 
 def open_source(path: Path) -> Session:
-    from core.engine.opened import OpenedRecording, OpenedRun  # offline only
+    from core.engine.opened import OpenedRecording, open_folder  # offline only
 
-    return OpenedRecording(path) if path.suffix == RECORDING_SUFFIX else OpenedRun(path)
+    return OpenedRecording(path) if path.suffix == RECORDING_SUFFIX else open_folder(path)
 
 
 def find_traces(session: Session, wanted: str) -> tuple[str, list[TraceState]]:

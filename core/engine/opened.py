@@ -13,6 +13,7 @@ from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_re
 from core.recordings.export import ORIGIN_KEY
 from core.recordings.index import RecordingIndex
 from core.recordings.load_episodes import TaskNumbers, load_episode
+from core.recordings.prime_rl_dir import ROLLOUTS, open_prime_rl, rollouts_dir
 from core.recordings.run_dir import open_run
 from core.session.contracts import VariantState
 from core.session.session import Session
@@ -42,6 +43,37 @@ class OpenedRun(Session):
             empty = self.variants[name] = RecordedVariant(name)
             empty.state = VariantState.DONE
             empty.reason = f"no episodes: {self.run.traces_path} holds none yet"
+            self.readonly_reason = f"an offline view of {name}: {empty.reason}"
+
+
+def open_folder(path: Path) -> OpenedRun | OpenedTrainingRun:
+    """A finished run's folder or traces file: a prime-rl output directory as its
+    training run, anything else as a verifiers run."""
+    folder = rollouts_dir(path)
+    return OpenedTrainingRun(folder) if folder is not None else OpenedRun(path)
+
+
+class OpenedTrainingRun(Session):
+    """A prime-rl run's rollouts, as its file monitor wrote them step by step: one
+    variant per kind (`train`, `eval`), each rollout with the step that logged it."""
+
+    def __init__(self, folder: Path) -> None:
+        """`folder`: the run's `rollouts` folder (`rollouts_dir`)."""
+        super().__init__(RolloutStore(), new_session_dir(), None)
+        self.variants: dict[str, RecordedVariant] = {}
+        self.training = open_prime_rl(folder)
+        name = (folder.parent if folder.name == ROLLOUTS else folder).name
+        self.readonly_reason = f"an offline view of the training run {name}: nothing is running"
+        numbers: dict[str, TaskNumbers] = {}
+        for stepped in self.training.episodes:
+            if stepped.kind not in self.variants:
+                self.variants[stepped.kind] = RecordedVariant(stepped.kind)
+                self.variants[stepped.kind].state = VariantState.DONE
+            load_episode(self.store, stepped.kind, numbers.setdefault(stepped.kind, TaskNumbers()), stepped.episode, stepped.step)
+        if not self.training.episodes:
+            empty = self.variants["train"] = RecordedVariant("train")
+            empty.state = VariantState.DONE
+            empty.reason = f"no episodes: {folder} holds none yet"
             self.readonly_reason = f"an offline view of {name}: {empty.reason}"
 
 

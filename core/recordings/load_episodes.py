@@ -29,11 +29,14 @@ class TaskNumbers:
         return task_index, rollout_index
 
 
-def load_episode(store: RolloutStore, variant: str, numbers: TaskNumbers, episode: dict[str, Any]) -> None:
+def load_episode(
+    store: RolloutStore, variant: str, numbers: TaskNumbers, episode: dict[str, Any], step: int | None = None
+) -> None:
     """A whole episode into the store as if it had streamed: each trace as one delta
     (its header, every list item, every scalar), then the reply; an exported partial
     one ends as it ended (cancelled, failed, or still running). It is numbered as
-    `tracewatch export --episodes` recorded it, else by its task among `numbers`."""
+    `tracewatch export --episodes` recorded it, else by its task among `numbers`;
+    `step` is the training step that logged it, where one did."""
     task = episode.get("task") or {}
     data = task.get("data") or task
     task_key = episode_task_key(task)
@@ -43,7 +46,7 @@ def load_episode(store: RolloutStore, variant: str, numbers: TaskNumbers, episod
     rollout = store.add_rollout(
         variant, origin.get("task_index", task_index), data, origin.get("rollout_index", rollout_index),
         key=origin.get("rollout") if isinstance(origin.get("rollout"), str) else None, run=run_of(origin),
-        task_key=task_key,
+        task_key=task_key, step=step,
     )
     timing = [t.get("timing") or {} for t in episode.get("traces") or []]
     start = min((t.get("start") or 0.0 for t in timing), default=0.0) or None

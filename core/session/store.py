@@ -307,6 +307,8 @@ class Rollout:
     """Why its traces cannot be shown: they left memory and reading them back failed."""
     task_key: str | None = None
     """verifiers' key of its task, when the source gave it (`task_identity`)."""
+    step: int | None = None
+    """The training step that logged it, in a training run's files (None elsewhere)."""
     _assembly: EpisodeAssembly | None = field(default=None, repr=False)
     _facts: tuple[tuple[tuple[str, int], ...], RolloutFacts] | None = field(default=None, repr=False, compare=False)
     """Its facts and the (id, revision) of each trace they were derived from."""
@@ -557,6 +559,8 @@ class RolloutStore:
         self.clock = clock
         self.rollouts: dict[str, Rollout] = {}
         self.variants: dict[str, list[str]] = {}
+        self.steps_known = False
+        """Some rollout has a training step: the table shows the Step column."""
         self._phases: dict[str, SortedPhases] = {}
         """Per variant, each done rollout's seconds per phase (`phase_durations`), by
         key: a rollout read again (an opened recording loads it) replaces its own."""
@@ -596,11 +600,16 @@ class RolloutStore:
         run: int = 1,
         t: float | None = None,
         task_key: str | None = None,
+        step: int | None = None,
     ) -> Rollout:
         """A rollout queued at `t` (now if None)."""
         self.add_variant(variant)
         key = key or f"{variant}/{len(self.variants[variant])}"
-        rollout = Rollout(key, variant, task_index, task_data, rollout_index, run, created_at=self.clock() if t is None else t, task_key=task_key)
+        rollout = Rollout(
+            key, variant, task_index, task_data, rollout_index, run,
+            created_at=self.clock() if t is None else t, task_key=task_key, step=step,
+        )
+        self.steps_known = self.steps_known or step is not None
         self.rollouts[key] = rollout
         self.variants[variant].append(key)
         self._account(rollout)
@@ -613,7 +622,7 @@ class RolloutStore:
         """A fresh rollout in the same place, for records about to be applied again
         from the start (a rollout loaded on demand)."""
         old = self.rollouts[key]
-        rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at, task_key=old.task_key)
+        rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at, task_key=old.task_key, step=old.step)
         rollout._occupancy, rollout._outcome, rollout._counted = old._occupancy, old._outcome, old._counted
         self.rollouts[key] = rollout
         self._live.discard(key)

@@ -14,7 +14,9 @@ from tui.app import TracewatchApp
 from tui.rollout_filter import Comparison, RowFilter, parse_number
 
 STORE = timed_engine(count=30, slots=5).store
-FIELDS = ("reward:", "tokens:", "turns:", "errors:", "elapsed:", "error:", "status:")
+for _number, _rollout in enumerate(STORE.rollouts.values()):
+    _rollout.step = None if _number % 4 == 0 else _number % 5  # as a training run's files give them; some rollouts have none
+FIELDS = ("reward:", "tokens:", "turns:", "errors:", "elapsed:", "step:", "error:", "status:")
 VALUES = ("<", "<=", ">", ">=", "=", "0", "0.5", "1", "1200", "3", "1m", "10s", "purpose", "cancel", "sandbox", "toolerror", ",", "x", "f")
 
 
@@ -30,6 +32,9 @@ def test_comparisons_read_numbers_durations_and_alternatives():
     assert [parse_number("elapsed", t) for t in ("90", "1m30s", "1:30", "2h", "1.5m", "", "1x", "m")] == [90, 90, 90, 7200, 90, None, None, None]
     assert parse_number("reward", "nan") is None
     assert RowFilter.parse("reward:") == RowFilter(), "a field still being typed filters nothing"
+    assert RowFilter.parse("step:3 step:>=2,<1").comparisons == (
+        Comparison("step", (("=", 3.0),)), Comparison("step", ((">=", 2.0), ("<", 1.0))),
+    )
 
 
 def test_a_malformed_comparison_says_what_is_expected_and_filters_nothing():

@@ -3,9 +3,11 @@ scenario played in-process (no server, no waits), its deltas fed to a real store
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from core.demo.agent import Pace
 from core.demo.scenarios import Run, play
@@ -14,6 +16,8 @@ from core.demo.tasks import DEFAULT_TASKS, parse
 from core.demo.trace import LiveEpisode
 from core.recordings.recorder import Recorder
 from core.session.store import RolloutStore
+from core.wire.assembly import EpisodeAssembly
+from core.wire.episode_json import episode_json
 from core.wire.protocol import unpack_delta
 from tests.support.tui_standin import StandInEngine, StandInVariant
 
@@ -22,6 +26,21 @@ KEY = "trainer/0"
 
 
 async def training_deltas(seed: int = 1) -> list[dict]:
+    return (await _played(seed))[1]
+
+
+async def training_episode(seed: int = 1) -> dict[str, Any]:
+    """The training rollout's finished episode, as verifiers' client assembles it from
+    the deltas and the reply's head, in JSON's terms (`core.wire.episode_json`)."""
+    episode, deltas = await _played(seed)
+    assembly = EpisodeAssembly()
+    for delta in deltas:
+        assembly.apply(delta)
+    summaries = [{"id": trace.id, "nodes": len(trace.nodes), "calls": len(trace.calls)} for trace in episode.traces]
+    return json.loads(episode_json(assembly.finish(episode.head(), summaries)))
+
+
+async def _played(seed: int) -> tuple[LiveEpisode, list[dict]]:
     task = parse(TASK)
     rng = random.Random(f"{seed}:{task.key}")
     episode = LiveEpisode(task.record, "demo")
@@ -32,7 +51,7 @@ async def training_deltas(seed: int = 1) -> list[dict]:
 
     async with DeltaStreamer(lambda: episode.traces, send) as streamer:
         await play(Run(task, episode, Pace(rng, None, streamer.drain), rng, streamer.watch, "demo-model", {}, {}))
-    return [unpack_delta(data) for data in sent]
+    return episode, [unpack_delta(data) for data in sent]
 
 
 def training_engine(deltas: list[dict], clock: Callable[[], float] | None = None) -> StandInEngine:

@@ -73,3 +73,20 @@ def test_an_unknown_rollout_is_named_with_what_there_is(deltas: list[dict], tmp_
     write_training_recording(path, deltas)
     code, _, err = run(capsys, str(path), "--rollout", "nope")
     assert code == 2 and f"no rollout or trace 'nope' in this source (rollouts: {KEY})" in err
+
+
+def test_a_prime_rl_runs_rollout_prints_the_streams_its_files_hold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support.prime_rl_run import credited, log_episodes, verifiers_agent
+    from tests.support.training_session import training_episode
+
+    episode = verifiers_agent(asyncio.run(training_episode()))
+    log_episodes(tmp_path / "outputs", [credited(episode, 0.5)], 7, "train", "effective")
+    written = episode["traces"][0]["nodes"][-1]
+    code, out, _ = run(capsys, str(tmp_path / "outputs"), "--rollout", "train/0", "--node", str(len(episode["traces"][0]["nodes"]) - 1), "--format", "jsonl")
+    assert code == 0
+    head, *rows = [json.loads(line) for line in out.splitlines()]
+    assert head["tokens"] == len(written["token_ids"]) == len(rows)
+    assert [row["id"] for row in rows] == written["token_ids"]
+    trained = [row for row in rows if row["mask"]]
+    assert [row["advantages"] for row in trained] == [0.5] * len(trained)
+    assert [row["trainer_logprobs"] for row in trained] == pytest.approx([round(v, 4) for v in written["trainer_logprobs"]])

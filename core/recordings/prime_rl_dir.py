@@ -1,0 +1,133 @@
+"""Finished (or running) prime-rl training runs, read from what its file monitor writes.
+
+prime-rl's `FileMonitor.log_episodes` (`src/prime_rl/monitors/file.py`) appends each
+cohort of episodes to
+
+    <output dir>/rollouts/step_<N>/<kind>/<subset>/traces.jsonl
+
+where kind is `train` or `eval` and subset is `all` (every episode, appended as it
+arrives, before the trainer's credit is assigned) or `effective` (the episodes the
+step trained on, appended when the batch ships, their nodes carrying `advantages`).
+A line is a verifiers record (`to_record()`: token arrays as JSON lists, per-token
+floats rounded, `routed_experts` and `sampling_mask` left out): one `Episode` a line
+since prime-rl's "score native episodes" change, one `Trace` a line before it. Both
+are read. An episode logged in both subsets is one rollout, its `effective` line
+folded over its `all` line, so the row shows what the trainer used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import TracewatchError
+
+ROLLOUTS = "rollouts"
+KINDS = ("train", "eval")
+SUBSETS = ("all", "effective")
+"""In the order they are folded: an `effective` line replaces the `all` line of its episode."""
+TRACES_FILE = "traces.jsonl"
+_STEP = re.compile(r"step_(\d+)")
+
+
+class PrimeRlDirError(TracewatchError, ValueError):
+    """A prime-rl output directory whose rollouts cannot be read."""
+
+
+@dataclass
+class SteppedEpisode:
+    """One rollout of a training run: which step and kind logged it, and its episode."""
+
+    step: int
+    kind: str
+    episode: dict[str, Any]
+    trained: bool = False
+    """It is in its step's `effective` subset: the trainer used it."""
+
+
+@dataclass
+class PrimeRlRun:
+    rollouts_dir: Path
+    episodes: list[SteppedEpisode] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Lines that are not records, each with where and why."""
+
+
+def rollouts_dir(path: str | os.PathLike[str]) -> Path | None:
+    """The `rollouts` folder of a prime-rl output directory at `path` (or `path`
+    itself, that folder), if it holds a `step_<N>` folder; None otherwise."""
+    path = Path(path)
+    for folder in (path / ROLLOUTS, path):
+        if folder.is_dir() and any(_STEP.fullmatch(child.name) and child.is_dir() for child in folder.iterdir()):
+            return folder
+    return None
+
+
+def open_prime_rl(folder: Path) -> PrimeRlRun:
+    """Every rollout under a prime-rl `rollouts` folder, by step (ascending), kind,
+    then the order its episodes were first logged."""
+    run = PrimeRlRun(folder)
+    steps = sorted(
+        (int(match.group(1)), child)
+        for child in folder.iterdir()
+        if (match := _STEP.fullmatch(child.name)) is not None and child.is_dir()
+    )
+    for step, step_dir in steps:
+        for kind in KINDS:
+            found: dict[str, SteppedEpisode] = {}
+            for subset in SUBSETS:
+                path = step_dir / kind / subset / TRACES_FILE
+                if not path.is_file():
+                    continue
+                for episode in _read(path, run.skipped):
+                    key = str(episode.get("id"))
+                    if key in found and subset == "effective":
+                        found[key].episode, found[key].trained = episode, True
+                    else:
+                        found.setdefault(key, SteppedEpisode(step, kind, episode, subset == "effective"))
+            run.episodes.extend(found.values())
+    if run.skipped and not run.episodes:
+        raise PrimeRlDirError(f"{folder} holds no readable rollout: {run.skipped[0]}")
+    return run
+
+
+def _read(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        skipped.append(f"{path}: cannot be read ({error.strerror or error})")
+        return []
+    episodes = []
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as error:
+            cut = number == len(lines)  # no newline after it: the writer was stopped mid-line
+            skipped.append(f"{path} line {number}: " + ("cut short (the run was stopped while writing it)" if cut else f"not JSON ({error})"))
+            continue
+        episode = as_episode(value)
+        if episode is None:
+            skipped.append(f"{path} line {number}: neither an episode nor a trace record")
+        else:
+            episodes.append(episode)
+    return episodes
+
+
+def as_episode(value: Any) -> dict[str, Any] | None:
+    """A line as an episode: an episode record as it is, a trace record (one trace a
+    line, as prime-rl wrote before it logged whole episodes) as an episode of one."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("traces"), list):
+        return value
+    if isinstance(value.get("nodes"), list) and isinstance(value.get("id"), str):
+        head = {key: value[key] for key in ("task", "ok", "is_timeout", "errors") if key in value}
+        return {"id": value["id"], **head, "traces": [value]}
+    return None

@@ -1,0 +1,105 @@
+"""prime-rl training runs, as its file monitor writes them (`tests.support.prime_rl_run`),
+opened by `open_folder`: both line shapes, each rollout with its step, an episode in
+both subsets folded into one rollout with the trainer's credit, and damaged lines
+skipped with where and why."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from core.engine.opened import OpenedRun, OpenedTrainingRun, open_folder
+from core.recordings.prime_rl_dir import PrimeRlDirError, open_prime_rl, rollouts_dir
+from core.tokens.streams import read_message
+from tests.support.prime_rl_run import credited, log_episodes, renamed, verifiers_agent
+from tests.support.training_session import training_episode
+
+
+@pytest.fixture(scope="module")
+def episode() -> dict:
+    return verifiers_agent(asyncio.run(training_episode()))
+
+
+def training_run(out: Path, episode: dict) -> Path:
+    """Two steps of train rollouts (step 1 one trace a line, as prime-rl wrote before it
+    logged episodes; step 2 whole episodes) and an eval at step 2; step 2's first
+    rollout trained on, so it is in `effective` too, with its credit."""
+    log_episodes(out, [renamed(episode, 1), renamed(episode, 2)], 1, "train", "all", per_trace=True)
+    log_episodes(out, [renamed(episode, 3), renamed(episode, 4)], 2, "train", "all")
+    log_episodes(out, [credited(renamed(episode, 3), 0.25)], 2, "train", "effective")
+    log_episodes(out, [renamed(episode, 5)], 2, "eval", "all")
+    return out
+
+
+def test_each_rollout_opens_once_with_its_step_and_kind(tmp_path, episode):
+    session = open_folder(training_run(tmp_path / "outputs", episode))
+    assert isinstance(session, OpenedTrainingRun)
+    rollouts = list(session.store.rollouts.values())
+    assert [(r.variant, r.step) for r in rollouts] == [("train", 1), ("train", 1), ("train", 2), ("train", 2), ("eval", 2)]
+    assert session.store.steps_known
+    assert [r.task_index for r in rollouts] == [0, 0, 0, 0, 0], "every rollout ran the one task"
+    assert [r.rollout_index for r in rollouts] == [0, 1, 2, 3, 0]
+    for rollout in rollouts:
+        assert rollout.status.value == "done"
+        assert rollout.turns == 6 and rollout.tokens == episode["traces"][0]["num_total_tokens"]
+        assert rollout.flags == {"tool-trained", "misaligned"}, "the demo's trained tool result, flagged as in a live view"
+
+
+def test_every_token_stream_is_the_one_prime_rl_wrote(tmp_path, episode):
+    session = open_folder(training_run(tmp_path / "outputs", episode))
+    original = episode["traces"][0]["nodes"]
+    for key in ("train/0", "train/2", "train/3"):
+        (trace,) = session.store.rollouts[key].traces.values()
+        assert len(trace.nodes) == len(original)
+        for node, written in zip(trace.nodes, original):
+            tokens = read_message(node)
+            assert list(tokens.ids) == written["token_ids"]
+            assert [bool(m) for m in tokens.mask] == written["mask"]
+    (trace,) = session.store.rollouts["train/2"].traces.values()
+    last = read_message(trace.nodes[-1])
+    sampled = [i for i, m in enumerate(original[-1]["mask"]) if m]
+    # verifiers' to_record rounds per-token floats to 4 decimals
+    assert [last.compact["logprobs"][i] for i in sampled] == pytest.approx([round(v, 4) for v in original[-1]["logprobs"]], abs=1e-6)
+    assert [last.compact["trainer_logprobs"][i] for i in sampled] == pytest.approx([round(v, 4) for v in original[-1]["trainer_logprobs"]], abs=1e-6)
+    assert [last.compact["advantages"][i] for i in sampled] == [0.25] * len(sampled), "the effective line's credit, folded over the all line"
+    (untrained,) = session.store.rollouts["train/3"].traces.values()
+    kept = read_message(untrained.nodes[-1]).compact["advantages"]
+    assert [kept[i] for i in sampled] == pytest.approx([round(v, 4) for v in original[-1]["advantages"]]) != [0.25] * len(sampled)
+
+
+def test_the_rollouts_folder_itself_opens_and_a_verifiers_run_is_not_taken_for_one(tmp_path, episode):
+    out = training_run(tmp_path / "outputs", episode)
+    assert rollouts_dir(out) == rollouts_dir(out / "rollouts") == out / "rollouts"
+    assert len(open_folder(out / "rollouts").store.rollouts) == 5
+    verifiers_run = tmp_path / "run"
+    verifiers_run.mkdir()
+    (verifiers_run / "traces.jsonl").write_text("")
+    assert rollouts_dir(verifiers_run) is None
+    assert type(open_folder(verifiers_run)) is OpenedRun
+
+
+def test_a_cut_or_foreign_line_is_skipped_with_where_and_why(tmp_path, episode):
+    out = training_run(tmp_path / "outputs", episode)
+    written = out / "rollouts" / "step_2" / "train" / "all" / "traces.jsonl"
+    with open(written, "ab") as f:
+        f.write(b'{"step": 3, "loss": 0.1}\n{"id": "cut", "traces": [')
+    run = open_prime_rl(out / "rollouts")
+    assert len(run.episodes) == 5
+    assert run.skipped == [
+        f"{written} line 3: neither an episode nor a trace record",
+        f"{written} line 4: cut short (the run was stopped while writing it)",
+    ]
+    nothing = tmp_path / "broken" / "rollouts" / "step_0" / "train" / "all"
+    nothing.mkdir(parents=True)
+    (nothing / "traces.jsonl").write_text("not json\n")
+    with pytest.raises(PrimeRlDirError, match="holds no readable rollout: .* line 1: not JSON"):
+        open_prime_rl(nothing.parents[2])
+
+
+def test_a_run_that_logged_no_episode_yet_says_so(tmp_path):
+    (tmp_path / "outputs" / "rollouts" / "step_0").mkdir(parents=True)
+    session = open_folder(tmp_path / "outputs")
+    assert not session.store.rollouts
+    assert "no episodes" in session.readonly_reason
