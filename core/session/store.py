@@ -701,8 +701,7 @@ class RolloutStore:
         state.revision += 1
         nodes = delta.get("nodes")
         if nodes:
-            if state.raise_flags(nodes):  # rare: a card counts flagged rollouts
-                self._bump(rollout)
+            raised = state.raise_flags(nodes)
             for node in nodes:
                 sampled = bool(node.get("sampled"))
                 state.sampled.append(sampled)
@@ -712,6 +711,8 @@ class RolloutStore:
                     state.tools_since = now if message.get("tool_calls") else None
                 elif (node.get("message") or {}).get("role") == "tool":
                     state.tools_since = None
+            if raised:  # rare: a card counts flagged rollouts; after the turns, which its facts read
+                self._bump(rollout)
         calls = delta.get("calls")
         if calls:
             state.add_calls(calls)
