@@ -191,6 +191,8 @@ class GcPauses:
     def __init__(self) -> None:
         self.longest = 0.0
         self.most_cpu = 0.0
+        self.most_cpu_generation = -1
+        """The generation of the collection that took the most CPU."""
         self._start = self._cpu = 0.0
         gc.callbacks.append(self._callback)
 
@@ -199,7 +201,9 @@ class GcPauses:
             self._start, self._cpu = time.perf_counter(), time.thread_time()
         else:
             self.longest = max(self.longest, time.perf_counter() - self._start)
-            self.most_cpu = max(self.most_cpu, time.thread_time() - self._cpu)
+            cpu = time.thread_time() - self._cpu
+            if cpu > self.most_cpu:
+                self.most_cpu, self.most_cpu_generation = cpu, info.get("generation", -1)
 
 
 def rss_bytes() -> int:

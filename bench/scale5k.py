@@ -19,7 +19,8 @@ the bytecode is compiled first, as an installed package has it. Each reports:
 - each filter keystroke (typing `status:running` in the filter) to the filtered table
   on screen, and Escape (clearing it) to the whole table on screen, while the stream
   lands;
-- the longest GC pause;
+- the longest GC pause, and until the quit its longest and the most CPU one took (a
+  pause on a loaded box is mostly waiting for a core);
 - the RSS once every row is on screen and once the keys are done, per rollout and per
   delta landed, so a growth that is not linear in rollouts shows between the sizes.
 
@@ -130,6 +131,7 @@ async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_sec
         deltas = sum(r.deltas for r in store.rollouts.values())
         streaming = sum(1 for r in store.rollouts.values() if not r.status.finished)
         rss_keys = rss_bytes()
+        gc_streaming = (pauses.longest, pauses.most_cpu, pauses.most_cpu_generation)
         quit_started = time.perf_counter()
         await engine.shutdown()
         quit_seconds = time.perf_counter() - quit_started
@@ -143,6 +145,7 @@ async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_sec
         "streaming": streaming,
         "quit": quit_seconds,
         "gc_longest": pauses.longest,
+        "gc_streaming": gc_streaming,
         "rss_rows": rss_rows,
         "rss_keys": rss_keys,
     }
@@ -224,6 +227,8 @@ def report(args: argparse.Namespace) -> None:
             f"\n{size:,} rollouts: {result['deltas']:,} deltas landed, {result['streaming']:,} rollouts still streaming after the keys{idle}; filter showed {result['filtered_rows']} rows; "
             f"quitting took {result['quit']:.1f} s; longest GC pause {result['gc_longest'] * 1e3:.0f} ms"
         )
+        wall, cpu, generation = result["gc_streaming"]
+        print(f"  until the quit: longest GC pause {wall * 1e3:.0f} ms wall, the most CPU one took {cpu * 1e3:.0f} ms (generation {generation})")
         print(
             f"  RSS with every row on screen {result['rss_rows'] / 1e6:,.0f} MB ({result['rss_rows'] / size / 1e3:.1f} kB a rollout), "
             f"after the keys {result['rss_keys'] / 1e6:,.0f} MB ({result['rss_keys'] / size / 1e3:.1f} kB a rollout, "
