@@ -215,6 +215,8 @@ class SideBySideScreen(Screen[list[str]]):
             self.pairs, self._jumped = pairs, None
         if pairs.update(*ended) or fresh:
             marks = {turn: kind.value for turn, kind in pairs.differing().items()}
+            if pairs.first is not None:
+                marks[pairs.first] = f"first difference · {marks[pairs.first]}"
             for side in self.sides:
                 side.transcript.mark_turns(marks)
         self._say(self._callout(pairs, all(ended)), pairs.first is not None)

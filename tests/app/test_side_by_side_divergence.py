@@ -36,14 +36,14 @@ async def test_the_first_difference_is_named_marked_on_both_sides_and_d_brings_b
         await until(pilot, lambda: callout(screen).startswith("first difference: turn 3 · tool arguments · 1 more differing turn"))
         assert "turn 3" not in top(left) and "turn 3" not in top(right), "both follow the end before the key"
         await pilot.press("d")  # turn 3 is not laid out yet: the newest turns are
-        await until(pilot, lambda: top(left).startswith("≠ ── turn 3 · tool arguments") and top(right).startswith("≠ ── turn 3 · tool arguments"))
+        await until(pilot, lambda: top(left).startswith("≠ ── turn 3 · first difference · tool arguments") and top(right).startswith("≠ ── turn 3 · first difference · tool arguments"))
         await pilot.press("d")
         await until(pilot, lambda: top(left).startswith("≠ ── turn 6 · tool call") and top(right).startswith("≠ ── turn 6 · tool call"))
         await pilot.press("d")
         await until(pilot, lambda: top(left).startswith("≠ ── turn 3") and top(right).startswith("≠ ── turn 3"), "again from the first")
         for side in (left, right):
             marked = [line.strip() for line in lines(side.transcript) if line.startswith("≠")]
-            assert [line.rstrip("─ ") for line in marked] == ["≠ ── turn 3 · tool arguments", "≠ ── turn 6 · tool call"], marked
+            assert [line.rstrip("─ ") for line in marked] == ["≠ ── turn 3 · first difference · tool arguments", "≠ ── turn 6 · tool call"], marked
         assert "line 3: [b]text[/b] of the file" in "\n".join(lines(left.transcript)), "trace text drawn literally"
 
 
@@ -67,7 +67,7 @@ async def test_a_turn_that_lands_on_either_side_is_judged_as_it_lands() -> None:
         scripted.send("b", step(3, tool="grep")[1:])
         await until(pilot, lambda: callout(screen).startswith("first difference: turn 3 · tool call"))
         for side in (left, right):
-            assert any(line.startswith("≠ ── turn 3 · tool call") for line in lines(side.transcript))
+            assert any(line.startswith("≠ ── turn 3 · first difference · tool call") for line in lines(side.transcript))
         scripted.finish("b")
         await until(pilot, lambda: "1 more differing turn" in callout(screen))
         assert any(line.startswith("≠ ── turn 4 · one side only") for line in lines(left.transcript))

@@ -75,7 +75,7 @@ def flat(script: list[tuple[list[dict[str, Any]], dict[str, Any] | None]]) -> li
     return nodes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_pairs_judged_as_turns_land_agree_with_the_plain_reference(data: st.DataObject) -> None:
     """Two traces of a task, the second a copy of the first that may part from it at
