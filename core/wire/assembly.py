@@ -17,7 +17,7 @@ from core.errors import TracewatchError
 from core.text import short_repr
 from core.wire.delta_checks import DeltaValueError, check_delta
 from core.wire.packed_list import PackedList, pack_node
-from core.wire.protocol import LIST_FIELDS, pack
+from core.wire.protocol import LIST_FIELDS, KeptItems, pack
 
 _OTHER_LISTS = tuple(field for field in LIST_FIELDS if field not in ("nodes", "calls"))
 _STRUCTURAL = frozenset({"links", "routing_repairs", *LIST_FIELDS})
@@ -192,10 +192,18 @@ def _links(value: Any, trace_id: str, count: int) -> list[tuple[int, list[Any]]]
 
 def _packed_nodes(new_nodes: Any, trace_id: str) -> list[bytes]:
     """The delta's nodes packed (`pack_node`), each with a semantic_parents list as
-    verifiers' assembly gives it; the delta stays as the caller received it."""
-    if type(new_nodes) is not list:
-        raise AssemblyError(f"trace {trace_id}: 'nodes' must be a list, got {type(new_nodes).__name__}")
+    verifiers' assembly gives it; a node that came with its bytes (`KeptItems`) and
+    already has that list is kept as those bytes. The delta stays as the caller
+    received it."""
+    kind = type(new_nodes)
+    if kind is not list and kind is not KeptItems:
+        raise AssemblyError(f"trace {trace_id}: 'nodes' must be a list, got {kind.__name__}")
     try:
+        if kind is KeptItems:
+            return [
+                raw if type(node) is dict and type(node.get("semantic_parents")) is list else _kept(node)
+                for node, raw in zip(new_nodes, new_nodes.raw)
+            ]
         return [_kept(node) for node in new_nodes]
     except (TypeError, AttributeError):
         raise AssemblyError(f"trace {trace_id}: 'nodes' holds a non-map item") from None
@@ -204,8 +212,12 @@ def _packed_nodes(new_nodes: Any, trace_id: str) -> list[bytes]:
 
 
 def _packed_calls(calls: Any, trace_id: str) -> list[bytes]:
-    if type(calls) is not list:
-        raise AssemblyError(f"trace {trace_id}: 'calls' must be a list, got {type(calls).__name__}")
+    """The delta's calls packed, or kept as the bytes they came in as (`KeptItems`)."""
+    kind = type(calls)
+    if kind is KeptItems:
+        return list(calls.raw)
+    if kind is not list:
+        raise AssemblyError(f"trace {trace_id}: 'calls' must be a list, got {kind.__name__}")
     try:
         return [pack(call) for call in calls]
     except (TypeError, ValueError) as error:

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from core.errors import TracewatchError
 from core.text import short_repr
-from core.wire.protocol import AGENT_PARTS, LIST_FIELDS, PACKED_FIELDS, PHASES, Packed
+from core.wire.protocol import AGENT_PARTS, LIST_FIELDS, PACKED_FIELDS, PHASES, KeptItems, Packed
 
 MAX_DEPTH = 64
 """Containers inside containers, counted from the delta itself; real deltas stay
@@ -113,7 +113,7 @@ def _pending(pending: Any) -> None:
 
 
 def _nodes(nodes: Any) -> None:
-    if type(nodes) is list:
+    if type(nodes) is KeptItems or type(nodes) is list:
         for index, node in enumerate(nodes):
             if type(node) is dict:  # any other item fails the assembly by itself
                 _node(node, index)
@@ -122,7 +122,7 @@ def _nodes(nodes: Any) -> None:
 
 
 def _calls(calls: Any) -> None:
-    if type(calls) is list:
+    if type(calls) is KeptItems or type(calls) is list:
         for index, call in enumerate(calls):
             _call(call, index)
     elif type(calls) is dict and _exceeds(calls, MAX_DEPTH - 2):

@@ -328,32 +328,57 @@ def plain(value: Any) -> Any:
 
 def unpack_delta(data: bytes) -> Any:
     """A delta frame decoded as `unpack` does, except that its nodes' token arrays stay
-    packed (`Packed`): their numbers never become Python objects. A frame the fast
-    path cannot read is decoded by `unpack`, which says what is wrong with it."""
-    if not _has_long_token_array(data):
+    packed (`Packed`): their numbers never become Python objects, and its nodes and
+    calls come with the bytes each was sent as (`KeptItems`). A frame the fast path
+    cannot read is decoded by `unpack`, which says what is wrong with it."""
+    spans = _has_long_token_array(data)
+    if not spans and not _has_kept_items(data):
         return unpack(data)
     try:
-        return _unpack_keeping_spans(data)
+        return _unpack_keeping_spans(data, spans)
     except Exception:  # noqa: BLE001 - unpack decides, and names the problem
         return unpack(data)
 
 
 def unpack_record(data: bytes) -> Any:
     """A map holding a delta under `d` (a recording's record) decoded as `unpack` does,
-    except that the delta's token arrays stay packed, as `unpack_delta` keeps them:
-    what was read from a file is kept as its bytes, never packed again."""
-    if not _has_long_token_array(data):
+    except that the delta is decoded as `unpack_delta` decodes it: what was read from
+    a file is kept as its bytes, never packed again."""
+    spans = _has_long_token_array(data)
+    if not spans and not _has_kept_items(data):
         return unpack(data)
     try:
         unpacker = _unpacker(data)
         record = {}
         for _ in range(unpacker.read_map_header()):
             key = unpacker.unpack()
-            record[key] = _delta(unpacker, data) if key == "d" else unpacker.unpack()
+            record[key] = _delta(unpacker, data, spans) if key == "d" else unpacker.unpack()
         _ended(unpacker, data)
         return record
     except Exception:  # noqa: BLE001 - unpack decides, and names the problem
         return unpack(data)
+
+
+class KeptItems(list[Any]):
+    """A delta's `nodes` or `calls` as decoded, each item's msgpack bytes beside it in
+    `raw`: the assembly keeps an item as the bytes it came in as instead of packing
+    again what was just decoded. It is the plain list to every reader; a decoded
+    delta is read, never changed, so the bytes stay true to the items."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, items: list[Any], raw: list[bytes]) -> None:
+        super().__init__(items)
+        self.raw = raw
+
+
+_KEPT_KEYS = (msgpack.packb("nodes"), msgpack.packb("calls"))
+
+
+def _has_kept_items(data: bytes) -> bool:
+    """Whether a frame may carry nodes or calls (their key's bytes): any other frame
+    (a preview, scalars: most of a stream) is read whole, at C speed."""
+    return _KEPT_KEYS[0] in data or _KEPT_KEYS[1] in data
 
 
 def _unpacker(data: bytes) -> msgpack.Unpacker:
@@ -367,24 +392,44 @@ def _ended(unpacker: msgpack.Unpacker, data: bytes) -> None:
         raise ValueError("extra data after the map")
 
 
-def _unpack_keeping_spans(data: bytes) -> dict[Any, Any]:
+def _unpack_keeping_spans(data: bytes, spans: bool) -> dict[Any, Any]:
     unpacker = _unpacker(data)
-    delta = _delta(unpacker, data)
+    delta = _delta(unpacker, data, spans)
     _ended(unpacker, data)
     return delta
 
 
-def _delta(unpacker: msgpack.Unpacker, data: bytes) -> dict[Any, Any]:
+def _delta(unpacker: msgpack.Unpacker, data: bytes, spans: bool) -> dict[Any, Any]:
+    """The delta map at the unpacker's position; `spans`: the frame holds long token
+    arrays, read as `Packed` views of it."""
     delta = {}
     for _ in range(unpacker.read_map_header()):
         key = unpacker.unpack()
-        delta[key] = _nodes(unpacker, data) if key == "nodes" else unpacker.unpack()
+        if key == "nodes":
+            delta[key] = _kept(unpacker, data, memoryview(data) if spans else None)
+        elif key == "calls":
+            delta[key] = _kept(unpacker, data, None)
+        else:
+            delta[key] = unpacker.unpack()
     return delta
 
 
-def _nodes(unpacker: msgpack.Unpacker, data: bytes) -> list[dict[Any, Any]]:
-    view = memoryview(data)
-    return [_node(unpacker, data, view) for _ in range(unpacker.read_array_header())]
+def _kept(unpacker: msgpack.Unpacker, data: bytes, view: memoryview | None) -> KeptItems:
+    """The array at the unpacker's position, each item with a copy of its bytes: read
+    as a node keeping its long token arrays as views of the frame (`view`, read once),
+    else decoded whole from those bytes at C speed."""
+    items, raw = [], []
+    for _ in range(unpacker.read_array_header()):
+        start = unpacker.tell()
+        if view is None:
+            unpacker.skip()
+            item = data[start : unpacker.tell()]
+            items.append(unpack(item))
+        else:
+            items.append(_node(unpacker, data, view))
+            item = data[start : unpacker.tell()]
+        raw.append(item)
+    return KeptItems(items, raw)
 
 
 def _node(unpacker: msgpack.Unpacker, data: bytes, view: memoryview) -> dict[Any, Any]:

@@ -6,6 +6,7 @@ the garbage collector nothing to walk."""
 from __future__ import annotations
 
 import gc
+import io
 import json
 
 import msgpack
@@ -15,10 +16,12 @@ from hypothesis import strategies as st
 from verifiers.v1.serve import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import TraceSummary
 
+from core.wire import assembly as assembly_module
 from core.wire.assembly import AssemblyError, EpisodeAssembly
 from core.wire.episode_json import episode_json
-from core.wire.packed_list import PackedList
-from core.wire.protocol import Packed, plain, unpack, unpack_delta
+from core.wire.packed_list import PackedList, pack_node
+from core.wire.protocol import KeptItems, Packed, pack, plain, unpack, unpack_delta
+from tests.support.repo import FIXTURE as RECORDED
 
 SCALARS = st.one_of(
     st.none(),
@@ -136,3 +139,64 @@ def test_what_is_kept_gives_the_collector_nothing_to_walk() -> None:
     gc.collect()
     assert len(assembly.traces["t"]["nodes"]) == len(assembly.traces["t"]["calls"]) == 2000
     assert len(gc.get_objects()) - before < 100
+
+
+def recorded_and_long_frames() -> list[bytes]:
+    """The recorded verifiers stream's frames, and a delta whose nodes carry long token
+    arrays (kept `Packed` while read)."""
+    data = RECORDED.joinpath("deltas.msgpack").read_bytes()
+    unpacker = msgpack.Unpacker(io.BytesIO(data), raw=False, strict_map_key=False)
+    frames, start = [], 0
+    for _ in unpacker:
+        frames.append(data[start : unpacker.tell()])
+        start = unpacker.tell()
+    node = {"parent": None, "semantic_parents": [], "message": {"role": "assistant", "content": "x"},
+            "token_ids": list(range(4000)), "logprobs": [-0.5] * 4000, "mask": [True] * 4000}  # fmt: skip
+    call = {"node": 1, "usage": {"prompt_tokens": 4000, "completion_tokens": 4000}}
+    return [*frames, msgpack.packb({"trace": "long", "open": {"id": "long"}, "nodes": [node, node], "calls": [call]})]
+
+
+def test_a_node_or_call_that_came_with_its_bytes_is_kept_as_them_not_packed_again(monkeypatch) -> None:
+    """What the client and a recording's read-back decode (`unpack_delta`) is kept as
+    the bytes it arrived as: the assembly packs nothing, and holds what verifiers does."""
+    frames = recorded_and_long_frames()
+
+    def never(value: object) -> bytes:
+        raise AssertionError("a node or call that came with its bytes was packed again")
+
+    monkeypatch.setattr(assembly_module, "pack_node", never)
+    monkeypatch.setattr(assembly_module, "pack", never)
+    ours, theirs = EpisodeAssembly(), VerifiersAssembly()
+    for frame in frames:
+        ours.apply(unpack_delta(frame))
+        theirs.apply(unpack(frame))
+    assert ours.traces.keys() == theirs.traces.keys()
+    for trace_id, trace in theirs.traces.items():
+        kept = ours.traces[trace_id]
+        assert exact(kept["nodes"]) == exact(trace["nodes"]) and exact(kept["calls"]) == exact(trace["calls"])
+
+
+def test_a_kept_items_bytes_are_what_a_fresh_pack_gives() -> None:
+    """From a msgpack writer (verifiers' server), the bytes a node or call is kept as
+    are exactly what packing its decoded value gives: keeping them changes no size."""
+    for frame in recorded_and_long_frames():
+        delta = unpack_delta(frame)
+        for key, pack_item in (("nodes", pack_node), ("calls", pack)):
+            items = delta.get(key)
+            if items is not None:
+                assert isinstance(items, KeptItems) and len(items.raw) == len(items)
+                assert [pack_item(item) for item in items] == items.raw
+
+
+def test_a_node_from_another_writer_reads_back_as_it_was_sent() -> None:
+    """Bytes another writer chose (single floats, a str8 key) are kept as they came and
+    read back as the value they encode, not as a fresh pack would spell it."""
+    node = {"semantic_parents": [], "message": {"role": "user", "content": "hi"}, "timestamp": 1.5, "token_ids": list(range(100))}
+    packed = msgpack.packb(node, use_single_float=True).replace(b"\xa7message", b"\xd9\x07message")
+    frame = b"\x83" + msgpack.packb("trace") + msgpack.packb("t") + msgpack.packb("open") + msgpack.packb({"id": "t"})
+    frame += msgpack.packb("nodes") + b"\x91" + packed
+    delta = unpack_delta(frame)
+    assert delta["nodes"].raw == [packed] and pack_node(delta["nodes"][0]) != packed
+    assembly = EpisodeAssembly()
+    assembly.apply(delta)
+    assert exact(assembly.traces["t"]["nodes"]) == exact([node]) == exact(unpack(frame)["nodes"])
