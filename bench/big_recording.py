@@ -1,0 +1,156 @@
+"""A recording of about 1 GB opened and replayed, against a bare read of the same file.
+
+The demo's `scale` rollouts are captured once (`bench/live.py`), then written through
+the `Recorder` as the live path writes them (`delta_frame`: the bytes the wire
+carried), as many rollouts as the size asks, `CONCURRENT` interleaved at a time, each
+with its announcement, request and reply. Then, each in this process:
+
+- bare unpack: every record of the file through `msgpack.Unpacker` (the file's own
+  options), records per CPU second: the floor for anything that reads it;
+- `RecordingIndex.build`, what `tracewatch open` and `tracewatch replay` do before
+  their first screen: records per CPU second against the bare unpack, and seconds;
+- `tracewatch open`'s session (`OpenedRecording`) and `replay`'s (`ReplaySession`)
+  built: the seconds before the app can draw its first screen;
+- `replay --speed 0`: the replay's records applied per CPU second for `--replay-seconds`
+  (the whole file would take minutes), against the bare unpack.
+
+    python -m bench.big_recording [--megabytes 1000 --replay-seconds 20]
+
+The file goes in a temporary folder under /tmp and is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from bench.live import capture, scale_task
+from core.recordings.file_format import open_unpacker
+from core.recordings.index import RecordingIndex
+from core.recordings.recorder import Recorder
+
+CAPTURED = 32
+CONCURRENT = 64
+
+
+def write(path: Path, frames: Path, megabytes: float) -> tuple[int, int]:
+    """The recording, `CONCURRENT` rollouts interleaved a delta at a time, until the
+    file is about `megabytes`; (rollouts, records) written."""
+    runs = msgpack.unpackb(frames.read_bytes(), raw=False)
+    replies = [msgpack.unpackb(run["reply"], raw=False) for run in runs]
+    rng = random.Random(7)
+    recorder = Recorder(path, meta={"bench": "big_recording"})
+    t = 1_000_000.0
+    records = started = 0
+    live: list[tuple[str, Iterator[bytes], int]] = []
+
+    def start() -> None:
+        nonlocal started, records, t
+        key, which = f"v{started % 2}/{started}", started % len(runs)
+        recorder.rollout(key, f"v{started % 2}", started, scale_task(started, 0, 0), 0, t=t)
+        recorder.request(key, f"req-{started}", t=t)
+        live.append((key, iter(runs[which]["deltas"]), which))
+        started += 1
+        records += 2
+
+    for _ in range(CONCURRENT):
+        start()
+    limit = megabytes * 1e6
+    while live:
+        index = rng.randrange(len(live))
+        key, deltas, which = live[index]
+        t += 0.0005
+        frame = next(deltas, None)
+        records += 1
+        if frame is not None:
+            recorder.delta_frame(key, frame, t=t)
+            continue
+        recorder.reply(key, replies[which], t=t)
+        live.pop(index)
+        if os.path.getsize(path) < limit:
+            start()
+    recorder.close()
+    return started, records
+
+
+def cpu_timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """(result, CPU seconds, wall seconds)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return result, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def bare_unpack(path: Path) -> int:
+    with open(path, "rb") as file:
+        return sum(1 for _ in open_unpacker(file))
+
+
+async def replay_for(path: Path, seconds: float) -> tuple[int, float, float]:
+    """(records applied, CPU seconds, wall seconds) of `replay --speed 0` for about
+    `seconds`; building the session is not counted."""
+    from core.engine.replay import ReplaySession
+
+    session = ReplaySession(path, speed=0)
+    wall, cpu = time.perf_counter(), time.process_time()
+    await session.start()
+    while not session.finished and time.perf_counter() - wall < seconds:
+        await asyncio.sleep(0.05)
+    applied, cpu, wall = session.applied, time.process_time() - cpu, time.perf_counter() - wall
+    await session.shutdown()
+    return applied, cpu, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--megabytes", type=float, default=1000.0)
+    parser.add_argument("--replay-seconds", type=float, default=20.0)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=100)
+    args = parser.parse_args()
+    from core.engine.opened import OpenedRecording
+    from core.engine.replay import ReplaySession
+
+    folder = Path(tempfile.mkdtemp(prefix="tracewatch-big-", dir="/tmp"))
+    try:
+        frames, path = folder / "frames.msgpack", folder / "big.twrec"
+        capture(frames, CAPTURED, args.turns, args.tokens)
+        (rollouts, records), _, wall = cpu_timed(lambda: write(path, frames, args.megabytes))
+        size = path.stat().st_size
+        print(
+            f"recording: {size / 1e6:,.0f} MB, {rollouts:,} rollouts, {records:,} records, written in {wall:.1f} s; "
+            f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (1 min)"
+        )
+        counted, bare_cpu, bare_wall = cpu_timed(lambda: bare_unpack(path))
+        assert counted == records + 1, (counted, records)  # and the header
+        bare = records / bare_cpu
+        print(f"bare unpack               {bare:>10,.0f} records/CPU s  ({bare_cpu:.1f} s CPU, {bare_wall:.1f} s wall)")
+        index, cpu, wall = cpu_timed(lambda: RecordingIndex.build(path))
+        assert index.records == records, (index.records, records)
+        print(f"index build               {records / cpu:>10,.0f} records/CPU s  {records / cpu / bare:.2f}x bare  ({cpu:.1f} s CPU, {wall:.1f} s wall)")
+        del index
+        _, cpu, wall = cpu_timed(lambda: OpenedRecording(path))
+        print(f"open: session built       {wall:>10.2f} s wall ({cpu:.1f} s CPU) before the first screen can be drawn")
+        _, cpu, wall = cpu_timed(lambda: ReplaySession(path, speed=0))
+        print(f"replay: session built     {wall:>10.2f} s wall ({cpu:.1f} s CPU) before the first screen can be drawn")
+        applied, cpu, wall = asyncio.run(replay_for(path, args.replay_seconds))
+        print(
+            f"replay --speed 0          {applied / cpu:>10,.0f} records/CPU s  {applied / cpu / bare:.2f}x bare  "
+            f"({applied:,} records in {wall:.1f} s wall, {cpu:.1f} s CPU)"
+        )
+        print(f"load average after: {os.getloadavg()[0]:.1f} (1 min)")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
