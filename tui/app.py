@@ -322,7 +322,8 @@ class TracewatchApp(App[None]):
         """A replay's state and position, so a glance says whether it plays and where."""
         state = "■ ended" if at.finished else "⏸ paused" if at.paused else "▶ playing"
         text = Text(f"replay {state}", style=self.palette.warning if at.paused else "bold")
-        text.append(f" {clock(at.seconds)} / {clock(at.duration)} · {at.records:,} / {at.total:,} records", style=self.palette.muted)
+        duration, total = ("…", "…") if at.total is None or at.duration is None else (clock(at.duration), f"{at.total:,}")
+        text.append(f" {clock(at.seconds)} / {duration} · {at.records:,} / {total} records", style=self.palette.muted)
         return text
 
     # -- selection -------------------------------------------------------------------

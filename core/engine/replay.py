@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,9 +15,8 @@ from typing import Any
 
 from core.paths import new_session_dir
 from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record
-from core.recordings.file_format import Damage
-from core.recordings.index import RecordingIndex
-from core.recordings.reader import read_recording
+from core.recordings.file_format import Damage, RecordingError
+from core.recordings.reader import read_recording, recording_span
 from core.session.contracts import ReplayPosition
 from core.session.session import Session
 from core.session.store import RolloutStore
@@ -35,11 +35,13 @@ class ReplaySession(Session):
         self.clock = ReplayClock()
         super().__init__(RolloutStore(clock=self.clock), new_session_dir(), path)
         self.recording = read_recording(path)
-        span = RecordingIndex.build(path)
-        self.total = span.records
-        times = [t for s in span.rollouts.values() for t in (s.first_t, s.last_t) if t is not None]
-        times += [float(e["t"]) for e in span.events if isinstance(e.get("t"), (int, float))]
-        self.first_t, self.last_t = (min(times), max(times)) if times else (0.0, 0.0)
+        self.total: int | None = None
+        """The records in the file, and the times they span: counted by a thread
+        while the replay starts, so a large recording's first screen does not wait
+        for a pass over the whole file (`position` says the rest once it is known)."""
+        self.first_t = self.last_t = 0.0
+        self._first_applied: float | None = None
+        threading.Thread(target=self._measure, args=(path,), name="replay span", daemon=True).start()
         self.speed = speed
         self.readonly_reason = f"a replay of {path.name}: start and cancel act on live servers only"
         self.paused = False
@@ -76,11 +78,20 @@ class ReplaySession(Session):
         await self.wait()
         on_progress("replay stopped")
 
+    def _measure(self, path: Path) -> None:
+        try:
+            span = recording_span(path)
+        except (OSError, RecordingError):  # gone or replaced since it opened: the position says less
+            return
+        self.first_t, self.last_t = span.first_t or 0.0, span.last_t or 0.0
+        self.total = span.records  # last: a position that sees it sees the times too
+
     def position(self) -> ReplayPosition:
-        played = max(0.0, self.clock.now - self.first_t) if self.applied else 0.0
-        return ReplayPosition(
-            self.applied, self.total, played, self.last_t - self.first_t, self.paused, self.finished,
-        )
+        total = self.total
+        first = self.first_t if total is not None else self._first_applied
+        played = max(0.0, self.clock.now - first) if self.applied and first is not None else 0.0
+        duration = self.last_t - self.first_t if total is not None else None
+        return ReplayPosition(self.applied, total, played, duration, self.paused, self.finished)
 
     def toggle_pause(self) -> bool:
         self.paused = not self.paused
@@ -111,6 +122,8 @@ class ReplaySession(Session):
             return
         if record.get("t"):
             self.clock.now = float(record["t"])
+            if self._first_applied is None:
+                self._first_applied = self.clock.now
         apply_record(self.store, self.variants, record)
 
     async def _play(self) -> None:

@@ -205,3 +205,37 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     return Recording(path, read_header(path))
 
 
+class Span(NamedTuple):
+    """How many records a recording holds and the times they span (None without any)."""
+
+    records: int
+    first_t: float | None
+    last_t: float | None
+
+
+def _read_time(unpacker: msgpack.Unpacker) -> dict[str, Any]:
+    """A record with only its time decoded; the rest is skipped undecoded."""
+    record = {}
+    for _ in range(unpacker.read_map_header()):
+        if unpacker.unpack() == "t":
+            record["t"] = unpacker.unpack()
+        else:
+            unpacker.skip()
+    return record
+
+
+def recording_span(path: str | os.PathLike[str]) -> Span:
+    """Its records counted and their times' range, in a pass that decodes nothing
+    else: what a replay's position needs of the whole file."""
+    header = read_header(Path(path))
+    if header.cut:
+        return Span(0, None, None)
+    scan = Scan(Path(path), header.start, _read_time, header.damage)
+    first = last = None
+    for _, _, record in scan:
+        t = record.get("t")
+        if type(t) in (int, float):
+            first = t if first is None else min(first, t)
+            last = t if last is None else max(last, t)
+    return Span(scan.count, first, last)
+

@@ -143,9 +143,11 @@ class ReplayPosition:
     """Where a replay is: records applied of all, recorded seconds played of all."""
 
     records: int
-    total: int
+    total: int | None
+    """None while the recording is still being counted (`seconds` is then from the
+    first record applied)."""
     seconds: float
-    duration: float
+    duration: float | None
     paused: bool
     finished: bool
 

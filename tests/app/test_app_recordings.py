@@ -34,6 +34,7 @@ async def test_a_replay_shows_its_variants_position_and_state(tmp_path: Path) ->
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: session.finished and set(app.cards) == {"baseline", "candidate"})
         status = app.query_one("#status", Static)
+        await until(pilot, lambda: session.total is not None)  # counted by a thread
         total = session.position().total
         await until(pilot, lambda: f"replay ■ ended 0:30 / 0:30 · {total:,} / {total:,} records" in str(status.render()))
         await until(pilot, lambda: "temperature=0.8" in card_text(app.cards["candidate"]))
@@ -56,7 +57,7 @@ async def test_a_paused_replay_says_so_and_steps(tmp_path: Path) -> None:
         await until(pilot, lambda: "replay ⏸ paused" in str(status.render()))
         before = session.applied
         await pilot.press("n")
-        await until(pilot, lambda: f"{before + 1:,} / {session.total:,} records" in str(status.render()))
+        await until(pilot, lambda: session.total is not None and f"{before + 1:,} / {session.total:,} records" in str(status.render()))
 
 
 async def test_an_opened_recording_needs_no_selection_to_show_its_rows(tmp_path: Path) -> None:

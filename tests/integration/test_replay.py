@@ -18,11 +18,12 @@ from core.engine.live import Engine
 from core.engine.opened import OpenedRecording, OpenedRun
 from core.engine.replay import ReplaySession
 from core.recordings.file_format import RecordingError
+from core.recordings.index import RecordingIndex
 from core.recordings.recorder import Recorder
 from core.session.config import load_config
 from core.session.store import RolloutStore, Status
 from tests.support.demo_sessions import demo_variant, write_config
-from tests.support.polling import eventually
+from tests.support.polling import eventually, wait_until
 from tests.support.tui_standin import fixture_episodes
 from tui.rollout_filter import RowFilter
 
@@ -84,6 +85,31 @@ def test_replay_gives_the_live_store(recorded):
     assert {r.status for r in session.store.rollouts.values()} == {Status.DONE, Status.FAILED}
     assert {v.state.value for v in session.variants.values()} == {"done"}
     assert any(e.kind == "sigterm" for v in session.variants.values() for e in v.escalation)
+
+
+def test_a_large_replay_starts_before_its_records_are_counted(tmp_path):
+    """Counting a recording's records and times is a pass over the whole file (a
+    gigabyte takes seconds): a replay starts without waiting for it, and its position
+    says the count, the same as the index's, once the pass is done."""
+    path = tmp_path / "large.twrec"
+    recorder = Recorder(path, meta={"test": True})
+    for n in range(40):
+        recorder.rollout(f"v/{n}", "v", n, {"name": f"task {n}"}, 0, t=1000.0 + n)
+        recorder.request(f"v/{n}", f"req-{n}", t=1000.0 + n)
+        recorder.delta(f"v/{n}", {"trace": "t", "open": {"id": "t"}}, t=1000.5 + n)
+        for turn in range(100):
+            recorder.delta(f"v/{n}", {"trace": "t", "set": {"note": "x" * 4_000, "turn": turn}}, t=1000.5 + n + turn / 1000)
+    recorder.close()
+
+    session = ReplaySession(path, speed=0)
+    started = session.position()
+    index = RecordingIndex.build(path)
+
+    assert (started.total, started.duration) == (None, None), "the replay waited for a pass over the whole file"
+    wait_until(lambda: session.total is not None, timeout=60)
+    assert session.total == index.records == 40 * 103
+    at = session.position()
+    assert (at.total, at.duration) == (index.records, pytest.approx(39.5 + 99 / 1000))
 
 
 def test_a_cut_recording_replays_up_to_its_cut(recorded):
