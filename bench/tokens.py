@@ -2,8 +2,9 @@
 
 Inside a headless Textual app, against a baseline measured in the same run: the same
 view of a 100-token message (what opening any message costs, whatever its length).
-- open: from pushing the view to its first screenful rendered (the message read from
-  its packed arrays, decoded per distinct id, its first screens laid out, coloured),
+- open: from pushing the view to the compositor drawing its first line of the message
+  (the screen mounted, the message read from its packed arrays, decoded per distinct
+  id, its first screens laid out, coloured),
   with the tokenizer's cache cold and warm; and the core steps of a cold open alone,
   the whole message laid out;
 - a colouring change (one numpy pass and a repaint);
@@ -20,8 +21,10 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 
-from textual.app import App
+from textual.app import App, ComposeResult
 from textual.pilot import Pilot
+from textual.strip import Strip
+from textual.widgets import Static
 
 from core.demo import TOKENIZER
 from core.demo.content import PROBLEMS
@@ -29,6 +32,7 @@ from core.session.store import RolloutStore, TraceState
 from core.tokens.streams import read_message
 from core.tokens.tokenizer import TokenText
 from tui.token_layout import lay_out
+from tui.token_lines import TokenLines
 from tui.token_view import TokenScreen
 
 LONG = 32_768
@@ -93,16 +97,28 @@ def paint(screen: TokenScreen) -> None:
         screen.lines.render_line(y)
 
 
-class TimedScreen(TokenScreen):
-    """Notes when its first screenful is rendered: the rest of a long message is laid
-    out after that, a chunk a turn, while the user already reads."""
+class TimedLines(TokenLines):
+    """Notes when the compositor first draws a line of the message: the rest of a long
+    message is laid out after that, a chunk a turn, while the user already reads."""
 
     opened: tuple[float, float] | None = None
 
-    def load(self, node: int) -> None:
-        super().load(node)
-        paint(self)
-        self.opened = (time.perf_counter(), time.process_time())
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        if self.opened is None and self.placed is not None:
+            self.opened = (time.perf_counter(), time.process_time())
+        return strip
+
+
+class TimedScreen(TokenScreen):
+    def compose(self) -> ComposeResult:
+        yield Static(id="tokens-head", markup=False)
+        yield TimedLines(id="tokens-body")
+        yield Static(id="tokens-at", markup=False)
+
+    @property
+    def opened(self) -> tuple[float, float] | None:
+        return self.query_one(TimedLines).opened if self.is_mounted else None
 
 
 async def measure(pilot: Pilot, trace: TraceState, fresh_text: Callable[[], TokenText]) -> dict[str, tuple[float, float]]:

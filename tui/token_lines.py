@@ -119,8 +119,11 @@ class TokenLines(ScrollView, can_focus=True):
         self._strips.clear()
         self.refresh()
 
-    def _lay_out(self) -> None:
-        """The first screens now, the rest a chunk a turn after (`_lay_out_more`)."""
+    def _lay_out(self, drawing: bool = False) -> None:
+        """The first screens now, the rest a chunk a turn once they are drawn
+        (`_lay_out_more`): a chunk laid out before the first paint delays it. Before the
+        lines have a width, nothing: the first line drawn lays them out (`drawing`),
+        so the view's first paint shows the message rather than an empty view."""
         width = self.scrollable_content_region.width
         self._strips.clear()
         if width <= 0:
@@ -128,9 +131,12 @@ class TokenLines(ScrollView, can_focus=True):
             return
         placed = self.placed = Layout(self.pieces, width)
         placed.reach_line(int(self.scroll_offset.y) + 2 * max(1, self.size.height))
-        self._sized()
+        if drawing:  # the compositor is drawing: the size changes after it
+            self.call_later(self._sized)
+        else:
+            self._sized()
         if not placed.done:
-            self.call_later(self._lay_out_more, placed)
+            self.call_after_refresh(self._lay_out_more, placed)
 
     def _lay_out_more(self, placed: Layout) -> None:
         if placed is not self.placed or placed.done:
@@ -160,6 +166,8 @@ class TokenLines(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         index = int(self.scroll_offset.y) + y
         width = self.scrollable_content_region.width
+        if self.placed is None and self.tokens is not None and width > 0:
+            self._lay_out(drawing=True)
         placed = self.placed
         if placed is not None and not placed.done and index >= len(placed) - 1:
             placed.reach_line(index)

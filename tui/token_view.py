@@ -116,7 +116,7 @@ class TokenScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.lines.focus()
-        self.call_after_refresh(self.load, self.node)
+        self.load(self.node)  # before the first paint, which then shows it: laid out when the lines get their size
         self.set_interval(REFRESH, self._follow)
 
     def load(self, node: int) -> None:

@@ -174,3 +174,23 @@ async def test_a_hostile_message_is_shown_with_its_findings(deltas: list[dict]) 
             await pilot.press("full_stop")
         await pilot.press("end")
         assert shown(screen, "tokens-at").startswith("#4 id -1 ")
+
+
+async def test_the_first_paint_already_shows_the_message(deltas: list[dict], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The message is read as the view mounts and laid out as its lines get their size,
+    so no empty view is drawn first (a paint and an event-loop turn the user waits for),
+    and no later chunk of a long message is laid out before the first screen is drawn."""
+    drawn: list[bool] = []
+    original = TokenLines.render_line
+
+    def render_line(self: TokenLines, y: int):
+        strip = original(self, y)
+        drawn.append(self.placed is not None and strip.text.strip() != "")
+        return strip
+
+    monkeypatch.setattr(TokenLines, "render_line", render_line)
+    app = TracewatchApp(training_engine(deltas), tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_tokens(pilot, app, "t")
+        await until(pilot, lambda: any(drawn))
+        assert drawn[0], f"{drawn.index(True)} lines drawn empty before the message"
