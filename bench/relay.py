@@ -1,16 +1,21 @@
 """What `RelayedClient` costs the program that drives the runs: verifiers 0.4.0's own
 `EnvClient` against `RelayedClient(EnvClient)`, with no viewer and with two, on small
-deltas and on 4,000-token ones, in alternating rounds of one run.
+deltas and on 4,000-token ones.
 
 The source is a ROUTER in its own process that answers each run with a recorded
 verifiers 0.4.0 rollout stretched to many turns, as fast as the socket takes it, so
 the driver (this process) is the bottleneck and every cost of the relay shows. A
-viewer is a bare DEALER in its own process that reads every batch. The driver's CPU
-is this process's (its threads, the relay's and pyzmq's, included); wall is until
-every run returned. Ratios are relayed over plain, per pair of neighbouring rounds,
-medians.
+viewer is a bare DEALER in its own process that reads and unpacks every batch.
 
-    python -m bench.relay [--rounds 3]
+The box is shared, so one round says little: many short rounds, plain and relayed
+back to back in alternating order, and a ratio per pair. The relay is made afresh for
+each relayed round (its thread is part of what it costs, idle or not) at the address
+its viewers keep saying hello to. CPU is this process's own rusage (every thread: the
+driver's, the relay's, pyzmq's); the driver's thread is its own thread time, the
+relay's its thread's clock. Each ratio is the median over the pairs, with the
+interquartile range beside it.
+
+    python -m bench.relay [--pairs 10]
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import gc
 import json
 import multiprocessing
 import random
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -33,17 +40,19 @@ from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient
 from verifiers.v1.types import SamplingConfig
 
+from core.ports import free_address
 from tests.support.repo import FIXTURE
 from tracewatch_relay import Relay, RelayedClient
 
 VIEWER = r"""
 import sys, msgpack, zmq
 context = zmq.Context(); dealer = context.socket(zmq.DEALER); dealer.connect(sys.argv[1])
-dealer.send_multipart([b"hello"])
-dealer.recv_multipart()  # welcome
 print("ready", flush=True)
 got = 0
 while True:
+    if not dealer.poll(200):  # no relay here yet, or a new one: say hello again
+        dealer.send_multipart([b"hello"])
+        continue
     frames = dealer.recv_multipart()
     if frames[0] == b"batch":
         got += len(msgpack.unpackb(frames[2]))
@@ -97,73 +106,111 @@ def serve(tell: Any, turns: int, tokens: int) -> None:
             router.send_multipart([identity, request_id, b"reply", healthy])
 
 
-async def drive(address: str, runs: int, relay: Relay | None) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of `runs` concurrent rollouts."""
+@dataclass
+class Round:
+    cpu: float
+    """The process's CPU seconds (every thread)."""
+    driver: float
+    """The driver's own thread's CPU seconds."""
+    wall: float
+    relay: float = 0.0
+    """The relay thread's CPU seconds."""
+    queue_dropped: int = 0
+    viewer_dropped: int = 0
+
+
+def process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def drive(address: str, runs: int, relay: Relay | None) -> Round:
+    """`runs` concurrent rollouts, timed from the first request to the last reply."""
     plain = EnvClient(address)
     client: Any = RelayedClient(plain, relay) if relay is not None else plain
     await client.wait_for_server_startup(timeout=30)
     gc.collect()
-    cpu, wall = time.process_time(), time.perf_counter()
-    tasks = [client.run(EvalClientConfig(), "m", SamplingConfig(), {"id": f"t{i}", "prompt": "p"}) for i in range(runs)]
-    await asyncio.gather(*tasks)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    relay_clock = time.pthread_getcpuclockid(relay._thread.ident) if relay is not None and relay._thread.ident else None
+    relay_cpu = time.clock_gettime(relay_clock) if relay_clock is not None else 0.0
+    cpu, driver, wall = process_cpu(), time.thread_time(), time.perf_counter()
+    await asyncio.gather(*(client.run(EvalClientConfig(), "m", SamplingConfig(), {"id": f"t{i}", "prompt": "p"}) for i in range(runs)))
+    measured = Round(process_cpu() - cpu, time.thread_time() - driver, time.perf_counter() - wall)
+    if relay_clock is not None:
+        measured.relay = time.clock_gettime(relay_clock) - relay_cpu
     await plain.close()
-    return cpu, wall
+    return measured
 
 
-async def relayed(address: str, runs: int, viewers: int) -> tuple[float, float, int]:
-    relay = Relay("tcp://127.0.0.1:0")
-    procs = [subprocess.Popen([sys.executable, "-c", VIEWER, relay.address], stdout=subprocess.PIPE, text=True) for _ in range(viewers)]
+async def relayed(source: str, runs: int, address: str, viewers: int) -> Round:
+    """One round through a new relay at `address`, once `viewers` of its viewers are in."""
+    relay = Relay(address)
     try:
-        for proc in procs:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        cpu, wall = await drive(address, runs, relay)
-        return cpu, wall, relay.dropped + sum(v.dropped for v in relay._viewers.values())
+        deadline = time.monotonic() + 30
+        while relay.viewers < viewers:
+            assert time.monotonic() < deadline, "the bench's viewers never said hello"
+            await asyncio.sleep(0.02)
+        measured = await drive(source, runs, relay)
+        measured.queue_dropped = relay.dropped
+        measured.viewer_dropped = sum(viewer.dropped for viewer in list(relay._viewers.values()))
+        return measured
     finally:
         relay.close()
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
-async def shape(name: str, turns: int, tokens: int, runs: int, rounds: int) -> list[str]:
+def spread(values: list[float]) -> str:
+    """The median and the interquartile range."""
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return f"{median:.3f}x [{q1:.2f}-{q3:.2f}]"
+
+
+async def shape(name: str, turns: int, tokens: int, runs: int, pairs: int) -> list[str]:
     spawn = multiprocessing.get_context("spawn")
     receive, send = spawn.Pipe(duplex=False)
     server = spawn.Process(target=serve, args=(send, turns, tokens), daemon=True)
     server.start()
-    address = receive.recv()
+    source = receive.recv()
+    watched = free_address()
+    viewers = [subprocess.Popen([sys.executable, "-c", VIEWER, watched], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     try:
-        await drive(address, runs, None)  # warm up
-        ratios: dict[int, list[tuple[float, float]]] = {0: [], 2: []}
-        drops = dict.fromkeys(ratios, 0)
-        base_cpu: list[float] = []
-        for _ in range(rounds):
-            for viewers in ratios:
-                cpu, wall = await drive(address, runs, None)
-                base_cpu.append(cpu)
-                relay_cpu, relay_wall, dropped = await relayed(address, runs, viewers)
-                ratios[viewers].append((relay_cpu / cpu, relay_wall / wall))
-                drops[viewers] += dropped
+        for viewer in viewers:
+            assert viewer.stdout is not None and viewer.stdout.readline().strip() == "ready"
+        await drive(source, runs, None)  # warm up
+        rounds: dict[int, list[tuple[Round, Round]]] = {0: [], 2: []}
+        for pair in range(pairs):
+            for count in rounds:
+                address = watched if count else "tcp://127.0.0.1:0"
+                if pair % 2:
+                    with_relay = await relayed(source, runs, address, count)
+                    plain = await drive(source, runs, None)
+                else:
+                    plain = await drive(source, runs, None)
+                    with_relay = await relayed(source, runs, address, count)
+                rounds[count].append((plain, with_relay))
         deltas = runs * (6 + 2 * turns)
-        lines = [f"{name}: {runs} runs x {turns} turns ({deltas:,} deltas), plain EnvClient {deltas / statistics.median(base_cpu):,.0f} deltas per CPU second"]
-        for viewers, pairs in ratios.items():
+        plain_cpu = statistics.median(p.cpu for pairs_ in rounds.values() for p, _ in pairs_)
+        lines = [f"{name}: {runs} runs x {turns} turns ({deltas:,} deltas) per round, {pairs} pairs; plain EnvClient {deltas / plain_cpu:,.0f} deltas per CPU second"]
+        for count, measured in rounds.items():
             lines.append(
-                f"  RelayedClient, {viewers} viewers: CPU {statistics.median(p[0] for p in pairs):.3f}x, "
-                f"wall {statistics.median(p[1] for p in pairs):.3f}x (rounds: {', '.join(f'{c:.2f}/{w:.2f}' for c, w in pairs)}); dropped {drops[viewers]}"
+                f"  {count} viewers: CPU {spread([r.cpu / p.cpu for p, r in measured])}, wall {spread([r.wall / p.wall for p, r in measured])}, "
+                f"driver's thread {spread([r.driver / p.driver for p, r in measured])}; relay thread {statistics.median(r.relay for _, r in measured) / plain_cpu:.1%} of plain's CPU; "
+                f"dropped {sum(r.queue_dropped for _, r in measured)} at hand-over, {sum(r.viewer_dropped for _, r in measured)} for viewers"
             )
         return lines
     finally:
+        for viewer in viewers:
+            viewer.kill()
+            viewer.wait()
         server.kill()
         server.join()
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=10)
     args = parser.parse_args()
-    for line in await shape("small deltas", turns=200, tokens=0, runs=32, rounds=args.rounds):
+    for line in await shape("small deltas", turns=200, tokens=0, runs=16, pairs=args.pairs):
         print(line, flush=True)
-    for line in await shape("4,000-token deltas", turns=50, tokens=4000, runs=8, rounds=args.rounds):
+    for line in await shape("4,000-token deltas", turns=25, tokens=4000, runs=8, pairs=args.pairs):
         print(line, flush=True)
 
 
