@@ -12,8 +12,11 @@
 It sits in the driver's process, so the driver's thread does as little as it can: per
 delta it appends a reference to a queue. `RelayedClient` hands over the very bytes
 verifiers' client received (nothing is packed again); a thread takes the queue every
-few milliseconds, packs what it took into one message for every viewer, and leaves
-the sending to pyzmq's I/O thread without copying it.
+`TICK_SECONDS` while deltas come, packs what it took into one message for every
+viewer, and leaves the sending to pyzmq's I/O thread without copying it. When nothing
+comes the thread sleeps in zmq's poll until the driver offers again (one byte down a
+pipe, only on the first offer after a quiet) or a heartbeat is due: a clock of its
+own would take the GIL and a core from the driver a hundred times a second.
 
 What the relay holds is bounded in bytes (`max_bytes`): a quarter for the hand-over
 queue, a quarter for the runs in flight (what a viewer that connects late is sent
@@ -71,8 +74,9 @@ HEARTBEAT_SECONDS = 1.0
 """A viewer hears from the relay at least this often, news or not."""
 WELCOMES_PER_SECOND = 4
 """New viewers sent the runs in flight per second at most."""
-TICK_SECONDS = 0.01
-"""How often the relay thread takes what the driver queued."""
+TICK_SECONDS = 0.05
+"""How often the relay thread takes what the driver queued, while the driver offers:
+a viewer is a person, and each wakeup costs the driver's thread the GIL."""
 BATCH_BYTES = 1 << 20
 BATCH_MESSAGES = 2000
 """The most a viewer is sent as one message (beyond one message that is larger)."""
@@ -90,6 +94,16 @@ _Message = tuple[bytes, bytes, Any, int]
 
 def _pack(payload: Any) -> bytes:
     packed: bytes = msgpack.packb(payload, use_bin_type=True, default=_fallback)
+    return packed
+
+
+def _pack_batch(out: list[tuple[bytes, bytes, bytes]], size: int) -> memoryview:
+    """The batch packed into a buffer of its size (plus each message's few bytes of
+    framing), handed over as it is: `packb` grows its buffer by copying, then copies
+    the whole into bytes, three copies of every delta where one will do."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False, buf_size=size + 32 * len(out) + 16)
+    packer.pack(out)
+    packed: memoryview = packer.getbuffer()
     return packed
 
 
@@ -204,6 +218,11 @@ class Relay:
         self._in_hand = 0
         """Messages the relay thread took from the queue and has not yet sent."""
         self._close_by = float("inf")
+        self._asleep = False
+        """The relay thread waits for the driver's next offer (set by the thread, cleared
+        by whoever wakes it)."""
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -215,6 +234,8 @@ class Relay:
         except zmq.ZMQError as error:
             self._socket.close()
             self._context.term()
+            os.close(self._wake_read)
+            os.close(self._wake_write)
             raise OSError(f"the relay cannot listen on {address}: {error}") from None
         self.address = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._runs: dict[bytes, list[_Message]] = {}
@@ -247,11 +268,16 @@ class Relay:
         the viewers take it; how many messages were left unsent (also `unsent`)."""
         self._close_by = time.monotonic() + timeout
         self._closing.set()
+        self._wake()
         self._thread.join(timeout + TICK_SECONDS)
         with self._counting:
             if self._thread.is_alive():  # still at work past its bound: what it holds is left
                 self._abandoned = True
                 self.unsent = len(self._queue) + self._in_hand + sum(viewer.unsent() for viewer in list(self._viewers.values()))
+            elif self._wake_write >= 0:
+                os.close(self._wake_read)
+                os.close(self._wake_write)
+                self._wake_read = self._wake_write = -1
         return self.unsent
 
     def _number(self, task_data: Any) -> tuple[int, int]:
@@ -271,15 +297,34 @@ class Relay:
             return
         self._offered += size
         self._queue.append((kind, run, payload, size))
+        if self._asleep:  # after the append: a thread that just fell asleep sees it or is woken
+            self._wake()
+
+    def _wake(self) -> None:
+        self._asleep = False
+        if self._wake_write < 0:  # closed
+            return
+        try:
+            os.write(self._wake_write, b"\0")
+        except OSError:  # the pipe is full (the thread is waking anyway) or closed
+            pass
 
     # -- the relay thread ----------------------------------------------------------
 
     def _loop(self) -> None:
         sock = self._socket
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_read, zmq.POLLIN)
         try:
             while not self._closing.is_set():
-                if sock.poll(int(TICK_SECONDS * 1000)):
-                    self._read_peers()
+                if not self._queue:
+                    self._asleep = True
+                    if not self._queue:  # the driver appends, then looks whether we sleep
+                        self._wait(poller, self._quiet_seconds())
+                    self._asleep = False
+                if self._queue and not self._closing.is_set():
+                    self._wait(poller, TICK_SECONDS)  # a tick's worth gathers into one batch
                 while not self._closing.is_set() and (taken := self._take()):
                     self._relay(taken)
                 self._beat()
@@ -287,6 +332,20 @@ class Relay:
         finally:
             sock.close(linger=0)
             self._context.term()
+
+    def _wait(self, poller: zmq.Poller, seconds: float) -> None:
+        """Until `seconds` pass or someone wakes the thread; read what peers sent."""
+        for source, _ in poller.poll(max(1, int(seconds * 1000))):
+            if source is self._socket:
+                self._read_peers()
+            else:
+                os.read(self._wake_read, 4096)
+
+    def _quiet_seconds(self) -> float:
+        """How long the thread may sleep with nothing queued: until a heartbeat is due."""
+        if not self._viewers:
+            return self.heartbeat
+        return min(viewer.last_sent for viewer in self._viewers.values()) + self.heartbeat - time.monotonic()
 
     def _finish(self) -> None:
         """The close: what is queued is sent, and taken, until the bound; the rest counted."""
@@ -316,6 +375,7 @@ class Relay:
             return
         self._in_hand = len(taken)
         out: list[tuple[bytes, bytes, bytes]] = []
+        size = 0
         watched = bool(self._viewers)
         for kind, run, payload, _ in taken:
             if kind == REPLY:
@@ -326,8 +386,9 @@ class Relay:
                 payload = self._packed(kind, run, payload)
             self._keep(run, kind, payload)
             out.append((kind, run, payload))
+            size += len(payload)
         if watched and out:
-            batch = _pack(out)
+            batch = _pack_batch(out, size)
             for identity, viewer in list(self._viewers.items()):
                 self._send(identity, viewer, batch, len(out))
         self._in_hand = 0
@@ -355,7 +416,7 @@ class Relay:
         self._kept -= self._run_bytes.pop(run, 0)
         self._too_big.discard(run)
 
-    def _send(self, identity: bytes, viewer: _Viewer, batch: bytes, messages: int) -> None:
+    def _send(self, identity: bytes, viewer: _Viewer, batch: bytes | memoryview, messages: int) -> None:
         """One message of many to one viewer, or its messages dropped for it when it is
         behind its share of what the relay may hold."""
         viewer.reap()

@@ -244,3 +244,33 @@ def test_close_returns_within_its_bound_and_counts_what_it_left() -> None:
         viewer.close()
     assert took < 1.0
     assert unsent > 0 and relay.unsent == unsent
+
+
+def wakeups(thread_id: int) -> int:
+    """How often a thread of this process gave up its core to wait (it sleeps, then wakes)."""
+    with open(f"/proc/self/task/{thread_id}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_a_relay_with_nothing_to_send_sleeps_until_the_driver_offers_or_a_heartbeat_is_due() -> None:
+    """Between runs the relay's thread waits for the driver or a viewer's heartbeat, not
+    on a clock of its own: a driver's relay costs it nothing while it does other work,
+    and a delta offered after a long quiet still reaches the viewer at once."""
+    relay = Relay("tcp://127.0.0.1:0")
+    viewer = BareViewer(relay.address)
+    try:
+        viewer.hello()
+        wait_until(lambda: viewer.read() or viewer.welcomes, WAIT, "the viewer welcomed")
+        on_delta = relay.begin({"id": "a"})
+        on_delta({"trace": "t", "open": {"id": "t"}})
+        wait_until(lambda: viewer.read() or len(viewer.messages) == 2, WAIT, "the run relayed")
+        assert relay._thread.native_id is not None
+        before = wakeups(relay._thread.native_id)
+        time.sleep(2.0)  # quiet: two heartbeats are due in it
+        quiet = wakeups(relay._thread.native_id) - before
+        on_delta({"trace": "t", "set": {"after": "the quiet"}})
+        wait_until(lambda: viewer.read() or len(viewer.messages) == 3, WAIT, "the delta after the quiet relayed")
+        assert quiet < 20, f"the relay thread woke {quiet} times in 2 quiet seconds"
+    finally:
+        viewer.close()
+        relay.close()
