@@ -7,9 +7,9 @@ repeated for stable timings) and a synthetic long rollout (200 turns whose nodes
 carry 4,000 token ids, mask and logprobs each, as a trainer's server sends them).
 Each pass decodes every frame and applies it to a fresh assembly, as a client does.
 Then `apply` alone, on the same frames decoded before the clock starts, each
-assembly given what its own reader makes of them (ours: token arrays kept packed,
-as the client and a recording's read-back decode them; and, for the cost of packing
-them again, the arrays decoded into lists).
+assembly given what its own reader makes of them (ours: token arrays kept packed and
+each node and call with the bytes it came in as, as the client and a recording's
+read-back decode them; and, for the cost of packing them again, plain lists).
 
     python -m bench.assembly [--repeat N]
 """
@@ -100,7 +100,8 @@ def kept_floor_pass(frames: list[bytes]) -> list:
 
 
 def ours_pass(frames: list[bytes]) -> EpisodeAssembly:
-    """What the client does: token arrays stay packed (`unpack_delta`)."""
+    """What the client does: token arrays stay packed, nodes and calls come with their
+    bytes (`unpack_delta`)."""
     assembly = EpisodeAssembly()
     for data in frames:
         assembly.apply(unpack_delta(data))
