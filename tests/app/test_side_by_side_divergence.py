@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.app_screen import open_side_by_side
+from tests.support.app_screen import notices, open_side_by_side
 from tests.support.diverging_traces import Scripted, diverged, step
 from tests.support.polling import until
 from tui.app import TracewatchApp
@@ -58,9 +58,11 @@ async def test_a_turn_that_lands_on_either_side_is_judged_as_it_lands() -> None:
     for turn in range(1, 3):
         scripted.send("b", step(turn))
     app = TracewatchApp(scripted.engine)
-    async with app.run_test(size=(160, 40)) as pilot:
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
         _, screen, left, right = await open_side_by_side(app, pilot, 2, "enter")
         await until(pilot, lambda: callout(screen) == "alike so far: 2 turns compared, the rest as they land")
+        await pilot.press("d")
+        await until(pilot, lambda: any("no difference so far" in notice for notice in notices(app)))
         scripted.send("b", step(3)[:1])
         await until(pilot, lambda: "result 2" in "\n".join(lines(right.transcript)), "the half turn shown")
         assert callout(screen).startswith("alike so far: 2 turns"), "a turn without its reply is not judged"
