@@ -15,7 +15,7 @@ driver's, the relay's, pyzmq's); the driver's thread is its own thread time, the
 relay's its thread's clock. Each ratio is the median over the pairs, with the
 interquartile range beside it.
 
-    python -m bench.relay [--pairs 10]
+    python -m bench.relay [--pairs 6]
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ async def shape(name: str, turns: int, tokens: int, runs: int, pairs: int) -> li
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--pairs", type=int, default=6)
     args = parser.parse_args()
     for line in await shape("small deltas", turns=200, tokens=0, runs=16, pairs=args.pairs):
         print(line, flush=True)
