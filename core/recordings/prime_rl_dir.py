@@ -45,8 +45,6 @@ class SteppedEpisode:
     step: int
     kind: str
     episode: dict[str, Any]
-    trained: bool = False
-    """It is in its step's `effective` subset: the trainer used it."""
 
 
 @dataclass
@@ -86,9 +84,9 @@ def open_prime_rl(folder: Path) -> PrimeRlRun:
                 for episode in _read(path, run.skipped):
                     key = str(episode.get("id"))
                     if key in found and subset == "effective":
-                        found[key].episode, found[key].trained = episode, True
+                        found[key].episode = episode
                     else:
-                        found.setdefault(key, SteppedEpisode(step, kind, episode, subset == "effective"))
+                        found.setdefault(key, SteppedEpisode(step, kind, episode))
             run.episodes.extend(found.values())
     if run.skipped and not run.episodes:
         raise PrimeRlDirError(f"{folder} holds no readable rollout: {run.skipped[0]}")
