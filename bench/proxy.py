@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import statistics
@@ -33,10 +32,11 @@ from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient
 from verifiers.v1.types import SamplingConfig
 
+from bench import source
 from core.ports import free_address
 from core.wire.protocol import pack, unpack
 from tests.support.demo_launch import launch, stop
-from tests.support.repo import FIXTURE, REPO
+from tests.support.repo import REPO
 
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -71,26 +71,7 @@ async def batch(address: str, items: list[dict]) -> tuple[float, int]:
 def blast_server() -> None:
     """A source at socket speed: every run is answered at once with the recorded
     verifiers stream of one run and its reply."""
-    deltas = [pack(json.loads(line)["delta"]) for line in (FIXTURE / "deltas.jsonl").read_text().splitlines() if json.loads(line)["request"] == "run0"]
-    reply = pack(next(r["reply"] for r in json.loads((FIXTURE / "replies.json").read_text()) if r["request"] == "run0"))
-    context = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    for option in (zmq.SNDHWM, zmq.RCVHWM, zmq.LINGER):
-        router.setsockopt(option, 0)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    print(f"tcp://127.0.0.1:{port}", flush=True)
-    try:
-        while True:
-            peer, request_id, method, _payload = router.recv_multipart()
-            if method == b"run":
-                for delta in deltas:
-                    router.send_multipart([peer, request_id, b"delta", delta])
-                router.send_multipart([peer, request_id, b"reply", reply])
-            else:
-                router.send_multipart([peer, request_id, b"reply", pack({"success": True})])
-    finally:
-        router.close(linger=0)
-        context.term()
+    source.serve(*source.recorded(), lambda address: print(address, flush=True))
 
 
 def stamp_server(deltas: int, tick: float) -> None:

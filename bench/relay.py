@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import gc
-import json
 import multiprocessing
-import random
 import resource
 import statistics
 import subprocess
@@ -35,13 +32,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient
 from verifiers.v1.types import SamplingConfig
 
+from bench import source
+from bench.source import stretched
 from core.ports import free_address
-from tests.support.repo import FIXTURE
 from tracewatch_relay import Relay, RelayedClient
 
 VIEWER = r"""
@@ -59,51 +56,9 @@ while True:
 """
 
 
-def rollout(turns: int, tokens: int) -> tuple[list[bytes], dict[str, Any]]:
-    """verifiers' recorded run0, its tool turn repeated `turns` times, each sampled node
-    carrying `tokens` token ids, mask and logprobs; its frames and its reply."""
-    deltas = [json.loads(line) for line in (FIXTURE / "deltas.jsonl").read_text().splitlines()]
-    run0 = {d["seq"]: d["delta"] for d in deltas if d["request"] == "run0"}
-    reply = next(r["reply"] for r in json.loads((FIXTURE / "replies.json").read_text()) if r["request"] == "run0")
-    rng = random.Random(0)
-    frames = [run0[0], run0[1], run0[7], run0[13]]
-    for turn in range(turns):
-        frames.append(run0[19])
-        step = copy.deepcopy(run0[24])
-        tool, assistant = step["nodes"]
-        tool["parent"], assistant["parent"] = 2 + 2 * turn, 3 + 2 * turn
-        if tokens:
-            assistant["token_ids"] = [rng.randrange(150_000) for _ in range(tokens)]
-            assistant["mask"] = [1] * tokens
-            assistant["logprobs"] = [-rng.random() for _ in range(tokens)]
-            assistant["is_content"] = [True] * tokens
-        step["calls"][0]["node"] = 4 + 2 * turn
-        frames.append(step)
-    frames += [run0[43], run0[44]]
-    reply = copy.deepcopy(reply)
-    reply["traces"][0].update(nodes=3 + 2 * turns, calls=1 + turns)
-    return [msgpack.packb(frame, use_bin_type=True) for frame in frames], reply
-
-
 def serve(tell: Any, turns: int, tokens: int) -> None:
-    import zmq
-
-    frames, reply = rollout(turns, tokens)
-    packed_reply = msgpack.packb(reply, use_bin_type=True)
-    healthy = msgpack.packb({"success": True, "error": None}, use_bin_type=True)
-    context = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    router.setsockopt(zmq.SNDHWM, 0)
-    router.bind("tcp://127.0.0.1:0")
-    tell.send(router.getsockopt_string(zmq.LAST_ENDPOINT))
-    while True:
-        identity, request_id, method, _ = router.recv_multipart()
-        if method == b"run":
-            for frame in frames:
-                router.send_multipart([identity, request_id, b"delta", frame])
-            router.send_multipart([identity, request_id, b"reply", packed_reply])
-        else:
-            router.send_multipart([identity, request_id, b"reply", healthy])
+    frames, reply = stretched(turns, tokens)
+    source.serve(frames, reply, tell.send)
 
 
 @dataclass
