@@ -92,6 +92,17 @@ _Message = tuple[bytes, bytes, Any, int]
 """(kind, run, payload as bytes or as the object to pack, its size in bytes)."""
 
 
+def _running_from(begin: _Message) -> _Message:
+    """A run's kept begin once its first delta went out, with when (`running_since`):
+    a viewer that joins later is sent the run's deltas at once, yet shows it running
+    from there, as a viewer there from the start does."""
+    try:
+        payload = _pack({**msgpack.unpackb(begin[2]), "running_since": time.time()})
+    except Exception:
+        return begin
+    return (begin[0], begin[1], payload, len(payload))
+
+
 def _pack(payload: Any) -> bytes:
     packed: bytes = msgpack.packb(payload, use_bin_type=True, default=_fallback)
     return packed
@@ -402,9 +413,15 @@ class Relay:
     def _keep(self, run: bytes, kind: bytes, payload: bytes) -> None:
         if kind == REPLY or run in self._too_big:
             return
-        self._runs.setdefault(run, []).append((kind, run, payload, len(payload)))
-        self._run_bytes[run] = self._run_bytes.get(run, 0) + len(payload)
-        self._kept += len(payload)
+        kept = self._runs.setdefault(run, [])
+        size = len(payload)
+        if kind == DELTA and len(kept) == 1 and kept[0][0] == BEGIN:
+            begin = _running_from(kept[0])
+            size += begin[3] - kept[0][3]
+            kept[0] = begin
+        kept.append((kind, run, payload, len(payload)))
+        self._run_bytes[run] = self._run_bytes.get(run, 0) + size
+        self._kept += size
         while self._kept > self.max_bytes // 4:
             largest = max(self._run_bytes, key=self._run_bytes.__getitem__)
             self._forget(largest)

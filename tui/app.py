@@ -80,7 +80,7 @@ class TracewatchApp(App[None]):
         super().__init__()
         self.engine = engine
         self.alert_settings = alerts or AlertSettings()
-        self.alerts = AlertWatch(engine, self.alert_settings.stall_seconds, self.alert_settings.cancel_stalled)
+        self.alerts = AlertWatch(engine, self.alert_settings.cancel_stalled)
         self.tokenizers = tokenizers or Tokenizers(by_model=DEMO_TOKENIZERS)
         self.store = engine.store
         self.title = title or "tracewatch"

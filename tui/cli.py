@@ -318,8 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.headless:
         from tui.app import TracewatchApp  # noqa: F401 - imported before the freeze: its modules are startup state
     with FreezeAfterSlowCollections():
-        stall_seconds = {variant.name: variant.stall_seconds for variant in config.variants} if config else None
-        return _run(engine, args, recorded=command not in ("replay", "open"), tokenizers=_tokenizers(args, config), stall_seconds=stall_seconds)
+        return _run(engine, args, recorded=command not in ("replay", "open"), tokenizers=_tokenizers(args, config))
 
 
 def _tokenizers(args: argparse.Namespace, config: Config | None) -> Tokenizers:
@@ -329,7 +328,7 @@ def _tokenizers(args: argparse.Namespace, config: Config | None) -> Tokenizers:
     return Tokenizers(args.tokenizer, by_variant, DEMO_TOKENIZERS)
 
 
-def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: Tokenizers, stall_seconds: dict[str, float] | None = None) -> int:
+def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: Tokenizers) -> int:
     if getattr(args, "cancel_stalled", None) is not None:
         uncancellable = {name: v.rollout_cancel_unavailable for name, v in engine.variants.items() if v.rollout_cancel_unavailable}
         if uncancellable:
@@ -349,7 +348,7 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
 
     alerts = AlertSettings(
         bell=getattr(args, "bell", False), osc=getattr(args, "notify", None),
-        cancel_stalled=getattr(args, "cancel_stalled", None), stall_seconds=stall_seconds,
+        cancel_stalled=getattr(args, "cancel_stalled", None),
     )
     app = TracewatchApp(engine, tokenizers=tokenizers, alerts=alerts)
     app.run()

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.style import Style
 
-from core.session.store import ROLLOUT_PHASES, Rollout, Status
+from core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
 from core.tokens.flags import FLAGS
 from tui.literal import safe
 from tui.numbers import clock, reward_text
@@ -18,8 +18,8 @@ from tui.palette import Palette
 
 Cell = tuple[str, Style]
 """A cell's text (before it is fitted to the column) and its style."""
-CellOf = Callable[[Rollout, float, Palette, float], Cell]
-"""A rollout's cell at `now`, in a palette, with the store's stall threshold in seconds."""
+CellOf = Callable[[Rollout, float, Palette, StallTest], Cell]
+"""A rollout's cell at `now`, in a palette, told whether a rollout is stalled (`RolloutStore.is_stalled`)."""
 
 PLAIN = Style()
 
@@ -57,24 +57,24 @@ def rollout_number(rollout: Rollout) -> str:
     return number if rollout.run == 1 else f"{rollout.run}:{number}"
 
 
-def _trace(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cell:
+def _trace(rollout: Rollout, now: float, palette: Palette, stalled: StallTest) -> Cell:
     ids = rollout.trace_ids
     # "+N" more traces must fit the column: a shorter id makes room for it
     text = (ids[0][:8] if len(ids) == 1 else f"{ids[0][:6]} +{len(ids) - 1}") if ids else ""
     return safe(text), palette.muted
 
 
-def _activity(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cell:
+def _activity(rollout: Rollout, now: float, palette: Palette, stalled: StallTest) -> Cell:
     label, seconds = rollout.activity(now)
     if rollout.status.finished or rollout.status is Status.QUEUED:
         return label, palette.muted
-    if rollout.stalled(now, stall):
+    if stalled(rollout, now):
         # the duration first: a narrow column cuts the label, never the time
         return f"⚠ {clock(seconds)} {label}", palette.warning + Style(reverse=True)
     return f"{label} {clock(seconds)}", palette.phase("agent") if label == "generating" else PLAIN
 
 
-def _errors(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cell:
+def _errors(rollout: Rollout, now: float, palette: Palette, stalled: StallTest) -> Cell:
     errors = rollout.errors
     return (str(errors), palette.error) if errors else ("", PLAIN)
 
@@ -83,7 +83,7 @@ FLAG_MARKS = {"tool-trained": "tool", "misaligned": "align"}
 """How the Flags column writes each flag (`core.tokens.flags`), short enough that two fit."""
 
 
-def _flags(rollout: Rollout, now: float, palette: Palette, stall: float) -> Cell:
+def _flags(rollout: Rollout, now: float, palette: Palette, stalled: StallTest) -> Cell:
     flags = rollout.flags
     return (" ".join(FLAG_MARKS[flag] for flag in FLAGS if flag in flags), palette.warning) if flags else ("", PLAIN)
 

@@ -136,7 +136,7 @@ class LogsView(Vertical):
                 sizes[name] = 0
         if visible and shown is not None and sizes.get(shown) != self._tail_size:
             try:
-                tail = self.variants[shown].log_tail(TAIL_LINES) or [f"({shown}'s server has written nothing yet)"]
+                tail = self.variants[shown].log_tail(TAIL_LINES) or [f"({shown} has written nothing yet)"]
             except OSError as error:
                 tail = [f"cannot read the capture of {shown}: {error}"]
         with contextlib.suppress(RuntimeError):  # the app stopped while the files were read

@@ -2,7 +2,7 @@
 
 Field values match as substrings and a field's comma-separated values are alternatives;
 bare words must all appear in the variant, task, key or a trace id. `status:stalled`
-picks rollouts with no delta for longer than the store's stall threshold. The numeric
+picks rollouts with no delta for longer than their variant's stall threshold. The numeric
 columns take comparisons (`reward:<1`, `tokens:>=5000`, `elapsed:>1m30s`; no operator
 means equal), alternatives again comma-separated; a rollout without the number (no
 reward yet) matches none. `error:TEXT` looks in why a rollout failed or was cancelled
@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from core.session.store import ROLLOUT_PHASES, Rollout, Status
+from core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
 from core.tokens.flags import FLAGS
 from tui.columns import COLUMNS
 
@@ -162,10 +162,10 @@ class RowFilter:
                     found.append(f"{name}:{value} matches nothing; {name} is one of {', '.join(known[name]) or '(none yet)'}")
         return [*found, *self.malformed]
 
-    def matches(self, rollout: Rollout, now: float, stall_seconds: float) -> bool:
-        return self.matcher(now, stall_seconds)(rollout)
+    def matches(self, rollout: Rollout, now: float, is_stalled: StallTest) -> bool:
+        return self.matcher(now, is_stalled)(rollout)
 
-    def matcher(self, now: float, stall_seconds: float) -> Callable[[Rollout], bool]:
+    def matcher(self, now: float, is_stalled: StallTest) -> Callable[[Rollout], bool]:
         """This filter as one test per rollout, its values weighed once: the statuses
         it lets through as a set, each variant's and phase's verdict as first met, the
         words looked for in the rollout's kept `search_text`, then in its trace ids (a
@@ -186,7 +186,7 @@ class RowFilter:
                     ok = by_variant[rollout.variant] = _any_in(variants, rollout.variant.lower())
                 if not ok:
                     return False
-            if self.statuses and rollout.status not in statuses and not (stalled and rollout.stalled(now, stall_seconds)):
+            if self.statuses and rollout.status not in statuses and not (stalled and is_stalled(rollout, now)):
                 return False
             if phases:
                 phase = rollout.phase

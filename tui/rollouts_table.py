@@ -312,7 +312,7 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     def _wanted(self) -> Callable[[Rollout], bool]:
         """The filter's test for a rollout at this moment."""
-        return self.row_filter.matcher(self.now(), self.store.stall_seconds)
+        return self.row_filter.matcher(self.now(), self.store.is_stalled)
 
     def _reindex(self, sort: bool) -> None:
         """After the index changed: sort it if asked, find every key's row again, keep
@@ -522,5 +522,5 @@ class RolloutsTable(ScrollView, can_focus=True):
         return cached
 
     def _cells(self, rollout: Rollout, now: float, columns: tuple[str, ...]) -> dict[str, Cell]:
-        palette, stall = self.palette, self.store.stall_seconds
-        return {key: BY_KEY[key].cell(rollout, now, palette, stall) for key in columns}
+        palette, stalled = self.palette, self.store.is_stalled
+        return {key: BY_KEY[key].cell(rollout, now, palette, stalled) for key in columns}

@@ -49,7 +49,7 @@ async def run_headless(
     out = out if out is not None else sys.stdout
     store = engine.store
     if cancel_stalled is not None:
-        store.stall_seconds = min(store.stall_seconds, cancel_stalled)
+        store.cap_stall(cancel_stalled)
     progress = _Progress(engine, out, cancel_stalled)
     interrupts = _Interrupts(engine, out)
     loop = asyncio.get_running_loop()

@@ -34,7 +34,7 @@ class Engine(Session):
         session_dir: Path | None = None,
     ) -> None:
         super().__init__(
-            RolloutStore(stall_seconds=min(v.stall_seconds for v in config.variants)),
+            RolloutStore(stall_by_variant={v.name: v.stall_seconds for v in config.variants}),
             session_dir or new_session_dir(),
             getattr(recorder, "path", None),
         )

@@ -120,8 +120,8 @@ class ReplaySession(Session):
         self.applied += 1
         if self.damage.check(record, f"record {self.applied}", announced=self.store.rollouts):
             return
-        if record.get("t"):
-            self.clock.now = float(record["t"])
+        if record.get("t"):  # a time before the last (a late-joined run's start) does not turn the clock back
+            self.clock.now = max(self.clock.now, float(record["t"]))
             if self._first_applied is None:
                 self._first_applied = self.clock.now
         apply_record(self.store, self.variants, record)
@@ -147,7 +147,7 @@ class ReplaySession(Session):
                     await asyncio.sleep(delay)
                 pace_start = max(target, time.monotonic() - 0.05)
             if t is not None:
-                previous = t
+                previous = t if previous is None else max(previous, t)
             self._apply(record)
             if self._seek is not None and self._seek in self.store.rollouts:
                 if self.store.rollouts[self._seek].status.finished:

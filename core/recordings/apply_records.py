@@ -98,6 +98,9 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
         variants.setdefault(record["variant"], RecordedVariant(record["variant"]))
     elif kind == "request":
         store.started(record["id"], record["request_id"], t)
+        running = record.get("running_t")
+        if isinstance(running, (int, float)) and not isinstance(running, bool):
+            store.running_from(record["id"], float(running))
     elif kind == "delta":
         key = record["id"]
         try:

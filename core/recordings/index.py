@@ -133,7 +133,8 @@ class RolloutSummary:
         elif kind == "request":
             self.request_ids.append(str(record.get("request_id")))
             self._traces = {}  # a fresh run: the store starts a fresh assembly too
-            self.started_t, self.running_t, self.ended_t, self.ending = t, None, None, None
+            running = record.get("running_t")
+            self.started_t, self.running_t, self.ended_t, self.ending = t, running if type(running) in (int, float) else None, None, None
         elif kind == "delta":
             self.deltas += 1
             if self.running_t is None and isinstance(t, (int, float)):

@@ -115,8 +115,12 @@ class Recorder:
             record["task_key"] = task_key
         self._append(record)
 
-    def request(self, id: str, request_id: str, t: float | None = None) -> None:
-        self._append({"k": "request", "t": _now(t), "id": id, "request_id": request_id})
+    def request(self, id: str, request_id: str, t: float | None = None, running_t: float | None = None) -> None:
+        """`running_t`: when the run began running, if known before its first delta is."""
+        record = {"k": "request", "t": _now(t), "id": id, "request_id": request_id}
+        if running_t is not None:
+            record["running_t"] = running_t
+        self._append(record)
 
     def delta(self, id: str, delta: Mapping[str, Any], t: float | None = None) -> None:
         self._append({"k": "delta", "t": _now(t), "id": id, "d": delta})

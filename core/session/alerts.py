@@ -6,7 +6,6 @@ With a cancel threshold, a rollout silent that long is also cancelled, as headle
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from core.session.contracts import SessionView, VariantState
@@ -21,8 +20,6 @@ class AlertSettings:
     osc: int | None = None
     """9 or 777: also a desktop notification through the terminal."""
     cancel_stalled: float | None = None
-    stall_seconds: Mapping[str, float] | None = None
-    """Each variant's own threshold (its config's `stall_seconds`)."""
 
 
 @dataclass(frozen=True)
@@ -36,11 +33,8 @@ class Alert:
 class AlertWatch:
     """Looks at the session once a second and says what newly went wrong or ended."""
 
-    def __init__(self, engine: SessionView, stall_seconds: Mapping[str, float] | None = None, cancel_stalled: float | None = None) -> None:
+    def __init__(self, engine: SessionView, cancel_stalled: float | None = None) -> None:
         self.engine = engine
-        self.stall_seconds = dict(stall_seconds or {})
-        """Per variant, how long a live rollout may be silent; the store's threshold for
-        the others."""
         self.cancel_stalled = cancel_stalled
         self._stalled: set[str] = set()
         self._cancelled: set[str] = set()
@@ -54,7 +48,7 @@ class AlertWatch:
         store = self.engine.store
         alerts = []
         stalled = set()
-        for rollout in store.stalled(now, self.stall_seconds):
+        for rollout in store.stalled(now):
             idle = rollout.idle(now)
             stalled.add(rollout.key)
             label = f"{rollout.key} ({rollout.task_label})"

@@ -423,6 +423,17 @@ class Rollout:
         times = self.times
         return times.began if times is not None else None
 
+    def ran(self) -> tuple[float | None, float | None]:
+        """When it held a slot, for the run's series: once it finished, its recorded
+        timing (its start to its last span's end), kept within what this store saw of
+        it (a server's clock need not be ours); until then, from its first trace to
+        its end here, which may come later than its slot's (a reply follows the run)."""
+        began, ended, times = self.began_at, self.ended_at, self.times
+        if not self.status.finished or ended is None or times is None or times.began is None or times.finished is None:
+            return began, ended
+        start = min(max(times.began, self.created_at), ended)
+        return start, max(start, min(times.finished, ended))
+
     def elapsed(self, now: float) -> float:
         """Its own time: once it finished, from its start to its last span's end as its
         server recorded them (the time it waited for a slot is not its own); while it
@@ -553,9 +564,18 @@ class Changes:
         return bool(self.rollouts or self.variants)
 
 
+StallTest = Callable[["Rollout", float], bool]
+"""Whether a rollout is stalled at `now` (`RolloutStore.is_stalled`)."""
+
+
 class RolloutStore:
-    def __init__(self, stall_seconds: float = 60.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, stall_seconds: float = 60.0, clock: Callable[[], float] = time.time, stall_by_variant: Mapping[str, float] | None = None
+    ) -> None:
         self.stall_seconds = stall_seconds
+        """How long a live rollout may be silent, for a variant with no threshold of its own."""
+        self.stall_by_variant = dict(stall_by_variant or {})
+        """Each variant's own threshold (its config's `stall_seconds`)."""
         self.clock = clock
         self.rollouts: dict[str, Rollout] = {}
         self.variants: dict[str, list[str]] = {}
@@ -664,6 +684,15 @@ class RolloutStore:
         rollout.started_at = t if t is not None else self.clock()
         self._live.add(key)
         self._hear(rollout)
+        self._account(rollout)
+        self._touch(rollout)
+        self._bump(rollout)
+
+    def running_from(self, key: str, t: float) -> None:
+        """It began running at `t`, as its source knows (its first delta may reach
+        this store later: a viewer that joined mid-run is sent the deltas so far)."""
+        rollout = self.rollouts[key]
+        rollout.running_since = t
         self._account(rollout)
         self._touch(rollout)
         self._bump(rollout)
@@ -842,26 +871,44 @@ class RolloutStore:
         """The rollouts running or cancelling, oldest first."""
         return sorted((self.rollouts[key] for key in self._live), key=lambda r: r.started_at or 0.0)
 
-    def stalled(self, now: float | None = None, thresholds: Mapping[str, float] | None = None) -> list[Rollout]:
-        """The live rollouts silent past their variant's threshold in `thresholds` (the
-        store's for any other), oldest first. Asked once a second: it looks at the
-        quietest live rollouts until one is not silent past the lowest threshold, so
-        20,000 in flight and none stalled cost a look at one, not a pass over them."""
-        now = now if now is not None else self.clock()
-        rollouts, default, chosen = self.rollouts, self.stall_seconds, thresholds or {}
-        found = []
-        for key, heard in self._quiet(now, min(default, *chosen.values()) if chosen else default):
-            rollout = rollouts[key]
-            if now - heard > (chosen.get(rollout.variant, default) if chosen else default):
-                found.append(rollout)
+    def stall_threshold(self, variant: str) -> float:
+        """How long a live rollout of `variant` may be silent before it is stalled: its
+        variant's own `stall_seconds`, else the store's. The table, the filter, the
+        status line, the alerts and headless all ask here, so they agree."""
+        return self.stall_by_variant.get(variant, self.stall_seconds)
+
+    def is_stalled(self, rollout: Rollout, now: float) -> bool:
+        return rollout.stalled(now, self.stall_threshold(rollout.variant))
+
+    def cap_stall(self, limit: float) -> None:
+        """No variant waits longer than `limit` to call a rollout stalled (a cancel
+        threshold below a variant's own must see the stall to act on it)."""
+        self.stall_seconds = min(self.stall_seconds, limit)
+        self.stall_by_variant = {name: min(seconds, limit) for name, seconds in self.stall_by_variant.items()}
+
+    def stalled(self, now: float | None = None) -> list[Rollout]:
+        """The live rollouts silent past their variant's `stall_threshold`, oldest first."""
+        rollouts = self.rollouts
+        found = [rollouts[key] for key in self._silent(now if now is not None else self.clock())]
         return sorted(found, key=lambda r: r.started_at or 0.0)
 
     def live_counts(self, now: float | None = None) -> tuple[int, int]:
         """How many rollouts are running, and how many live ones stalled, for a status
         line redrawn each second: the cards' counts, and a look at the quietest."""
-        now = now if now is not None else self.clock()
-        threshold = self.stall_seconds
-        return self.running_count(), sum(now - heard > threshold for _, heard in self._quiet(now, threshold))
+        return self.running_count(), len(self._silent(now if now is not None else self.clock()))
+
+    def _silent(self, now: float) -> list[str]:
+        """The keys of the live rollouts past their variant's `stall_threshold`. Asked
+        once a second: it looks at the quietest live rollouts until one is not silent
+        past the lowest threshold, so 20,000 in flight and none stalled cost a look at
+        one, not a pass over them; a rollout is read only when variants' thresholds differ."""
+        limits = {name: self.stall_threshold(name) for name in self.variants}
+        lowest = min(limits.values(), default=self.stall_seconds)
+        quiet = self._quiet(now, lowest)
+        if all(limit == lowest for limit in limits.values()):
+            return [key for key, heard in quiet if now - heard > lowest]
+        rollouts = self.rollouts
+        return [key for key, heard in quiet if now - heard > limits[rollouts[key].variant]]
 
     def _quiet(self, now: float, threshold: float) -> Iterable[tuple[str, float]]:
         """The live rollouts silent past `threshold` (and, once the times came out of
@@ -890,7 +937,7 @@ class RolloutStore:
     def _account(self, rollout: Rollout) -> None:
         """Count the rollout's times and outcome in the run's series: what changed since
         they were last counted (a rollout read again takes its old counts back)."""
-        occupancy = Occupancy(rollout.created_at or None, rollout.began_at, rollout.ended_at)
+        occupancy = Occupancy(rollout.created_at or None, *rollout.ran())
         self.series.occupancy(rollout.variant, rollout._occupancy, occupancy)
         rollout._occupancy = occupancy
         outcome = None

@@ -101,6 +101,14 @@ class EvalVariant(TapVariant, CapturedChild):
             return None
         return child.server_pid
 
+    def log_tail(self, n: int = 200) -> list[str]:
+        """vf-eval's own stdout and stderr as captured, live and after it ended (a
+        tap's log would be its notes, and the eval tap writes none: its news is runs)."""
+        return CapturedChild.log_tail(self, n)
+
+    def log_size(self) -> int:
+        return CapturedChild.log_size(self)
+
     @property
     def address(self) -> str | None:
         return f"run dir {self.run_dir}" if self.run_dir else " ".join(self.argv)[:200]

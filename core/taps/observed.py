@@ -23,7 +23,7 @@ from core.session.task_identity import task_identity
 from core.text import short_repr
 from core.wire.assembly import AssemblyError, streamed_counts
 from core.wire.protocol import RunResponse, is_aborted, unpack
-from tracewatch_guest.framing import BEGIN, DELTA, REPLY
+from tracewatch_guest.framing import BEGIN, DELTA, REPLY, SLOT
 
 
 def run_note(model: Any, sampling: Any) -> str:
@@ -59,6 +59,8 @@ class ObservedRuns:
         """Runs that ended with their reply seen."""
         self.incomplete = 0
         """Of those, runs the view lost copies of."""
+        self.queued: dict[Hashable, str] = {}
+        """Runs waiting for one of their driver's slots -> the request id they run under."""
         self.lossy: dict[Hashable, int] = {}
         """Runs in flight that lost copies -> deltas of theirs that could not be applied since."""
 
@@ -77,10 +79,14 @@ class ObservedRuns:
         rollout_index: int | None = None,
         task_key: Any = None,
         started_at: float | None = None,
+        running_since: float | None = None,
+        queued: bool = False,
     ) -> str:
         """A new run: a rollout in the store, numbered by its task (its verifiers key,
         else its data: `task_identity`) unless the tap knows the numbers, and started
-        now unless the tap knows when (a relay's viewer that joined late does)."""
+        now unless the tap knows when (a relay's viewer that joined late knows when the
+        run was sent and when its first delta went out), or, `queued`, when its driver
+        gives it a slot (`slot`)."""
         task = task_data if isinstance(task_data, dict) else {"task_data": short_repr(task_data)}
         task_key = task_key if isinstance(task_key, str) and task_key else None
         if task_index is None:
@@ -91,13 +97,29 @@ class ObservedRuns:
         rollout = self.store.add_rollout(self.variant, task_index, task, rollout_index, task_key=task_key, t=started_at)
         rollout.note = run_note(model, sampling) or None
         self.keys[run] = rollout.key
-        self.store.started(rollout.key, request_id, t=started_at)
         if self.recorder is not None:
-            self.recorder.rollout(rollout.key, self.variant, task_index, task, rollout_index, task_key=task_key)
-            self.recorder.request(rollout.key, request_id)
+            self.recorder.rollout(rollout.key, self.variant, task_index, task, rollout_index, t=started_at, task_key=task_key)
             if rollout.note:
                 self.recorder.event(self.variant, "run", id=rollout.key, model=model, sampling=sampling)
+        if queued:
+            self.queued[run] = request_id
+        else:
+            self._start(rollout.key, request_id, started_at, running_since)
         return rollout.key
+
+    def slot(self, run: Hashable) -> None:
+        """A queued run got its driver's slot: it runs from now (a retry's second
+        slot is the same run going on)."""
+        key, request_id = self.keys.get(run), self.queued.pop(run, None)
+        if key is not None and request_id is not None:
+            self._start(key, request_id, None, None)
+
+    def _start(self, key: str, request_id: str, started_at: float | None, running_since: float | None) -> None:
+        self.store.started(key, request_id, t=started_at)
+        if running_since is not None:
+            self.store.running_from(key, running_since)
+        if self.recorder is not None:
+            self.recorder.request(key, request_id, t=started_at, running_t=running_since)
 
     def message(self, kind: bytes, run: bytes, payload: bytes) -> bool:
         """A tap's news of a run (`tracewatch_guest.framing`: begin, delta, reply) fed
@@ -110,7 +132,10 @@ class ObservedRuns:
                 run, begin.get("task_data"), f"{self.variant}-{run.decode()}",
                 model=begin.get("model"), sampling=begin.get("sampling"), task_key=begin.get("task_key"),
                 task_index=_count(begin.get("task_index")), rollout_index=_count(begin.get("rollout_index")), started_at=_when(begin.get("started_at")),
+                running_since=_when(begin.get("running_since")), queued=begin.get("queued") is True,
             )
+        elif kind == SLOT:
+            self.slot(run)
         elif kind == REPLY:
             self.reply(run, unpack(payload))
         else:
@@ -126,6 +151,7 @@ class ObservedRuns:
         key = self.keys.get(run)
         if key is None or self.store.rollouts[key].status.finished:
             return
+        self.slot(run)  # a run's delta is news that it has its slot, whatever became of that message
         if run in self.lossy:
             self._delta_after_loss(run, key, delta)
             return
@@ -154,6 +180,7 @@ class ObservedRuns:
     def reply(self, run: Hashable, reply: Any) -> None:
         key = self.keys.pop(run, None)
         skipped = self.lossy.pop(run, None)
+        self.queued.pop(run, None)
         if key is None:
             return
         rollout = self.store.rollouts[key]
@@ -218,6 +245,7 @@ class ObservedRuns:
         for run in list(self.keys):
             key = self.keys.pop(run)
             self.lossy.pop(run, None)
+            self.queued.pop(run, None)
             if not self.store.rollouts[key].status.finished:
                 self.store.unobserved(key, reason)
                 self._record_reply(key, {"success": False, "error": reason})
@@ -226,6 +254,7 @@ class ObservedRuns:
         """Every run still open ends here (the tap closed before their replies)."""
         for run in list(self.keys):
             key = self.keys.pop(run)
+            self.queued.pop(run, None)
             if not self.store.rollouts[key].status.finished:
                 self.store.failed(key, reason, cancelled=cancelled)
                 self._record_reply(key, {"success": False, "error": reason})

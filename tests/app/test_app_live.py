@@ -14,6 +14,7 @@ from pathlib import Path
 
 from textual import events
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from core.engine.live import Engine
 from core.session import variant as variant_module
@@ -319,6 +320,27 @@ async def test_x_then_y_cancels_the_stuck_variant_and_its_processes(tmp_path: Pa
         assert all(store.rollouts[k].status is Status.CANCELLED for k in ("stuck/0", "stuck/1"))
         await until(pilot, lambda: engine.variants["calm"].state is VariantState.DONE, "the other variant to finish")
         assert store.rollouts["calm/0"].status is Status.DONE
+
+
+async def test_each_variant_is_stalled_at_its_own_stall_seconds_everywhere(tmp_path: Path) -> None:
+    """Two variants whose rollouts hang alike, one with `stall_seconds` 1, one with 600:
+    past a second of silence only the first is stalled, in its activity cell, under
+    `status:stalled` and in the status line's count (one store-wide threshold, the
+    smaller, made both stalled)."""
+    async with live(tmp_path, demo("quick", ["stuck"], stall_seconds=1.0), demo("patient", ["stuck"], stall_seconds=600.0)) as (app, engine, pilot):
+        store = engine.store
+        await rows_shown(pilot, app, engine, 2)
+        keys = ("quick/0", "patient/0")
+        await until(
+            pilot, lambda: all(store.rollouts[k].turns > 0 and store.rollouts[k].idle(store.clock()) > 2.0 for k in keys), "both hanging, silent 2 s"
+        )
+        assert cell(app, "quick/0", "activity").startswith("⚠")
+        assert not cell(app, "patient/0", "activity").startswith("⚠"), cell(app, "patient/0", "activity")
+        await pilot.press("slash", *"status:stalled", "enter")
+        status = app.query_one("#status", Static)
+        await until(pilot, lambda: " · 1 shown" in str(status.render()), "the filter's rows counted")
+        assert row_keys(app) == ["quick/0"]
+        assert " · 1 stalled" in str(status.render()), str(status.render())
 
 
 async def test_filter_narrows_the_live_table(tmp_path: Path) -> None:

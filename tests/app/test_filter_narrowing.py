@@ -55,7 +55,7 @@ class Clock:
 
 def full_scan(store: RolloutStore, row_filter: RowFilter) -> set[str]:
     now = store.clock()
-    return {key for key, rollout in store.rollouts.items() if reference_matches(row_filter, rollout, now, store.stall_seconds)}
+    return {key for key, rollout in store.rollouts.items() if reference_matches(row_filter, rollout, now, store.is_stalled)}
 
 
 def change(store: RolloutStore, clock: Clock, index: int, what: str) -> None:
@@ -120,9 +120,9 @@ async def test_narrowing_keystrokes_match_a_full_scan() -> None:
                     table.sync([*changed.added, *changed.rollouts])
                     assert set(table.ordered_keys) == full_scan(store, row_filter), text[:end]
                     assert len(table.ordered_keys) == len(set(table.ordered_keys))
-                    compiled = row_filter.matcher(clock.t, STALL_SECONDS)
+                    compiled = row_filter.matcher(clock.t, store.is_stalled)
                     for rollout in store.rollouts.values():
-                        assert compiled(rollout) == reference_matches(row_filter, rollout, clock.t, STALL_SECONDS)
+                        assert compiled(rollout) == reference_matches(row_filter, rollout, clock.t, store.is_stalled)
 
         typing()
 
@@ -137,8 +137,8 @@ async def test_typing_a_narrower_filter_looks_only_at_the_rows_shown_or_at_none(
         seen: list[str] = []
         matcher = RowFilter.matcher
 
-        def counting(self: RowFilter, now: float, stall_seconds: float):  # type: ignore[no-untyped-def]
-            test = matcher(self, now, stall_seconds)
+        def counting(self: RowFilter, now: float, is_stalled):  # type: ignore[no-untyped-def]
+            test = matcher(self, now, is_stalled)
 
             def looked(rollout: Rollout) -> bool:
                 seen.append(rollout.key)

@@ -48,9 +48,9 @@ def test_a_malformed_comparison_says_what_is_expected_and_filters_nothing():
 @given(st.lists(st.tuples(st.sampled_from(FIELDS), st.lists(st.sampled_from(VALUES), max_size=3).map("".join)), max_size=3))
 def test_the_compiled_filter_agrees_with_the_plain_definition(tokens):
     row_filter = RowFilter.parse(" ".join(name + value for name, value in tokens))
-    compiled = row_filter.matcher(NOW, STORE.stall_seconds)
+    compiled = row_filter.matcher(NOW, STORE.is_stalled)
     for rollout in STORE.rollouts.values():
-        assert compiled(rollout) == reference_matches(row_filter, rollout, NOW, STORE.stall_seconds), rollout.key
+        assert compiled(rollout) == reference_matches(row_filter, rollout, NOW, STORE.is_stalled), rollout.key
 
 
 async def test_typed_in_the_app_the_rows_are_those_that_compare_and_a_typo_is_explained():

@@ -16,7 +16,10 @@ from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
 from core.engine.live import Engine
+from core.engine.opened import OpenedRecording
+from core.engine.replay import ReplaySession
 from core.ports import free_address
+from core.recordings.recorder import Recorder
 from core.session.config import Config
 from core.session.contracts import VariantState
 from core.session.store import Status
@@ -46,8 +49,8 @@ def upstream():
 async def viewers(tmp_path):
     engines: list[Engine] = []
 
-    async def view(address: str, name: str) -> Engine:
-        engine = Engine(Config.for_relay(address, name), session_dir=tmp_path / name)
+    async def view(address: str, name: str, recorder: Recorder | None = None) -> Engine:
+        engine = Engine(Config.for_relay(address, name), recorder=recorder, session_dir=tmp_path / name)
         engines.append(engine)
         await engine.start()
         return engine
@@ -217,6 +220,42 @@ async def test_a_late_viewer_shows_a_runs_start_and_number_as_an_early_one_does(
     there = early.store.rollouts[early.store.variants["early"][1]]
     assert joined.rollout_index == there.rollout_index == 1
     assert joined.started_at == there.started_at
+
+
+async def test_a_late_viewers_recording_keeps_the_runs_start_its_elapsed_and_number(viewers, tmp_path) -> None:
+    """A viewer that joins a second into a run is sent its deltas at once: it shows the
+    run running from when its first delta went out, as a viewer there from the start
+    does, and its recording, replayed or opened, shows the same `#` and elapsed."""
+    relay = Relay("tcp://127.0.0.1:0")
+    recording = tmp_path / "late.twrec"
+    try:
+        early = await viewers(relay.address, "early")
+        await eventually(lambda: early.variants["early"].state is VariantState.RUNNING, WAIT, "the early viewer welcomed")
+        task_data = {"id": "same", "prompt": "p"}
+        first = relay.begin(task_data, model="m")
+        first({"trace": "a", "open": {"id": "a"}})
+        first.end(error="the driver ended it")
+        second = relay.begin(task_data, model="m")
+        second({"trace": "b", "open": {"id": "b"}})
+        there = await eventually(lambda: next((r for r in early.store.variant_rollouts("early") if r.rollout_index == 1 and r.trace_ids), None), WAIT, "the second run running")
+        await eventually(lambda: early.store.clock() - (there.began_at or 0.0) > 1.0, WAIT, "a second of it")
+        late = await viewers(relay.address, "late", Recorder(recording, meta={}))
+        joined = await eventually(lambda: next((r for r in late.store.variant_rollouts("late") if r.trace_ids), None), WAIT, "the run in flight sent late")
+        second.end(error="the driver ended it too")
+        await eventually(lambda: joined.status.finished and there.status.finished, WAIT, "both viewers saw it end")
+        await late.shutdown()
+    finally:
+        relay.close()
+    assert joined.began_at == pytest.approx(there.began_at, abs=0.5), "running since its first delta went out, not since the join"
+    assert joined.elapsed(0.0) == pytest.approx(there.elapsed(0.0), abs=0.5) and joined.elapsed(0.0) > 1.0
+    replay = ReplaySession(recording, speed=0)
+    await replay.start()
+    await asyncio.wait_for(replay.wait(), WAIT)
+    for session in (replay, OpenedRecording(recording)):
+        (shown,) = session.store.rollouts.values()
+        assert shown.rollout_index == joined.rollout_index == 1, type(session).__name__
+        assert shown.began_at == pytest.approx(joined.began_at, abs=1e-6), type(session).__name__
+        assert shown.elapsed(0.0) == pytest.approx(joined.elapsed(0.0), abs=0.01), type(session).__name__
 
 
 async def test_a_viewer_says_when_the_relay_went_away_and_picks_up_when_one_is_back(viewers) -> None:

@@ -196,7 +196,7 @@ def test_an_opened_recordings_rows_read_the_same_before_a_rollout_is_loaded(reco
     }
     for phase in {row[1] for row in before.values()}:
         wanted = RowFilter.parse(f"phase:{phase}")
-        shown = {key for key, r in store.rollouts.items() if wanted.matches(r, now, store.stall_seconds)}
+        shown = {key for key, r in store.rollouts.items() if wanted.matches(r, now, store.is_stalled)}
         assert shown >= {key for key, row in before.items() if row[1] == phase}
     for key in list(store.rollouts):
         session.select(key)

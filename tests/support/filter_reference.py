@@ -3,17 +3,17 @@ the compiled filter (`RowFilter.matcher`) must agree with."""
 
 from __future__ import annotations
 
-from core.session.store import Rollout
+from core.session.store import Rollout, StallTest
 from tui.rollout_filter import RowFilter
 
 
-def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, stall_seconds: float) -> bool:
+def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, is_stalled: StallTest) -> bool:
     """The filter's plain definition (rollout_filter's docstring), every value tested
     against every row: what the compiled test must agree with."""
     if row_filter.variants and not any(v in rollout.variant.lower() for v in row_filter.variants):
         return False
     if row_filter.statuses:
-        stalled = rollout.stalled(now, stall_seconds)
+        stalled = is_stalled(rollout, now)
         if not any(v in rollout.status.value or (stalled and "stalled".startswith(v)) for v in row_filter.statuses):
             return False
     if row_filter.phases and not any(v in rollout.phase for v in row_filter.phases):

@@ -155,6 +155,26 @@ def _reply_of(episode: Any) -> dict[str, Any]:
     return framing.served_reply(dump(episode, exclude={"traces"}), traces)
 
 
+class _SlotAnnounced:
+    """vf-eval's semaphore for one run, telling tracewatch when the run gets a slot:
+    until then it waits (queued), which is neither running nor a stall."""
+
+    def __init__(self, semaphore: Any, announce: Any) -> None:
+        self._semaphore = semaphore
+        self._announce = announce
+
+    async def __aenter__(self) -> Any:
+        entered = await self._semaphore.__aenter__()
+        try:
+            self._announce()
+        except Exception:
+            pass
+        return entered
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._semaphore.__aexit__(*exc)
+
+
 def _wrap_run_slot(env_module: Any, how: str) -> None:
     env_class = env_module.Env
     original = env_class.run_slot
@@ -175,8 +195,11 @@ def _wrap_run_slot(env_module: Any, how: str) -> None:
                     getattr(ctx, "model", None),
                     dump(ctx.sampling) if getattr(ctx, "sampling", None) is not None else None,
                     task_key=getattr(task, "key", None),
+                    queued=semaphore is not None,
                 )
                 sender.send(framing.BEGIN, run, pack(begin))
+                if semaphore is not None:
+                    semaphore = _SlotAnnounced(semaphore, lambda sender=sender, run=run: sender.send(framing.SLOT, run, b""))
 
                 async def send(delta: dict[str, Any], sender: _Sender = sender) -> None:
                     sender.send(framing.DELTA, run, pack(delta))

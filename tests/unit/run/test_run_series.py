@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from core.run.series import Occupancy, Outcome, RunSeries, agent_bin, bin_seconds
 from core.run.times import times_of
 from core.session.store import Ending, RolloutStore, Status
+from core.taps.observed import ObservedRuns
 
 T0 = 1_700_000_000.0
 
@@ -163,3 +164,24 @@ def test_the_store_counts_each_rollout_once_and_keeps_its_times_when_its_traces_
     assert (column.sums.done, column.sums.tokens, column.waiting, column.running) == (1, 700, 0, 0)
     early = store.series.columns("v", T0, T0 + 5, 5)
     assert [(c.waiting, c.running) for c in early] == [(1, 0), (1, 0), (1, 0), (1, 0), (0, 1)], "it runs from its own start, not from when it was sent"
+
+
+def test_a_slot_freed_before_its_rollouts_reply_is_counted_free_from_the_rollouts_recorded_end():
+    """As vf-eval runs them, through the eval tap's store path: one slot, two rollouts.
+    The first's recorded timing ends (vf-eval frees its slot) and the second begins
+    before the first's reply lands; the series counts each running for its own
+    recorded timing, so never two in one slot."""
+    clock = Clock()
+    store = RolloutStore(clock=clock)
+    runs = ObservedRuns("ev", store)
+    runs.begin(b"0", {"id": "calc"}, "ev-0")
+    clock.now = T0 + 1
+    runs.delta(b"0", timed_trace(T0 + 1))  # recorded from T0+1 to T0+13
+    clock.now = T0 + 13.5
+    runs.begin(b"1", {"id": "calc"}, "ev-1")
+    runs.delta(b"1", timed_trace(T0 + 13.5))
+    clock.now = T0 + 15  # the first's reply, sent after vf-eval freed its slot
+    runs.reply(b"0", {"success": True, "error": None, "head": {"ok": True}, "traces": [{"id": "t", "nodes": 2, "calls": 1}]})
+    assert store.rollouts["ev/0"].status is Status.DONE
+    columns = store.series.columns("ev", T0, T0 + 20, 20)
+    assert [c.running for c in columns] == [0] + [1] * 19

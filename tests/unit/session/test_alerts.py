@@ -22,7 +22,7 @@ class Clock:
 
 def session() -> tuple[StandInEngine, Clock]:
     clock = Clock()
-    store = RolloutStore(stall_seconds=60.0, clock=clock)
+    store = RolloutStore(stall_seconds=60.0, clock=clock, stall_by_variant={"quick": 10.0, "patient": 100.0})
     engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("quick", "patient")})
     for name in ("quick", "patient"):
         store.add_rollout(name, 0, {"name": f"{name} task"}, key=f"{name}/0")
@@ -32,7 +32,7 @@ def session() -> tuple[StandInEngine, Clock]:
 
 def test_a_stall_is_told_once_per_stall_at_each_variants_own_threshold_and_cancelled_past_the_limit():
     engine, clock = session()
-    watch = AlertWatch(engine, {"quick": 10.0, "patient": 100.0}, cancel_stalled=50.0)
+    watch = AlertWatch(engine, cancel_stalled=50.0)
     assert watch.check(clock.now) == []
     clock.now += 20
     assert watch.check(clock.now) == [Alert("Rollout stalled", "quick/0 (quick task): nothing for 20s", "warning")]

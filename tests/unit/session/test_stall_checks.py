@@ -36,7 +36,7 @@ def test_a_stall_check_over_thousands_in_flight_reads_the_stalled_and_one_more()
     clock.now += 1.5
     store.rollouts = reads = CountedReads(store.rollouts)
 
-    stalled = [rollout.key for rollout in store.stalled(clock.now, {"v": STALL})]
+    stalled = [rollout.key for rollout in store.stalled(clock.now)]
     counts = store.live_counts(clock.now)
 
     assert stalled == keys[:3] and counts == (2_000, 3)
@@ -56,7 +56,8 @@ steps = st.lists(
 @given(steps, st.floats(1.0, 20.0))
 def test_the_stall_checks_find_what_a_pass_over_every_rollout_finds(steps: list[tuple[int, str]], other: float) -> None:
     clock = Clock()
-    store = RolloutStore(stall_seconds=STALL, clock=clock)
+    thresholds = {"a": other}
+    store = RolloutStore(stall_seconds=STALL, clock=clock, stall_by_variant=thresholds)
     for index in range(8):
         store.add_rollout("ab"[index % 2], index, {}, key=f"k{index}")
     for index, what in steps:
@@ -79,11 +80,10 @@ def test_the_stall_checks_find_what_a_pass_over_every_rollout_finds(steps: list[
             store.reset_rollout(key)
         elif what == "restore" and rollout.status is Status.QUEUED:
             store.restore(key, Status.RUNNING)
-        thresholds = {"a": other}
         expected = {r.key for r in store.rollouts.values() if r.stalled(clock.now, thresholds.get(r.variant, STALL))}
-        found = store.stalled(clock.now, thresholds)
+        found = store.stalled(clock.now)
         assert {r.key for r in found} == expected and len(found) == len(expected)
         starts = [r.started_at or 0.0 for r in found]
         assert starts == sorted(starts), "oldest first"
         running = sum(r.status is Status.RUNNING and not r.waiting for r in store.rollouts.values())
-        assert store.live_counts(clock.now) == (running, sum(r.stalled(clock.now, STALL) for r in store.rollouts.values()))
+        assert store.live_counts(clock.now) == (running, len(expected)), "the status line counts the same stalls"
