@@ -24,7 +24,7 @@ from core.session.store import Rollout, RolloutStore
 from tui.columns import rollout_number
 from tui.keys import bindings
 from tui.literal import safe
-from tui.numbers import reward_text
+from tui.numbers import rollout_reward_text
 from tui.transcript import Transcript
 
 Task = tuple[int, str]
@@ -111,6 +111,7 @@ class Side(Vertical):
         """Bring the side up to date: its transcript redraws only what changed (or from
         scratch, once the rollout's first trace has arrived or been loaded)."""
         rollout = self.rollout
+        self.transcript.show_rollout_reward((rollout.reward, rollout.scored_traces) if rollout else (None, 0))
         self.transcript.show(rollout.key if rollout else None, rollout.primary if rollout else None)
         self.head.update(self.title())
 
@@ -125,7 +126,7 @@ class Side(Vertical):
             text.append("\nno rollout of this task", style="dim")
             return text
         text.append(f"\nrollout #{rollout_number(rollout)} ({self.at + 1}/{len(self.rollouts)})")  # the table's #
-        text.append(f" · reward {reward_text(rollout.reward) or '–'}")
+        text.append(f" · reward {rollout_reward_text(rollout.reward, rollout.scored_traces) or '–'}")
         ended = rollout.status.value if rollout.status.finished else rollout.phase  # still running: where it is
         text.append(f" · {ended}")
         if rollout.reason and rollout.reason.lower() != ended:

@@ -105,7 +105,8 @@ class TracePane(Vertical):
 
     def refresh_trace(self, changed: set[tuple[str, str]] | None) -> None:
         """Follow what changed in the shown rollout: new traces reach the switcher; the
-        transcript redraws only when its own trace changed (`changed` None: always)."""
+        transcript redraws only when its own trace or the rollout's reward changed
+        (`changed` None: always)."""
         rollout = self.rollout
         if self._gone:
             return
@@ -119,6 +120,7 @@ class TracePane(Vertical):
             self._trace_ids = ids
             self._fill_switcher(rollout)
         self._show_title(rollout)
+        self.transcript.show_rollout_reward((rollout.reward, rollout.scored_traces))
         if self.trace_id not in rollout.traces:
             self._pick(next(iter(ids), None))
         elif changed is None or (rollout.key, self.trace_id) in changed:

@@ -146,6 +146,9 @@ class Transcript(ScrollView, can_focus=True):
         """How many blocks and headers were rendered from trace data (to check that
         a refresh costs what changed)."""
         self.rollout_key: str | None = None
+        self.rollout_reward: tuple[float | None, int] = (None, 0)
+        """The shown trace's rollout's reward and how many scored traces it is the mean
+        of (`show_rollout_reward`)."""
         self._state: TraceState | None = None
         self._cache: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
         self._styles: dict[tuple[str, str | None, bool], Style] = {}
@@ -199,6 +202,15 @@ class Transcript(ScrollView, can_focus=True):
         self.refresh_trace()
         self._lay_out_enough()
         self.refresh()
+
+    def show_rollout_reward(self, reward: tuple[float | None, int]) -> None:
+        """The rollout's reward and how many scored traces it is the mean of: the
+        outcome of one trace of several says both, drawn again when another trace's
+        score moves the mean although this trace did not change."""
+        if reward != self.rollout_reward:
+            self.rollout_reward = reward
+            self._revision = -1
+            self.refresh_trace()
 
     def refresh_trace(self) -> None:
         """Draw what changed in the trace since the last call; nothing if nothing did."""
@@ -385,7 +397,7 @@ class Transcript(ScrollView, can_focus=True):
             self._insert(self._committed + self._errors, self._block("error", error, [], error_lines(error)))
             self._errors += 1
             added += 1
-        self._show_outcome(outcome_of(state.record))
+        self._show_outcome(outcome_of(state.record, self.rollout_reward))
         pending = state.record.get("pending")
         if pending is not self._pending_ref:
             self._pending_ref = pending

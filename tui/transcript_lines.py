@@ -10,7 +10,7 @@ from typing import Any
 
 from core.wire.protocol import WireError, WireMessage, WireModelCall, WireNode, WireToolCall, WireTrace
 from tui.literal import safe, safe_lines
-from tui.numbers import clock
+from tui.numbers import clock, rollout_reward_text
 
 Seg = tuple[str, str]
 """Literal (already safe) text and a style key: the `transcript--<key>` component."""
@@ -179,14 +179,18 @@ OUTCOME_KEYS = ("rewards", "metrics", "ok", "stop_condition", "is_timeout")
 """The trace fields the outcome block shows."""
 
 
-def outcome_of(record: WireTrace) -> dict[str, Any] | None:
+def outcome_of(record: WireTrace, rollout_reward: tuple[float | None, int] = (None, 0)) -> dict[str, Any] | None:
     """What the outcome block shows, once the trace has a score, metrics or an end
-    (rewards arrive seeded with nulls: those alone are no outcome yet)."""
+    (rewards arrive seeded with nulls: those alone are no outcome yet); with the
+    rollout's reward and how many scored traces it is the mean of, when more than one."""
     rewards = record.get("rewards")
     scored = isinstance(rewards, dict) and any(isinstance(r, dict) for r in rewards.values())
     if not (scored or record.get("metrics") or record.get("stop_condition")):
         return None
-    return {key: record.get(key) for key in OUTCOME_KEYS}
+    outcome = {key: record.get(key) for key in OUTCOME_KEYS}
+    if rollout_reward[1] > 1:
+        outcome["rollout_reward"] = rollout_reward
+    return outcome
 
 
 def outcome_lines(outcome: dict[str, Any]) -> list[Logical]:
@@ -197,7 +201,10 @@ def outcome_lines(outcome: dict[str, Any]) -> list[Logical]:
     scored = [(name, r) for name, r in rewards.items() if isinstance(r, dict)]
     total = sum(_number(r.get("score")) * _number(r.get("weight", 1.0)) for _name, r in scored)
     head = [("━━ outcome", "outcome")]
-    if scored:
+    shared = outcome.get("rollout_reward")
+    if scored and shared:  # one trace of several: its own reward, and the rollout's that the table shows
+        head.append((f" · trace reward {total:.2f} · rollout reward {rollout_reward_text(*shared)}", "outcome"))
+    elif scored:
         head.append((f" · reward {total:.2f}", "outcome"))
     if outcome.get("ok") is not None:
         head.append((" · ok" if outcome["ok"] else " · not ok", "outcome" if outcome["ok"] else "error"))

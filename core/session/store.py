@@ -224,6 +224,9 @@ class RolloutFacts:
     turns: int = 0
     tokens: int = 0
     reward: float | None = None
+    """The mean over its scored traces (`scored_rewards`)."""
+    scored_traces: int = 0
+    """How many traces that mean is over."""
     errors: int = 0
     error_text: str = ""
     """Its errors' words, lower case (`error_words`), where `error:TEXT` looks."""
@@ -261,11 +264,13 @@ def rollout_facts(traces: Mapping[str, TraceCounts]) -> RolloutFacts:
         return NO_FACTS
     primary = counts[0]
     timing: WireTiming = primary.scalars.get("timing") or WireTiming()
+    rewards = scored_rewards(trace.scalars.get("rewards") for trace in counts)
     return RolloutFacts(
         phase=trace_phase(timing, primary.scalars.get("ok"), primary.has_errors),
         turns=sum(trace.turns for trace in counts),
         tokens=sum(int(trace.scalars.get("num_total_tokens") or 0) for trace in counts),
-        reward=episode_reward(trace.scalars.get("rewards") for trace in counts),
+        reward=sum(rewards) / len(rewards) if rewards else None,
+        scored_traces=len(rewards),
         errors=sum(trace.error_count for trace in counts),
         error_text="\n".join(text for trace in counts if (text := trace.error_text)),
         trace_ids=tuple(traces),
@@ -385,6 +390,10 @@ class Rollout:
         return self.summary().errors
 
     @property
+    def scored_traces(self) -> int:
+        return self.summary().scored_traces
+
+    @property
     def reward(self) -> float | None:
         return self.summary().reward
 
@@ -473,11 +482,10 @@ class Rollout:
         return now - (self.last_delta_at or self.started_at or now)
 
 
-def episode_reward(trace_rewards: Iterable[Any]) -> float | None:
-    """The mean over traces that were scored: a judge trace with no reward of its
-    own does not drag a solver's down."""
-    rewards = [r for r in map(trace_reward, trace_rewards) if r is not None]
-    return sum(rewards) / len(rewards) if rewards else None
+def scored_rewards(trace_rewards: Iterable[Any]) -> list[float]:
+    """The rewards of the traces that were scored, whose mean is the rollout's: a
+    judge trace with no reward of its own does not drag a solver's down."""
+    return [r for r in map(trace_reward, trace_rewards) if r is not None]
 
 
 def trace_reward(rewards: Any) -> float | None:

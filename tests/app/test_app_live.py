@@ -343,6 +343,25 @@ async def test_each_variant_is_stalled_at_its_own_stall_seconds_everywhere(tmp_p
         assert " · 1 stalled" in str(status.render()), str(status.render())
 
 
+async def test_a_multi_agent_rollouts_reward_says_what_it_is_where_it_is_shown(tmp_path: Path) -> None:
+    """The demo's solver scores 1.50 and its judge 0.00: the table shows the rollout's
+    reward, 0.75, and each trace's outcome says its own reward and the rollout's, the
+    mean of the two (it said `reward 1.50` where the table said 0.75)."""
+    async with live(tmp_path, demo("duo", ["multi-agent"], speed=40)) as (app, engine, pilot):
+        rollout = engine.store.rollouts["duo/0"]
+        await rows_shown(pilot, app, engine, 1)
+        await until(pilot, lambda: rollout.status is Status.DONE, "the episode scored", timeout=TIMEOUT)
+        assert cell(app, "duo/0", "reward") == "0.75"
+        await select_row(pilot, app, "duo/0")
+        transcript = app.trace_pane.transcript
+        said = lambda words: any(words in line for line in transcript.plain_lines())  # noqa: E731
+        await until(pilot, lambda: said("trace reward 1.50 · rollout reward 0.75, the mean of 2 traces"), "the solver's outcome")
+        assert not said("━━ outcome · reward")
+        switcher = await until(pilot, lambda: app.trace_pane.switcher)
+        switcher.value = rollout.trace_ids[1]
+        await until(pilot, lambda: said("trace reward 0.00 · rollout reward 0.75, the mean of 2 traces"), "the judge's outcome")
+
+
 async def test_filter_narrows_the_live_table(tmp_path: Path) -> None:
     """`status:running` keeps only what runs, dropping rows as they finish; a typed
     filter moves the selection into view, one that leaves by itself keeps it until
