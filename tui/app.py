@@ -106,7 +106,8 @@ class TracewatchApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(markup=False, id="status")
-        yield VariantsPanel(id="variants")
+        readonly = self.engine.readonly_reason is not None
+        yield VariantsPanel(*(VariantCard(variant, self.store, readonly) for variant in self.engine.variants.values()), id="variants")
         with Vertical(id="body"):
             with Vertical(id="table-pane"):
                 yield FilterField(self._apply_filter, placeholder="filter: variant:NAME status:running phase:agent reward:<1 elapsed:>1m error:TEXT text", id="filter", compact=True, select_on_focus=False)
@@ -144,7 +145,7 @@ class TracewatchApp(App[None]):
         self.timeline = self.query_one(TimelineView)
         self.trends = self.query_one(TrendsView)
         self._set_palette()
-        self._add_cards()
+        self._lay_out_for_width()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         # Started here rather than in a worker, so the rollouts it queues at once are
         # on the first screen (drawn from the next tick, the first row would come a
@@ -158,6 +159,15 @@ class TracewatchApp(App[None]):
         self.call_after_refresh(freeze_startup)
         self.set_interval(TICK, self._tick)
         self.table.focus()
+
+    def _lay_out_for_width(self) -> None:
+        """The screen's width class (`HORIZONTAL_BREAKPOINTS`) set and styled before the
+        first frame: Textual sets it as the screen handles its first resize, which comes
+        after the first paint, so a wide terminal first showed the narrow layout."""
+        width = self.size.width
+        chosen = max((edge, name) for edge, name in self.HORIZONTAL_BREAKPOINTS if edge <= width)[1]
+        self.screen.set_classes({*(self.screen.classes - {name for _, name in self.HORIZONTAL_BREAKPOINTS}), chosen})
+        self.screen.update_node_styles(animate=False)
 
     def _first_draw(self) -> None:
         """Whatever the store holds before the first screen (what the engine queued as

@@ -417,13 +417,25 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         """A resize re-lays the columns (rare), never a tick."""
+        self._fit_columns()
+        self._scroll_to_cursor()
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The columns fitted first: the first frame is painted before the table hears
+        of its size, and drew the columns of a full-width table."""
+        self._fit_columns()
+        return super().render_lines(crop)
+
+    def _fit_columns(self) -> None:
+        width = self.scrollable_content_region.width
+        if not width:
+            return
         self._steps = self.store.steps_known
-        layout = self._layout(self.scrollable_content_region.width, self._steps)
+        layout = self._layout(width, self._steps)
         if layout != (self._columns, self._widths, self._pads):
             self._columns, self._widths, self._pads = layout
             set_virtual_size(self, Size(sum(self._widths), len(self._keys) + 1))
             self._forget_drawing()
-        self._scroll_to_cursor()
 
     @staticmethod
     def _layout(width: int, steps: bool) -> tuple[tuple[str, ...], list[int], tuple[int, int]]:

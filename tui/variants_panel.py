@@ -82,7 +82,7 @@ class VariantCard(Horizontal, can_focus=True):
         self.post_message(self.Requested(self.variant.name, "start" if event.button is self.start else "cancel"))
 
     def on_resize(self) -> None:
-        """Two rows or four: the body is laid out for the card's height, so redraw it."""
+        """A narrow card shows fewer escalation steps: redraw it for its width."""
         if self._drawn is not None:
             self.redraw(*self._drawn)
 
@@ -132,7 +132,8 @@ class VariantCard(Horizontal, can_focus=True):
             if stats.flagged.get(flag):
                 counts.append(f"  {flag} {stats.flagged[flag]}", style=palette.warning)
         reward = Text(f"mean reward {stats.mean_reward:.2f}", style="bold") if stats.mean_reward is not None else None
-        if self.size.height and self.size.height < 4:
+        height = self.styles.height  # the CSS's, not the laid-out size: known before the first frame
+        if height is not None and height.cells is not None and height.cells < 4:
             rows = [Text(" · ").join([head, server]), detail or Text(" · ").join([counts, *([reward] if reward else [])])]
         elif detail is not None:
             rows = [Text(" · ").join([server, *([reward] if reward else [])]), counts, detail]
@@ -194,9 +195,11 @@ first (a 60-column terminal shows two), and only then does the strip scroll."""
 class VariantsPanel(HorizontalScroll):
     """The strip of cards; cards are keyed by variant name."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.cards: dict[str, VariantCard] = {}
+    def __init__(self, *cards: VariantCard, **kwargs: Any) -> None:
+        """`cards` are composed with the strip, so they are on the first frame."""
+        super().__init__(*cards, **kwargs)
+        self.cards: dict[str, VariantCard] = {card.variant_name: card for card in cards}
+        self.compare()
 
     def add_card(self, card: VariantCard) -> None:
         self.cards[card.variant_name] = card
@@ -204,16 +207,21 @@ class VariantsPanel(HorizontalScroll):
         self.compare()
         self._share_width()
 
+    def on_mount(self) -> None:
+        self._share_width()
+
     def on_resize(self) -> None:
         self._share_width()
 
     def _share_width(self) -> None:
         """Each card's minimum width: its share of the strip (a cell between cards),
-        within `CARD_WIDTH`, so no card is pushed off a narrow screen while there is room."""
+        within `CARD_WIDTH`, so no card is pushed off a narrow screen while there is room.
+        Before its first layout the strip is as wide as the screen (it spans it)."""
         count = len(self.cards)
-        if not count or not self.size.width:
+        width = self.size.width or self.app.size.width
+        if not count or not width:
             return
-        share = (self.size.width - (count - 1)) // count
+        share = (width - (count - 1)) // count
         least = max(CARD_WIDTH[0], min(CARD_WIDTH[1], share))
         for card in self.cards.values():
             card.styles.min_width = least
