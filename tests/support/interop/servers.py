@@ -41,9 +41,12 @@ class _PrintAddress:
 
 class ServerProcess:
     """A `serve_env` child in its own session, so teardown can reach the pool workers
-    it spawns through the process group this test started."""
+    it spawns through the process group this test started; tethered to this process,
+    so the group ends with a pytest that never got to its teardown."""
 
     def __init__(self, workers: int, home: Path, startup_timeout: float = 60.0) -> None:
+        from tests.support.tether import Tether  # here: run as the server, no `tests` on the path
+
         env = {
             **os.environ,
             "HOME": str(home),
@@ -60,6 +63,7 @@ class ServerProcess:
             stderr=self._log_file,
             start_new_session=True,
         )
+        self._tether = Tether(group=self.process.pid)
         try:
             self.address = self._read_address(startup_timeout)
         except BaseException:
@@ -99,6 +103,7 @@ class ServerProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         self.process.wait()
+        self._tether.release()
         if self.process.stdout is not None:
             self.process.stdout.close()
         self._log_file.close()
