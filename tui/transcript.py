@@ -707,6 +707,8 @@ class Transcript(ScrollView, can_focus=True):
     def on_resize(self) -> None:
         width = self.scrollable_content_region.width
         if width == self._width:
+            if self.following:  # shorter, not narrower (cards appeared above): the last line stays in view
+                self.scroll_end(animate=False, immediate=True, x_axis=False)
             return
         anchor = self._block_at(round(self.scroll_y))
         self._width = width

@@ -192,6 +192,24 @@ async def test_follow_keeps_the_bottom_in_view_as_turns_arrive():
         assert screen_lines(transcript)[-2].startswith("▎ answer 23")
 
 
+async def test_a_following_transcript_made_shorter_still_shows_its_last_line():
+    """A strip of cards appearing above it (a replay meets its variants as it plays)
+    takes rows from the transcript, not its width: the view stays on the last line."""
+    store = RolloutStore()
+    trace = Trace(store)
+    async with showing(trace) as (app, pilot, transcript):
+        for _index in range(12):
+            trace.turn()
+        transcript.refresh_trace()
+        await until(pilot, lambda: 0 < transcript.max_scroll_y == transcript.scroll_y)
+        await pilot.resize_terminal(SIZE[0], SIZE[1] - 4)
+        await until(pilot, lambda: transcript.scrollable_content_region.height == SIZE[1] - 4)
+        await pilot.pause()
+        assert transcript.following
+        assert transcript.scroll_y == transcript.max_scroll_y
+        assert screen_lines(transcript)[-2].startswith("▎ answer 23")
+
+
 async def test_scrolling_up_stops_following_and_counts_new_messages():
     store = RolloutStore()
     trace = Trace(store)
