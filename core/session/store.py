@@ -752,6 +752,7 @@ class RolloutStore:
             state = rollout.traces[trace_id] = TraceState(trace_id, rollout.assembly.traces[trace_id])
         state.revision += 1
         nodes = delta.get("nodes")
+        raised = False
         if nodes:
             raised = state.raise_flags(nodes)
             for node in nodes:
@@ -763,8 +764,6 @@ class RolloutStore:
                     state.tools_since = now if message.get("tool_calls") else None
                 elif (node.get("message") or {}).get("role") == "tool":
                     state.tools_since = None
-            if raised:  # rare: a card counts flagged rollouts; after the turns, which its facts read
-                self._bump(rollout)
         calls = delta.get("calls")
         if calls:
             state.add_calls(calls)
@@ -779,10 +778,12 @@ class RolloutStore:
             rollout.running_since = now
             self._account(rollout)  # running from here, not waiting
             self._bump(rollout)
+        elif raised:  # rare: a card counts flagged rollouts; last, as its facts read all the delta carried
+            self._bump(rollout)
 
     def _discard(self, rollout: Rollout, trace_id: str) -> None:
         dropped = rollout.traces.pop(trace_id, None)
-        if dropped is not None and dropped.flags:  # a card counts flagged rollouts
+        if dropped is not None and (dropped.flags or not rollout.traces):  # a card counts flags, and one with no trace as waiting
             self._bump(rollout)
 
     def finished(self, key: str, record: dict[str, Any], t: float | None = None) -> None:

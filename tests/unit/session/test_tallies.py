@@ -5,7 +5,7 @@ flags, endings, records, rollouts read again and a second run."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.session.store import DURATION_KEYS, Rollout, RolloutStore, Status, VariantStats, percentile, phase_durations
@@ -121,6 +121,7 @@ def step(store: RolloutStore, done: dict[str, dict[str, float]], index: int, wha
 
 @settings(max_examples=150, deadline=None)
 @given(steps)
+@example([(0, "start"), (0, "trace"), (0, "discard")])  # its only trace gone: waiting again
 def test_stats_kept_counted_say_what_a_count_over_every_rollout_says(steps: list[tuple[int, str]]) -> None:
     store = RolloutStore()
     done: dict[str, dict[str, float]] = {}
@@ -132,3 +133,18 @@ def test_stats_kept_counted_say_what_a_count_over_every_rollout_says(steps: list
             for run in (None, 1, 2):
                 assert store.stats(variant, run) == reference_stats(store, variant, run, done), (variant, run)
         assert store.running_count() == store.live_counts()[0]
+
+
+def test_a_delta_that_raises_a_flag_shows_all_it_carried_at_once():
+    """The flag has the cards count the rollout again, which reads its row's facts:
+    read before the delta's calls were counted, they would miss its failed call (and
+    the call's time) until the next delta."""
+    store = RolloutStore()
+    key = started(store, "alpha", 0)
+    store.apply_delta(key, {"trace": "t", "open": {"id": "t"}})
+    failed_call = {"node": None, "error": {"type": "RateLimit", "message": "slow down"}, "usage": {"duration": 1.0}}
+    store.apply_delta(key, {"trace": "t", "nodes": [TRAINED_TOOL], "calls": [failed_call]})
+
+    rollout = store.rollouts[key]
+    assert store.stats("alpha").flagged == {"tool-trained": 1}
+    assert (rollout.errors, "ratelimit: slow down" in rollout.summary().error_text) == (1, True)
