@@ -22,7 +22,7 @@ from core.session.store import Ending, RolloutStore, Status, episode_ending
 from core.session.task_identity import task_identity
 from core.text import short_repr
 from core.wire.assembly import AssemblyError, streamed_counts
-from core.wire.protocol import RunResponse, is_aborted, unpack
+from core.wire.protocol import RunResponse, is_aborted, unpack, unpack_delta
 from tracewatch_guest.framing import BEGIN, DELTA, REPLY, SLOT
 
 
@@ -125,7 +125,7 @@ class ObservedRuns:
         """A tap's news of a run (`tracewatch_guest.framing`: begin, delta, reply) fed
         in; False for a kind that is not news of a run (the tap's own to read)."""
         if kind == DELTA:
-            self.delta(run, unpack(payload))
+            self.delta(run, unpack_delta(payload))
         elif kind == BEGIN:
             begin = unpack(payload)
             self.begin(
