@@ -1,14 +1,15 @@
 """The proxy's forwarding, in a process of its own: `python -m core.taps.forward_process
---listen L --upstream U --copies ADDRESS [--copy-queue N]`.
+--listen L --upstream U --copies ADDRESS [--copy-bytes N]`.
 
 In the app's interpreter the forwarding thread has to take the GIL from the view and
 the screen, and every chunk of bytes waits for it; here nothing else runs. The process
-relays bytes and reads none of the messages: it finds where they begin (to count them
-and to resume after a drop) and pushes the chunks to the app, which reads the messages
-out of them. A push is never waited on: when the queue is full the chunk is dropped,
-its messages counted, and that leg's copies pick up again at the next message start.
-The counters go along every quarter second. The app gives orders on stdin (`cancel
-REQUEST_ID`, `fail REQUEST_ID_HEX`, `stop`). End of stdin without a `stop` means the
+relays bytes and reads none of the messages: it finds where they begin (to count them,
+to shed whole ones and to resume after a drop) and pushes the chunks to the app, which
+reads the messages out of them. A push is never waited on: the app says how many bytes
+it took, and past the bound what gathered is dropped, its messages counted, and that
+leg's copies pick up again at the next message start. The counters go along every
+quarter second. The app gives orders on stdin (`cancel REQUEST_ID`, `fail
+REQUEST_ID_HEX`, `took BYTES`, `stop`). End of stdin without a `stop` means the
 app died: the drivers' runs are not the app's to end, so forwarding goes on, unwatched,
 until the last driver disconnects. The first stdout line is the bound listen address,
 or the process exits 2 with the reason on stderr.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import select
 import signal
 import subprocess
@@ -30,14 +32,31 @@ import msgpack
 import zmq
 
 from core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy, Forwarder, ForwarderError, Leg, Link, raise_descriptor_limit
-from core.taps.zmtp import ZmtpStream
+from core.taps.zmtp import ZmtpStream, second_frame
+from core.wire.protocol import KIND_REPLY
 
-COPY_QUEUE = 1000
-"""Chunks (of at most 64 kB) queued on each side for the app before copies are dropped."""
+COPY_BYTES = 64 << 20
+"""Copies the app may have not yet taken, in bytes, before copies are dropped. Past
+half of it, the copies of runs that already lost some are shed first, so a burst
+costs as few runs their wholeness as it can."""
+INCOMPLETE_KEPT = 65536
+"""Runs remembered as having lost copies (the oldest forgotten first)."""
+ACK_EVERY = 0.1
+"""How often, at most, the app says how many bytes of copies it took. Each word wakes
+the process's main thread, whose turn at the GIL the forwarding thread then waits
+for: said every 5 ms, it tripled the p99 a driver's frame took through the proxy."""
+ACK_CAUGHT_UP = 0.02
+"""How soon the app says so once it has taken every copy queued."""
 CLOSE_LINGER_MS = 200
 """How long the copies still queued at the stop may take to reach the app. A second
 (the sending default) held the stop that long whenever the app was behind, and the
 app reads what is already queued for half a second at most anyway."""
+FLUSH_SECONDS = 0.01
+"""How long copies gather before they go to the app, one message per leg. Pushed as
+they came, a server streaming at its own pace (a delta per read) woke pyzmq's I/O
+thread and the app for every delta; the bytes themselves are never held."""
+FLUSH_BYTES = 65536
+"""A leg's copies go at once when this many have gathered."""
 STATUS_EVERY = 0.25
 STATUS, CLOSED, RESUMED = b"status", b"closed", b"resumed"
 UNWATCHED_POLL = 0.1
@@ -49,49 +68,138 @@ FAILED_IN_FLIGHT = (
 
 
 class PushingForwarder(Forwarder):
-    def __init__(self, listen: str, upstream: str, copies: str, copy_queue: int = COPY_QUEUE) -> None:
+    def __init__(self, listen: str, upstream: str, copies: str, copy_bytes: int = COPY_BYTES) -> None:
         super().__init__(listen, upstream)
+        self.copy_bytes = copy_bytes
+        self.pushed = 0
+        """Bytes of copies pushed to the app."""
+        self.taken = 0
+        """Of those, bytes the app says it took (set from its orders)."""
+        self._incomplete: dict[tuple[bytes, bytes], None] = {}
+        """Runs (driver, request id) whose copies were dropped: the first to shed."""
         self._push_context = zmq.Context()
         self._push = self._push_context.socket(zmq.PUSH)
-        self._push.setsockopt(zmq.SNDHWM, copy_queue)
+        self._push.setsockopt(zmq.SNDHWM, 0)  # bounded in bytes, by what the app says it took
         self._push.setsockopt(zmq.LINGER, 1000)
         self._push.connect(copies)
         self._status_at = 0.0
         self.unwatched = False
         """The app died: the bytes go on, nothing is pushed."""
+        self._pending: dict[Leg, None] = {}
+        """The legs with copies gathered, in the order they began gathering."""
+        self._flush_at = 0.0
+        """When what is gathered goes to the app."""
 
     def _stream(self) -> ZmtpStream:
         return ZmtpStream(keep=False)
 
     def _copy(self, leg: Leg, data: bytes) -> None:
-        """The chunk to the app if its queue has room; else its messages are
-        counted and their request ids kept, so that when the copies pick up again
-        the app knows which runs lost some (and only those are incomplete)."""
+        """The chunk gathered for the app; after a gap, or a message shed, from the
+        next message start on. Where messages begin (and their request ids) is noted
+        as it comes, to shed whole messages and to know which runs lost copies."""
         if self.unwatched:
             leg.stream.scan(data)  # where messages begin is still needed to answer runs a dead forwarder left
             return
-        if not leg.gap:
-            inside = leg.stream.under_way
-            if self._send(leg, data):
-                self.forwarded += leg.stream.scan(data)[0]
-                return
-            starts, _, _ = leg.stream.scan(data, leg.lost)
-            self.forwarded += starts
-            leg.gap = True
-            self.dropped += starts + int(inside)  # a message begun in a chunk the app got is cut short too
-            return
+        if not (leg.pending or leg.gap or leg.skipping):
+            leg.inside = leg.stream.under_way
         firsts: list[bytes | None] = []
-        starts, first, before = leg.stream.scan(data, firsts)
+        offsets: list[int | None] = []
+        starts, first, before = leg.stream.scan(data, firsts, offsets)
         self.forwarded += starts
-        if first is not None and self._send(leg, data[first:], RESUMED, msgpack.packb([*leg.lost, *firsts[:before]])):
-            leg.gap = False
-            leg.lost = []
+        if leg.gap or leg.skipping:
+            if leg.gap:
+                leg.lost = list(dict.fromkeys([*leg.lost, *(firsts if first is None else firsts[:before])]))
+                self._mark(leg, firsts if first is None else firsts[:before])
+            if first is None:
+                self.dropped += starts
+                return
             self.dropped += before
-        else:
-            leg.lost += firsts
-            self.dropped += starts
+            if leg.gap:
+                leg.resuming, leg.lost = leg.lost, []
+            leg.gap = leg.skipping = leg.inside = False
+            data, firsts = data[first:], firsts[before:]
+            offsets = [None if at is None else at - first for at in offsets[before:]]
+        if leg.sibling in self._pending:
+            self._flush(leg.sibling)  # the view reads a run's request before its deltas, a reply before the next request
+        if not self._pending:
+            self._flush_at = time.monotonic() + FLUSH_SECONDS
+        base = len(leg.pending)
+        leg.pending += data
+        leg.firsts += firsts
+        leg.offsets += [None if at is None else at + base for at in offsets]
+        self._pending[leg] = None
+        if len(leg.pending) >= FLUSH_BYTES:
+            self._flush(leg)
 
-    def _send(self, leg: Leg, data: bytes, *flag: bytes) -> bool:
+    def _flush(self, leg: Leg) -> None:
+        """What `leg` gathered to the app if it fits in what the app may fall behind
+        by; else its messages are counted and their request ids kept, so that when
+        the copies pick up again the app knows which runs lost some (and only those
+        are incomplete). Past half of the bound, the runs that lost copies already
+        lose the rest first."""
+        del self._pending[leg]
+        queued = self.pushed - self.taken
+        if self._incomplete and leg.direction == TO_DRIVER and queued + len(leg.pending) > self.copy_bytes // 2:
+            self._shed(leg)
+        if not leg.pending:
+            leg.firsts, leg.offsets = [], []
+            return  # all shed: a resume goes with the next copies
+        flag = (RESUMED, msgpack.packb(leg.resuming)) if leg.resuming is not None else ()
+        if queued + len(leg.pending) <= self.copy_bytes and self._send(leg, leg.pending, *flag):
+            self.pushed += len(leg.pending)
+        else:
+            leg.gap, leg.skipping = True, False
+            leg.lost = list(dict.fromkeys([*(leg.resuming or ()), *leg.firsts]))  # a run's id once, however many of its copies
+            self._mark(leg, leg.firsts)
+            self.dropped += len(leg.firsts) + int(leg.inside)  # a message begun in copies the app got is cut short too
+        leg.pending, leg.firsts, leg.offsets, leg.inside, leg.resuming = bytearray(), [], [], False, None
+
+    def _shed(self, leg: Leg) -> None:
+        """Drop from what `leg` gathered the whole messages of runs that already lost
+        copies (not their replies: a run's ending is small and says how it ended).
+        A last message that goes on past the gathered bytes is shed to its end."""
+        pending, kept = leg.pending, bytearray()
+        firsts: list[bytes | None] = []
+        offsets: list[int | None] = []
+        cursor = 0
+        ends: list[int | None] = [*leg.offsets[1:], len(pending)]
+        for start, first, end in zip(leg.offsets, leg.firsts, ends, strict=True):
+            if start is not None and end is not None and first is not None and (leg.driver, first) in self._incomplete:
+                kind = second_frame(pending, start)
+                if kind == KIND_REPLY:
+                    del self._incomplete[(leg.driver, first)]
+                elif kind is not None:
+                    kept += pending[cursor:start]
+                    cursor = end
+                    self.dropped += 1
+                    if end == len(pending) and leg.stream.under_way:
+                        leg.skipping = True
+                    continue
+            firsts.append(first)
+            offsets.append(None if start is None else len(kept) + start - cursor)
+        kept += pending[cursor:]
+        leg.pending, leg.firsts, leg.offsets = kept, firsts, offsets
+
+    def _mark(self, leg: Leg, firsts: list[bytes | None]) -> None:
+        """These runs lost copies: theirs are the first shed from now on."""
+        if leg.direction != TO_DRIVER:
+            return
+        for first in firsts:
+            if first is not None:
+                self._incomplete[(leg.driver, first)] = None
+        while len(self._incomplete) > INCOMPLETE_KEPT:
+            del self._incomplete[next(iter(self._incomplete))]
+
+    def _flush_all(self) -> None:
+        for leg in list(self._pending):
+            self._flush(leg)
+
+    def _poll_ms(self) -> int:
+        if not self._pending:
+            return super()._poll_ms()
+        return max(0, min(super()._poll_ms(), math.ceil((self._flush_at - time.monotonic()) * 1000)))
+
+    def _send(self, leg: Leg, data: bytes | bytearray, *flag: bytes) -> bool:
         try:
             self._push.send_multipart([leg.direction.encode(), leg.driver, data, *flag], zmq.NOBLOCK)
         except zmq.Again:
@@ -101,11 +209,16 @@ class PushingForwarder(Forwarder):
     def _closed(self, link: Link) -> None:
         if self.unwatched:
             return
+        for leg in link.legs:
+            if leg in self._pending:
+                self._flush(leg)
         with contextlib.suppress(zmq.Again):
             self._push.send_multipart([CLOSED, link.driver, b""], zmq.NOBLOCK)
 
     def _tick(self) -> None:
         now = time.monotonic()
+        if self._pending and now >= self._flush_at:
+            self._flush_all()
         if self.unwatched or now - self._status_at < STATUS_EVERY:
             return
         self._status_at = now
@@ -113,6 +226,7 @@ class PushingForwarder(Forwarder):
             "forwarded": self.forwarded,
             "dropped": self.dropped,
             "drivers": self.drivers,
+            "queued": self.pushed - self.taken,
             "upstream_ok": self.upstream_ok,
             "upstream_note": self.upstream_note,
             "notes": list(self.notes),
@@ -122,6 +236,7 @@ class PushingForwarder(Forwarder):
             self._push.send_multipart([STATUS, b"", msgpack.packb(status)], zmq.NOBLOCK)
 
     def close(self) -> None:
+        self._flush_all()
         self._status_at = 0.0
         self._tick()
         self._push.close(linger=CLOSE_LINGER_MS)
@@ -133,10 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--copies", required=True, help="where the app pulls the copies from")
-    parser.add_argument("--copy-queue", type=int, default=COPY_QUEUE)
+    parser.add_argument("--copy-bytes", type=int, default=COPY_BYTES)
     args = parser.parse_args(argv)
     raise_descriptor_limit()
-    forwarder = PushingForwarder(args.listen, args.upstream, args.copies, args.copy_queue)
+    forwarder = PushingForwarder(args.listen, args.upstream, args.copies, args.copy_bytes)
     try:
         forwarder.start()
     except ForwarderError as error:
@@ -162,7 +277,9 @@ def obey(forwarder: PushingForwarder, orders: TextIO) -> bool:
         order, _, argument = line.strip().partition(" ")
         if order == "stop":
             return True
-        if order == "cancel" and argument:
+        if order == "took" and argument.isdigit():
+            forwarder.taken = int(argument)
+        elif order == "cancel" and argument:
             forwarder.cancel(argument)
         elif order == "fail" and argument:
             with contextlib.suppress(ValueError):
@@ -175,16 +292,21 @@ class ForwardingProcess:
     """The app's handle on a forwarding process: what `ProxyVariant` reads of a
     `Forwarder`, with the forwarding itself out of the app's interpreter."""
 
-    def __init__(self, listen: str, upstream: str, start_timeout: float = 30.0, copy_queue: int = COPY_QUEUE) -> None:
+    def __init__(self, listen: str, upstream: str, start_timeout: float = 30.0, copy_bytes: int = COPY_BYTES) -> None:
         self.listen = listen
         self.upstream = upstream
         self.start_timeout = start_timeout
-        self.copy_queue = copy_queue
+        self.copy_bytes = copy_bytes
         self.forwarded = 0
         self.dropped = 0
         self.drivers = 0
+        self.queued = 0
+        """Bytes of copies pushed that this side had not taken, at the last status."""
         self.upstream_ok: bool | None = None
         self.upstream_note = "not probed yet"
+        self._taken = 0
+        """Bytes of copies taken, told to the process (its queue's bound is in bytes)."""
+        self._told: tuple[int, float] = (0, 0.0)
         self.notes: list[str] = []
         """What the view could not read (a connection that is not ZMTP 3, or encrypted)."""
         self._streams: dict[tuple[bytes, bytes], ZmtpStream] = {}
@@ -193,7 +315,7 @@ class ForwardingProcess:
         lost (None: not known), until their next whole message."""
         self._context = zmq.Context()
         self._pull = self._context.socket(zmq.PULL)
-        self._pull.setsockopt(zmq.RCVHWM, copy_queue)
+        self._pull.setsockopt(zmq.RCVHWM, 0)
         self._pull.setsockopt(zmq.LINGER, 0)
         self._copies = f"tcp://127.0.0.1:{self._pull.bind_to_random_port('tcp://127.0.0.1')}"
         self._stderr = tempfile.TemporaryFile()
@@ -209,7 +331,7 @@ class ForwardingProcess:
         is in use) is a `ForwarderError` with the process's own words."""
         self._process = subprocess.Popen(
             [sys.executable, "-m", "core.taps.forward_process", "--listen", self.listen, "--upstream", self.upstream, "--copies", self._copies,
-             "--copy-queue", str(self.copy_queue)],
+             "--copy-bytes", str(self.copy_bytes)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             start_new_session=True,  # the terminal's Ctrl-C is the app's to act on, not ours
         )
@@ -254,10 +376,12 @@ class ForwardingProcess:
         """The messages in the chunks that came, until there are `limit` or no more."""
         taken: list[Copy] = []
         now = time.time()
+        caught_up = False
         while len(taken) < limit:
             try:
                 frames = self._pull.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
+                caught_up = True
                 break
             kind, driver = frames[0], frames[1]
             if kind == STATUS:
@@ -266,8 +390,19 @@ class ForwardingProcess:
                 for direction in (TO_SERVER, TO_DRIVER):
                     self._streams.pop((driver, direction.encode()), None)
             else:
+                self._taken += len(frames[2])
                 self._read(kind, driver, frames[2], frames[4] if len(frames) > 4 else None, now, taken)
+        self._tell_taken(caught_up)
         return taken
+
+    def _tell_taken(self, caught_up: bool) -> None:
+        """Say how many bytes of copies were taken, at most every ACK_EVERY while
+        copies wait, sooner once none do (a stale count would drop copies that fit)."""
+        told, at = self._told
+        clock = time.monotonic()
+        if self._taken != told and clock - at >= (ACK_CAUGHT_UP if caught_up else ACK_EVERY):
+            self._told = (self._taken, clock)
+            self._order(f"took {self._taken}")
 
     def _read(self, kind: bytes, driver: bytes, data: bytes, resumed: bytes | None, now: float, taken: list[Copy]) -> None:
         stream = self._streams.get((driver, kind))
@@ -314,6 +449,7 @@ class ForwardingProcess:
             self.forwarded = int(status["forwarded"])
             self.dropped = int(status["dropped"])
             self.drivers = int(status["drivers"])
+            self.queued = int(status["queued"])
             self.upstream_ok = status["upstream_ok"]
             self.upstream_note = str(status["upstream_note"])
             self.notes.extend(str(note) for note in status.get("notes", ()))

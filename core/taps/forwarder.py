@@ -90,6 +90,20 @@ class Leg:
     """Copies of this leg were dropped: the view picks up again at a message start."""
     lost: list[bytes | None] = field(default_factory=list)
     """The first frames (request ids) of the messages dropped in this gap."""
+    pending: bytearray = field(default_factory=bytearray)
+    """Copies gathered for the watcher, not yet handed over."""
+    firsts: list[bytes | None] = field(default_factory=list)
+    """The first frames of the messages that begin in `pending`."""
+    inside: bool = False
+    """`pending` begins inside a message (begun in copies already handed over)."""
+    resuming: list[bytes | None] | None = None
+    """`pending` picks up after a gap: the first frames of the messages lost in it."""
+    offsets: list[int | None] = field(default_factory=list)
+    """Where in `pending` each of those messages begins (None: in bytes before it)."""
+    skipping: bool = False
+    """A message of a run that lost copies is being shed to its end."""
+    sibling: Leg | None = field(default=None, repr=False)
+    """The other direction of the same link."""
 
 
 @dataclass(eq=False)
@@ -211,7 +225,7 @@ class Forwarder:
                 if self._accept_at is not None and time.monotonic() >= self._accept_at:
                     self._accept_at = None
                     poller.register(listener, zmq.POLLIN)
-                ready = poller.poll(50)
+                ready = poller.poll(self._poll_ms())
                 for _ in range(RELAY_TURNS):  # what came meanwhile goes on before any copy is read
                     for item, events in ready:
                         if item is control:
@@ -297,6 +311,10 @@ class Forwarder:
     def _tick(self) -> None:
         """Once per turn of the forwarding loop (a subclass reports its counters)."""
 
+    def _poll_ms(self) -> int:
+        """The longest the loop waits for bytes (a subclass with work due sooner says)."""
+        return 50
+
     def _stream(self) -> ZmtpStream:
         """How a leg's bytes are read for the watcher: here, into whole messages."""
         return ZmtpStream(keep=True)
@@ -344,6 +362,7 @@ class Forwarder:
                 Leg(TO_SERVER, driver, client, server, self._stream()),
                 Leg(TO_DRIVER, driver, server, client, self._stream()),
             ]
+            link.legs[0].sibling, link.legs[1].sibling = link.legs[1], link.legs[0]
             links[client.fileno()] = links[server.fileno()] = link
             self._open.add(link)
             self.drivers += 1

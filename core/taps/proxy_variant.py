@@ -26,7 +26,7 @@ from typing import Any
 from core.session.contracts import VariantState
 from core.session.store import RolloutStore, Status
 from core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread, read_for, read_until
-from core.taps.forward_process import COPY_QUEUE, ForwardingProcess
+from core.taps.forward_process import COPY_BYTES, ForwardingProcess
 from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
 from core.taps.tap_variant import TapVariant
 from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack
@@ -54,8 +54,8 @@ class ProxyVariant(TapVariant):
     health_left = None
     outcome_text = None
     supervised = False
-    copy_queue = COPY_QUEUE
-    """Chunks of copies queued for the view before copies are dropped."""
+    copy_bytes = COPY_BYTES
+    """Bytes of copies the view may fall behind by before copies are dropped."""
 
     def __init__(self, name: str, listen: str, upstream: str, store: RolloutStore, recorder: Any = None) -> None:
         super().__init__(name, store, recorder)
@@ -163,7 +163,7 @@ class ProxyVariant(TapVariant):
     async def _run(self) -> None:
         """Spawn the forwarding process off the loop (the screen keeps drawing), then
         read its copies until stopped."""
-        forwarder = ForwardingProcess(self.listen, self.upstream, copy_queue=self.copy_queue)
+        forwarder = ForwardingProcess(self.listen, self.upstream, copy_bytes=self.copy_bytes)
         try:
             await asyncio.to_thread(forwarder.start)
         except (ForwarderError, OSError) as error:
@@ -198,7 +198,7 @@ class ProxyVariant(TapVariant):
         died = f"the forwarding process died ({how}) at {time.strftime('%H:%M:%S')}"
         self.runs.end_all(f"{died} while the run was in flight; its driver was sent this error")
         self._say(f"{died}; starting a new one on {self.listen}")
-        replacement = ForwardingProcess(self.listen, self.upstream, copy_queue=self.copy_queue)
+        replacement = ForwardingProcess(self.listen, self.upstream, copy_bytes=self.copy_bytes)
         try:
             await asyncio.to_thread(replacement.start)
         except (ForwarderError, OSError) as error:

@@ -57,15 +57,18 @@ class ZmtpStream:
             and not (self._skip or self._buffer or self.in_message)
         )
 
-    def scan(self, data: bytes, firsts: list[bytes | None] | None = None) -> tuple[int, int | None, int]:
+    def scan(
+        self, data: bytes, firsts: list[bytes | None] | None = None, offsets: list[int | None] | None = None
+    ) -> tuple[int, int | None, int]:
         """Messages that begin in `data`; the first offset in it where a reader may
         start (a frame header between two messages), if any; and how many of those
         messages begin before that offset (all of them, if there is none). With
         `firsts`, each of those messages' first frame is added to it (None where
-        that frame does not end in `data`)."""
+        that frame does not end in `data`); with `offsets`, where each begins in
+        `data` (None where its first header began in the bytes before)."""
         if self.keep:
             raise ValueError("a keeping stream reads with feed()")
-        return self._walk(data, None, firsts)
+        return self._walk(data, None, firsts, offsets)
 
     def feed(self, data: bytes) -> list[list[bytes]]:
         """The messages `data` completes, each as its list of frames."""
@@ -98,7 +101,11 @@ class ZmtpStream:
         return offset
 
     def _walk(
-        self, data: bytes, messages: list[list[bytes]] | None, firsts: list[bytes | None] | None = None
+        self,
+        data: bytes,
+        messages: list[list[bytes]] | None,
+        firsts: list[bytes | None] | None = None,
+        offsets: list[int | None] | None = None,
     ) -> tuple[int, int | None, int]:
         offset = self._frames_start(data)
         if offset is None:
@@ -131,6 +138,8 @@ class ZmtpStream:
                     if firsts is not None:
                         whole = position + head + size <= end
                         firsts.append(bytes(buffer[position + head : position + head + size]) if whole else None)
+                    if offsets is not None:
+                        offsets.append(position - held + offset if position >= held else None)
                 in_message = bool(flags & MORE)
                 if keep:
                     self._frames.append(bytes(buffer[position + head : position + head + size]))
@@ -147,6 +156,29 @@ class ZmtpStream:
         else:
             del buffer[:position]
         return starts, first, (before if first is not None else starts)
+
+
+def second_frame(data: bytes | bytearray, start: int) -> bytes | None:
+    """The second frame of the message whose first header is at `start` (a run's
+    `delta` or `reply`), if `data` holds it whole."""
+    position = start
+    for _ in range(2):
+        if position + 2 > len(data):
+            return None
+        flags = data[position]
+        if flags & LONG:
+            if position + 9 > len(data):
+                return None
+            head, size = 9, int.from_bytes(data[position + 1 : position + 9], "big")
+        else:
+            head, size = 2, data[position + 1]
+        if position == start and not flags & MORE:
+            return None  # a one-frame message
+        if position > start:
+            end = position + head + size
+            return bytes(data[position + head : end]) if end <= len(data) else None
+        position += head + size
+    return None
 
 
 def greeting_problem(greeting: bytes) -> str | None:

@@ -167,7 +167,7 @@ def test_an_upstream_that_goes_away_and_comes_back_is_reached_again(context, for
 
 def test_a_view_that_never_reads_costs_the_drivers_nothing_and_what_it_missed_is_counted(context, forwarding) -> None:
     server, upstream = router(context)
-    process = forwarding(upstream, copy_queue=2)
+    process = forwarding(upstream, copy_bytes=2 * 65536)
     sock = driver(context, process.listen, b"d")
     deltas = 400
     sock.send_multipart([b"r", b"run", b"go"])

@@ -38,8 +38,8 @@ RUNS = 4
 FILLERS = 30
 """64 kB deltas per run between its first deltas and the rest: far more than the
 view's queue holds while the app's loop is held."""
-COPY_QUEUE = 8
-"""Chunks (up to 64 kB) the view's queue holds: room for the run requests before the
+COPY_BYTES = 8 * 65536
+"""Bytes of copies the view may fall behind by: room for the run requests before the
 burst, none for the burst."""
 
 
@@ -144,7 +144,7 @@ async def proxy(server: HeldServer, tmp_path, recording) -> tuple[Engine, ProxyV
 
 
 async def test_a_run_whose_view_lost_copies_is_view_incomplete_as_its_reply_says_never_a_server_failure(server, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(ProxyVariant, "copy_queue", COPY_QUEUE)
+    monkeypatch.setattr(ProxyVariant, "copy_bytes", COPY_BYTES)
     recording = tmp_path / "loss.twrec"
     engine, variant = await proxy(server, tmp_path, recording)
     tasks = [f"t{i}" for i in range(RUNS)]
@@ -176,7 +176,7 @@ async def test_a_run_whose_view_lost_copies_is_view_incomplete_as_its_reply_says
 async def test_a_burst_that_drops_copies_leaves_the_runs_it_did_not_touch_whole_and_the_summary_counts_them(server, tmp_path, monkeypatch) -> None:
     """Of one driver's runs, only those whose copies were dropped are incomplete:
     the others, on the same connection, stay whole; the summary says how many."""
-    monkeypatch.setattr(ProxyVariant, "copy_queue", COPY_QUEUE)
+    monkeypatch.setattr(ProxyVariant, "copy_bytes", COPY_BYTES)
     engine, variant = await proxy(server, tmp_path, tmp_path / "burst.twrec")
     quiet, bursting = [f"q{i}" for i in range(RUNS)], [f"b{i}" for i in range(RUNS)]
     driver = Driven(variant.listen, quiet + bursting)
@@ -230,3 +230,46 @@ async def test_a_stop_leaves_the_runs_the_view_did_not_see_end_unobserved_never_
     assert all("the proxy stopped" in (r.reason or "") for r in rollouts)
     (line,) = [line for line in summary_lines(engine) if line.startswith("px:")]
     assert "failed" not in line and f"{RUNS} unobserved" in line, line
+
+
+async def test_when_the_view_must_drop_it_sheds_the_runs_already_incomplete_so_the_whole_ones_stay_whole(server, tmp_path, monkeypatch) -> None:
+    """A view that fell behind once, and falls behind again while the same runs
+    burst and others finish: the copies of the runs already incomplete are shed
+    first, so the runs that were whole end whole; the summary says how many."""
+    monkeypatch.setattr(ProxyVariant, "copy_bytes", COPY_BYTES)
+    engine, variant = await proxy(server, tmp_path, tmp_path / "shed.twrec")
+    bursting, finishing = [f"b{i}" for i in range(RUNS)], [f"w{i}" for i in range(RUNS)]
+    driver = Driven(variant.listen, bursting + finishing)
+    early = [*map(pack, server.deltas[:4])]
+    try:
+        await eventually(lambda: len(engine.store.rollouts) == 2 * RUNS == len(server.runs), WAIT, "every run begun in the view")
+        server.send(lambda _: True, early)
+        await eventually(lambda: all(r.turns for r in engine.store.rollouts.values()), WAIT, "every run's first turn in the view")
+        server.send(lambda task_id: task_id in bursting, [server.filler] * FILLERS)
+        # the app's loop held (a view far behind) while the first burst reaches the driver
+        wait_until(lambda: driver.at_driver(dict.fromkeys(bursting, len(early) + FILLERS)), WAIT, "the first burst at the driver")
+        await eventually(lambda: variant.forwarder.dropped > 0 and variant.forwarder.queued == 0, WAIT, "the view caught up after dropping")
+        # held again: the bursting runs go on bursting while the others stream to their end
+        rest = [*map(pack, server.deltas[4:])]
+        for delta in rest:
+            server.send(lambda task_id: task_id in bursting, [server.filler] * (FILLERS // len(rest)))
+            server.send(lambda task_id: task_id in finishing, [delta])
+        server.send(lambda task_id: task_id in finishing, [], reply=True)
+        wait_until(lambda: driver.at_driver(dict.fromkeys(finishing, len(early) + len(rest))), WAIT, "the second burst at the driver")
+        wait_until(lambda: driver.at_driver(dict.fromkeys(bursting, len(early) + FILLERS + len(rest) * (FILLERS // len(rest)))), WAIT, "the bursting runs' fillers at the driver")
+        server.send(lambda task_id: task_id in bursting, rest, reply=True)
+        await asyncio.to_thread(driver.thread.join, WAIT)
+        assert len(driver.episodes) == 2 * RUNS
+        await eventually(
+            lambda: all(r.status.finished for r in engine.store.rollouts.values() if r.task_data["id"] in bursting), WAIT, "the last replies in the view"
+        )
+    finally:
+        await engine.shutdown()
+    by_task = {r.task_data["id"]: r for r in engine.store.variant_rollouts("px")}
+    assert variant.forwarder.dropped > 0
+    for task_id in finishing:
+        assert by_task[task_id].status is Status.DONE and by_task[task_id].reason is None, by_task[task_id].reason
+    for task_id in bursting:
+        assert by_task[task_id].status is Status.DONE and (by_task[task_id].reason or "").startswith("view incomplete: "), by_task[task_id].reason
+    (line,) = [line for line in summary_lines(engine) if line.startswith("px:")]
+    assert f"{RUNS} of {2 * RUNS} runs seen whole ({RUNS} view incomplete)" in line, line
