@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from fractions import Fraction
 from functools import cached_property
 from typing import Any, Protocol, cast
 
@@ -269,7 +270,7 @@ def rollout_facts(traces: Mapping[str, TraceCounts]) -> RolloutFacts:
         phase=trace_phase(timing, primary.scalars.get("ok"), primary.has_errors),
         turns=sum(trace.turns for trace in counts),
         tokens=sum(int(trace.scalars.get("num_total_tokens") or 0) for trace in counts),
-        reward=sum(rewards) / len(rewards) if rewards else None,
+        reward=float(sum(map(Fraction, rewards)) / len(rewards)) if len(rewards) > 1 else rewards[0] if rewards else None,
         scored_traces=len(rewards),
         errors=sum(trace.error_count for trace in counts),
         error_text="\n".join(text for trace in counts if (text := trace.error_text)),
@@ -498,7 +499,8 @@ def trace_reward(rewards: Any) -> float | None:
         for r in rewards.values()
         if isinstance(r, dict) and _finite(score := r.get("score", 0.0))
     ]
-    return sum(values) if values else None
+    total = sum(values)
+    return total if values and math.isfinite(total) else None
 
 
 def _finite(value: Any) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 Counted = tuple["Status", frozenset[str], float | None]
 """A rollout as a card counts it: status as shown, flags, reward if it is scored."""
 
+_EXACT_FROM = 2.0**52
+"""Rewards past this size are summed exactly: a float sum would drop the fractions of
+the others, or overflow, and taking the big one back would not restore them."""
+
 
 @dataclass
 class Tally:
@@ -30,7 +35,9 @@ class Tally:
 
     counts: dict[Status, int]
     flagged: dict[str, int] = field(default_factory=dict)
-    reward_sum: float = 0.0
+    reward_sum: float | Fraction = 0.0
+    """Float while every sum is exact enough; exact (`Fraction`) from the first reward
+    so large that adding and taking it back would lose the small ones or overflow."""
     scored: int = 0
 
     def add(self, counted: Counted, sign: int) -> None:
@@ -43,12 +50,14 @@ class Tally:
             else:
                 del self.flagged[flag]
         if reward is not None:
-            self.reward_sum += sign * reward
+            if isinstance(self.reward_sum, float) and abs(reward) > _EXACT_FROM:
+                self.reward_sum = Fraction(self.reward_sum)
+            self.reward_sum += sign * (Fraction(reward) if isinstance(self.reward_sum, Fraction) else reward)
             self.scored += sign
 
     @property
     def mean_reward(self) -> float | None:
-        return self.reward_sum / self.scored if self.scored else None
+        return float(self.reward_sum / self.scored) if self.scored else None
 
 
 @dataclass

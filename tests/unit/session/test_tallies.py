@@ -5,6 +5,8 @@ flags, endings, records, rollouts read again and a second run."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -48,7 +50,7 @@ def reference_stats(store: RolloutStore, variant: str, run: int | None, done: di
         for phase, seconds in done.get(key, {}).items():
             by_phase.setdefault(phase, []).append(seconds)
     phases = {p: (percentile(sorted(v), 0.5), percentile(sorted(v), 0.95)) for p in DURATION_KEYS if (v := by_phase.get(p))}
-    mean = sum(rewards) / len(rewards) if rewards else None
+    mean = float(sum(map(Fraction, rewards)) / len(rewards)) if rewards else None
     return VariantStats(counts=counts, mean_reward=mean, scored=len(rewards), phases=phases, flagged=flagged)
 
 
@@ -79,7 +81,9 @@ def test_stats_after_one_rollout_ended_look_at_no_other_rollout():
 steps = st.lists(
     st.tuples(
         st.integers(0, 11),
-        st.sampled_from(("start", "trace", "train", "discard", "reward", "done", "fail", "cancel", "record", "reload", "add", "second run")),
+        st.sampled_from(
+            ("start", "trace", "train", "discard", "reward", "huge reward", "done", "fail", "cancel", "record", "reload", "add", "second run")
+        ),
     ),
     max_size=40,
 )
@@ -108,9 +112,8 @@ def step(store: RolloutStore, done: dict[str, dict[str, float]], index: int, wha
             store.apply_delta(key, {"trace": "t", "nodes": [TRAINED_TOOL]})
         elif what == "discard" and "t" in rollout.traces:
             store.apply_delta(key, {"trace": "t", "discard": True})
-        elif what == "reward" and "t" in rollout.traces:
-            timing = {"boot": {"start": 10.0, "end": 10.0 + index}, "agent": {"start": 11.0, "end": 12.0, "model": {"duration": 0.5}}}
-            store.apply_delta(key, {"trace": "t", "set": {"rewards": {"r": {"score": index / 4}}, "timing": timing}})
+        elif what.endswith("reward") and "t" in rollout.traces:
+            store.apply_delta(key, {"trace": "t", "set": scored(index, huge=what == "huge reward")})
         elif what == "done":
             store.finished(key, {"ok": True, "traces": [{"id": "t"}]})
             if rollout.primary is not None:
@@ -119,9 +122,19 @@ def step(store: RolloutStore, done: dict[str, dict[str, float]], index: int, wha
             store.failed(key, "boom", cancelled=what == "cancel")
 
 
+def scored(index: int, huge: bool) -> dict[str, object]:
+    """A reward and timing; a huge reward is past a float sum's reach, or past any number."""
+    if huge:
+        score, weight = (1.5e308, 1.0) if index % 2 else (1e308, 10.0)
+        return {"rewards": {"r": {"score": score, "weight": weight}}}
+    timing = {"boot": {"start": 10.0, "end": 10.0 + index}, "agent": {"start": 11.0, "end": 12.0, "model": {"duration": 0.5}}}
+    return {"rewards": {"r": {"score": index / 4}}, "timing": timing}
+
+
 @settings(max_examples=150, deadline=None)
 @given(steps)
 @example([(0, "start"), (0, "trace"), (0, "discard")])  # its only trace gone: waiting again
+@example([(i, what) for i in (1, 3) for what in ("start", "trace", "huge reward", "done")] + [(1, "start"), (1, "trace"), (1, "reward"), (1, "done"), (0, "second run"), (1, "reload")])
 def test_stats_kept_counted_say_what_a_count_over_every_rollout_says(steps: list[tuple[int, str]]) -> None:
     store = RolloutStore()
     done: dict[str, dict[str, float]] = {}
