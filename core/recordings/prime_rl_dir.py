@@ -81,8 +81,9 @@ def open_prime_rl(folder: Path) -> PrimeRlRun:
                 path = step_dir / kind / subset / TRACES_FILE
                 if not path.is_file():
                     continue
-                for episode in _read(path, run.skipped):
-                    key = str(episode.get("id"))
+                for line, episode in enumerate(_read(path, run.skipped)):
+                    # an episode with no id is one of its own: it cannot be told in both subsets
+                    key = episode_id if isinstance(episode_id := episode.get("id"), str) else f"{subset}:{line}"
                     if key in found and subset == "effective":
                         found[key].episode = episode
                     else:

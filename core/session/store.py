@@ -878,10 +878,6 @@ class RolloutStore:
         run: the sum of the cards' counts, so the status line and they agree."""
         return sum(tally.counts[Status.RUNNING] for (_, run), tally in self._tallies.items() if run is None)
 
-    def live(self) -> list[Rollout]:
-        """The rollouts running or cancelling, oldest first."""
-        return sorted((self.rollouts[key] for key in self._live), key=lambda r: r.started_at or 0.0)
-
     def stall_threshold(self, variant: str) -> float:
         """How long a live rollout of `variant` may be silent before it is stalled: its
         variant's own `stall_seconds`, else the store's. The table, the filter, the

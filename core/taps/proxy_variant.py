@@ -29,7 +29,7 @@ from core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread,
 from core.taps.forward_process import COPY_BYTES, ForwardingProcess
 from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
 from core.taps.tap_variant import TapVariant
-from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack
+from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack, unpack_delta
 
 TURN_COPIES = 2000
 """Copies counted (not read) at a time when a stop leaves some unread."""
@@ -250,7 +250,7 @@ class ProxyVariant(TapVariant):
             return  # health and cancel replies, or a run begun before we watched
         if word == KIND_DELTA:
             try:
-                delta = unpack(payload)
+                delta = unpack_delta(payload)
             except Exception as error:
                 self.runs.lose(run, f"a delta could not be decoded ({error})")
                 return

@@ -6,6 +6,7 @@ skipped with where and why."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,11 @@ def test_a_run_that_logged_no_episode_yet_says_so(tmp_path):
     session = open_folder(tmp_path / "outputs")
     assert not session.store.rollouts
     assert "no episodes" in session.readonly_reason
+
+
+def test_episodes_without_an_id_each_open_as_a_rollout(tmp_path, episode):
+    path = log_episodes(tmp_path / "outputs", [renamed(episode, 1), renamed(episode, 2)], 1, "train", "all")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "id"}) + "\n" for line in lines))
+    session = open_folder(tmp_path / "outputs")
+    assert [(r.variant, r.step) for r in session.store.rollouts.values()] == [("train", 1), ("train", 1)]
