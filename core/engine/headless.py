@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from core.session.contracts import SessionView, VariantState
+from core.session.contracts import SessionView, VariantState, VariantView
 from core.session.store import Rollout, Status
 from core.text import visible
 
@@ -98,11 +98,23 @@ class _Interrupts:
                     variant.cancel()
             return
         self.received.append(signum)
-        if any(not (variant.cancel_unavailable and variant.rollout_cancel_unavailable) for variant in self.engine.variants.values()):
-            _say(self.out, f"{signum.name}: cancelling every run and stopping every server (again to kill them now)")
-        else:  # viewers only: the runs are someone else's and go on
-            _say(self.out, f"{signum.name}: stopping the viewer; the runs it watches go on")
+        _say(self.out, f"{signum.name}: {stop_words(list(self.engine.variants.values()), self.engine.quit_warning)}")
         self.stop.set()
+
+
+def stop_words(variants: list[VariantView], costs: str | None) -> str:
+    """What a stop does, in the words of what runs here: servers and evals of ours are
+    cancelled and stopped; a proxy or a relay viewer only stops watching, and what that
+    costs others (`costs`: a proxy's drivers lose their route) is said."""
+    ours = [variant.name for variant in variants if variant.cancel_unavailable is None]
+    watched = [variant for variant in variants if variant.cancel_unavailable is not None]
+    said = []
+    if ours:
+        whose = "every run" if not watched else f"the runs of {', '.join(ours)}"
+        said.append(f"cancelling {whose} and stopping {'every server' if not watched else 'their servers'} (again to kill them now)")
+    if watched:
+        said.append(f"stopping the viewer; {costs or 'the runs it watches go on'}")
+    return "; ".join(said)
 
 
 class _Progress:
