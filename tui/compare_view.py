@@ -82,7 +82,7 @@ def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | No
     summary.append(f"{DIFFER}variants disagree on {len(disagree)} of {len(comparison.tasks)} tasks", style=palette.warning if disagree else palette.muted)
     legend = Text(
         "each cell: over the rollouts scored (done with a reward): mean reward (passes/scored) mean turns, mean time, retried errors!;"
-        " a multi-agent rollout's reward is the mean of its traces;"
+        " a multi-agent rollout's reward is the mean of its scored traces;"
         " fail, cxl: the rollouts that failed or were cancelled (not in the mean)  ·  enter on a task: its traces side by side",
         style=palette.muted,
     )

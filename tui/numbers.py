@@ -21,7 +21,7 @@ def rollout_reward_text(reward: float | None, scored_traces: int) -> str:
     """A rollout's reward in the words every view uses: over several scored traces (a
     multi-agent episode) it is their mean, and says so."""
     text = reward_text(reward)
-    return f"{text}, the mean of {scored_traces} traces" if text and scored_traces > 1 else text
+    return f"{text}, the mean of {scored_traces} scored traces" if text and scored_traces > 1 else text
 
 
 def size_text(size: float) -> str:

@@ -206,6 +206,9 @@ class SideBySideScreen(Screen[list[str]]):
         traces = [side.rollout.primary if side.rollout is not None else None for side in self.sides]
         shown = [trace for trace in traces if trace is not None]
         if len(shown) < 2:
+            if self.pairs is not None:  # its marks were the last pair's
+                for side in self.sides:
+                    side.transcript.mark_turns({})
             self.pairs = None
             self._say("nothing to compare yet: a side has no trace", False)
             return

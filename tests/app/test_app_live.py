@@ -355,11 +355,11 @@ async def test_a_multi_agent_rollouts_reward_says_what_it_is_where_it_is_shown(t
         await select_row(pilot, app, "duo/0")
         transcript = app.trace_pane.transcript
         said = lambda words: any(words in line for line in transcript.plain_lines())  # noqa: E731
-        await until(pilot, lambda: said("trace reward 1.50 · rollout reward 0.75, the mean of 2 traces"), "the solver's outcome")
+        await until(pilot, lambda: said("trace reward 1.50 · rollout reward 0.75, the mean of 2 scored traces"), "the solver's outcome")
         assert not said("━━ outcome · reward")
         switcher = await until(pilot, lambda: app.trace_pane.switcher)
         switcher.value = rollout.trace_ids[1]
-        await until(pilot, lambda: said("trace reward 0.00 · rollout reward 0.75, the mean of 2 traces"), "the judge's outcome")
+        await until(pilot, lambda: said("trace reward 0.00 · rollout reward 0.75, the mean of 2 scored traces"), "the judge's outcome")
 
 
 async def test_filter_narrows_the_live_table(tmp_path: Path) -> None:

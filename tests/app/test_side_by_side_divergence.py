@@ -74,3 +74,19 @@ async def test_a_turn_that_lands_on_either_side_is_judged_as_it_lands() -> None:
         await until(pilot, lambda: "1 more differing turn" in callout(screen))
         assert any(line.startswith("≠ ── turn 4 · one side only") for line in lines(left.transcript))
         assert not any("turn 4" in line for line in lines(right.transcript))
+
+
+async def test_a_side_moved_to_a_rollout_with_no_trace_leaves_no_marks_behind() -> None:
+    """The marks belong to the pair compared: once one side shows a rollout that has not
+    begun, neither side keeps the last pair's ≠ marks."""
+    scripted = diverged()
+    scripted.store.add_rollout("a", 0, {"name": "the bug"}, 1)  # a second rollout of the task, not begun
+    app = TracewatchApp(scripted.engine)
+    async with app.run_test(size=(160, 40)) as pilot:
+        _, screen, left, right = await open_side_by_side(app, pilot, 3, "enter")
+        await until(pilot, lambda: callout(screen).startswith("first difference: turn 3"))
+        assert any(line.startswith("≠") for line in lines(right.transcript))
+        await pilot.press("full_stop")
+        await until(pilot, lambda: callout(screen) == "nothing to compare yet: a side has no trace")
+        for side in (left, right):
+            await until(pilot, lambda side=side: not any(line.startswith("≠") for line in lines(side.transcript)), "no mark left")
