@@ -14,7 +14,7 @@ import msgpack
 from core.recordings.ending import recorded_ending
 from core.recordings.file_format import Damage
 from core.recordings.reader import Scan, read_header
-from core.session.store import ERROR_WORDS_LIMIT, Ending, RolloutFacts, Status, error_words, rollout_facts
+from core.session.store import ERROR_WORDS_LIMIT, Ending, RolloutFacts, Status, add_error_words, rollout_facts
 from core.tokens.flags import COMPACT_STREAMS, NO_FLAGS, node_flags
 from core.wire.delta_checks import DeltaValueError, check_scalars
 from core.wire.protocol import unpack_record
@@ -44,8 +44,7 @@ class _TraceCounts:
         self.errors += len(errors) + len(failed)
         self.has_errors = self.has_errors or bool(errors)
         if (errors or failed) and len(self.error_text) < ERROR_WORDS_LIMIT:
-            words = error_words([*errors, *failed])
-            self.error_text = f"{self.error_text}\n{words}"[:ERROR_WORDS_LIMIT] if self.error_text else words
+            self.error_text = add_error_words(self.error_text, [*errors, *failed])
         self.flags = self.flags.union(delta.get("flags", NO_FLAGS))
         scalars = delta.get("set")
         if isinstance(scalars, dict) and _usable(scalars):

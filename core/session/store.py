@@ -93,6 +93,7 @@ class TraceState:
         "sampled",
         "call_spans",
         "flags",
+        "error_text",
     )
 
     def __init__(self, trace_id: str, record: dict[str, Any]) -> None:
@@ -115,22 +116,28 @@ class TraceState:
         decoding the calls."""
         self.flags = NO_FLAGS
         """What is wrong with its training tokens (`node_flags`), over every node landed."""
+        self.error_text = ""
+        """Its errors' and failed calls' words as they landed (`add_error_words`)."""
 
     @property
     def nodes(self) -> Sequence[WireNode]:
         return self.record["nodes"]
 
-    def add_calls(self, calls: Sequence[WireModelCall]) -> None:
-        """A delta's calls, already applied to the record (so they are its last)."""
+    def add_calls(self, calls: Sequence[WireModelCall]) -> list[object]:
+        """A delta's calls, already applied to the record (so they are its last); the
+        errors of those that failed."""
         first = len(self.record["calls"]) - len(calls)
+        failed: list[object] = []
         for index, call in enumerate(calls, first):
             node = call.get("node")
             if node is None:
                 self.failed_calls.append((len(self.nodes), index))
+                failed.append(call.get("error"))
             else:
                 self.calls_by_node[int(node)] = index
             if (interval := call_interval(call)) is not None:
                 self.call_spans.extend(interval)
+        return failed
 
     def call(self, index: int) -> WireModelCall:
         """A model call, decoded from the packed calls (`PackedList`)."""
@@ -175,13 +182,6 @@ class TraceState:
     @property
     def has_errors(self) -> bool:
         return bool(self.errors)
-
-    @property
-    def error_text(self) -> str:
-        """Its errors' and failed calls' words, where `error:TEXT` looks (`error_words`)."""
-        if not self.errors and not self.failed_calls:
-            return ""
-        return error_words([*self.errors, *(self.call(index).get("error") for _, index in self.failed_calls)])
 
     @property
     def scalars(self) -> Mapping[str, Any]:
@@ -243,15 +243,17 @@ ERROR_WORDS_LIMIT = 4096
 type and message, never the megabytes a hostile server may send."""
 
 
-def error_words(errors: Iterable[object]) -> str:
-    """Errors (`WireError`s, as a trace or a failed call holds them) as one lower-case
-    `type: message` line each, cut at `ERROR_WORDS_LIMIT`; what is not an error is skipped."""
-    lines = []
+def add_error_words(text: str, errors: Iterable[object]) -> str:
+    """`text` with a delta's errors (`WireError`s, a trace's or its failed calls') added
+    as one lower-case `type: message` line each, in the order they landed, cut at
+    `ERROR_WORDS_LIMIT`; what is not an error is skipped. The live store and a
+    recording's index both keep a trace's words so, and read the same."""
+    lines = [text] if text else []
     for error in errors:
         if isinstance(error, dict):
             kind, message = error.get("type"), error.get("message")
-            lines.append(f"{kind if isinstance(kind, str) else 'error'}: {message if isinstance(message, str) else ''}")
-    return "\n".join(lines)[:ERROR_WORDS_LIMIT].lower()
+            lines.append(f"{kind if isinstance(kind, str) else 'error'}: {message if isinstance(message, str) else ''}".lower())
+    return "\n".join(lines)[:ERROR_WORDS_LIMIT]
 
 
 NO_FACTS = RolloutFacts(None)
@@ -767,8 +769,10 @@ class RolloutStore:
                 elif (node.get("message") or {}).get("role") == "tool":
                     state.tools_since = None
         calls = delta.get("calls")
-        if calls:
-            state.add_calls(calls)
+        failed = state.add_calls(calls) if calls else []
+        errors = delta.get("errors")
+        if (errors or failed) and len(state.error_text) < ERROR_WORDS_LIMIT:
+            state.error_text = add_error_words(state.error_text, [*(errors or ()), *failed])
         if "pending" in delta or nodes:
             if state.pending:
                 if state.pending_since is None:

@@ -23,7 +23,7 @@ from core.recordings.file_format import RecordingError
 from core.recordings.index import RecordingIndex
 from core.recordings.reader import read_recording
 from core.recordings.recorder import Recorder
-from core.session.store import RolloutStore, Status
+from core.session.store import ERROR_WORDS_LIMIT, RolloutStore, Status
 
 ND = {"__nd__": True, "dtype": "uint8", "shape": [2, 2], "data": bytes([0, 1, 255, 7])}
 
@@ -351,15 +351,18 @@ ERRORS = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
-@given(trace_errors=st.lists(ERRORS, min_size=1, max_size=3), call_errors=ERRORS)
-@example(trace_errors=[[]], call_errors=[{"type": "ProviderError", "message": "retried"}])
-def test_an_opened_rollout_keeps_its_errors_as_the_live_store_does(trace_errors, call_errors):
+@given(landed=st.lists(st.tuples(ERRORS, ERRORS), min_size=1, max_size=4))
+@example(landed=[([], [{"type": "ProviderError", "message": "retried"}])])
+@example(landed=[([{"type": "A", "message": "x" * 3000}], [{"type": "B", "message": "y" * 3000}]), ([{"type": "C", "message": "z"}], [])])
+def test_an_opened_rollout_keeps_its_errors_as_the_live_store_does(landed):
     """`error:TEXT` finds the same rollouts in a recording opened later as it did live:
-    the index keeps the words of every error and failed call the store kept; and a
-    failed call that was retried puts a trace in error in neither."""
+    the index keeps the words of every error and failed call the store kept, in the
+    order they landed and cut at the same length; and a failed call that was retried
+    puts a trace in error in neither."""
     deltas = [{"trace": "ta", "open": {"id": "ta"}}]
-    deltas += [{"trace": "ta", "errors": errors} for errors in trace_errors]
-    deltas.append({"trace": "ta", "calls": [{"node": None, "error": error} for error in call_errors]})
+    deltas += [
+        {"trace": "ta", "errors": errors, "calls": [{"node": None, "error": error} for error in failed]} for errors, failed in landed
+    ]
     store = RolloutStore()
     store.add_rollout("v", 0, {"prompt": "p"}, 0, key="v/0", t=1.0)
     store.started("v/0", "req", 1.0)
@@ -375,7 +378,6 @@ def test_an_opened_rollout_keeps_its_errors_as_the_live_store_does(trace_errors,
     live = store.rollouts["v/0"].summary()
     assert store.rollouts["v/0"].status is Status.RUNNING, store.rollouts["v/0"].reason
     assert (opened.errors, opened.error_text, opened.phase) == (live.errors, live.error_text, live.phase)
-    assert live.errors == sum(map(len, trace_errors)) + len(call_errors)
-    first = next(iter([*(e for errors in trace_errors for e in errors), *call_errors]), None)
-    if first is not None:
-        assert live.error_text.startswith(f"{first['type']}: {first['message']}".lower()[:100])
+    assert live.errors == sum(len(errors) + len(failed) for errors, failed in landed)
+    words = [f"{e['type']}: {e['message']}".lower() for errors, failed in landed for e in [*errors, *failed]]
+    assert live.error_text == "\n".join(words)[:ERROR_WORDS_LIMIT]
