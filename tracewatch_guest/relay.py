@@ -16,7 +16,7 @@ verifiers' client received (nothing is packed again); a thread takes the queue e
 viewer, and leaves the sending to pyzmq's I/O thread without copying it. When nothing
 comes the thread sleeps in zmq's poll until the driver offers again (one byte down a
 pipe, only on the first offer after a quiet) or a heartbeat is due: a clock of its
-own would take the GIL and a core from the driver a hundred times a second.
+own would take the GIL from the driver at every tick, idle or not.
 
 What the relay holds is bounded in bytes (`max_bytes`): a quarter for the hand-over
 queue, a quarter for the runs in flight (what a viewer that connects late is sent

@@ -8,7 +8,7 @@ open transcript, the timing view); a slower second tick advances clocks and logs
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -106,8 +106,7 @@ class TracewatchApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(markup=False, id="status")
-        readonly = self.engine.readonly_reason is not None
-        yield VariantsPanel(*(VariantCard(variant, self.store, readonly) for variant in self.engine.variants.values()), id="variants")
+        yield VariantsPanel(*self._cards_for({}), id="variants")
         with Vertical(id="body"):
             with Vertical(id="table-pane"):
                 yield FilterField(self._apply_filter, placeholder="filter: variant:NAME status:running phase:agent reward:<1 elapsed:>1m error:TEXT text", id="filter", compact=True, select_on_focus=False)
@@ -266,12 +265,16 @@ class TracewatchApp(App[None]):
     def _add_cards(self) -> None:
         """A card (and a logs entry) for each variant without one: a replay meets its
         variants as their records arrive."""
-        new = [variant for name, variant in self.engine.variants.items() if name not in self.cards]
-        readonly = self.engine.readonly_reason is not None
-        for variant in new:
-            self.panel.add_card(VariantCard(variant, self.store, readonly))
+        new = self._cards_for(self.cards)
+        for card in new:
+            self.panel.add_card(card)
         if new:
             self.logs.variants_changed()
+
+    def _cards_for(self, known: Mapping[str, VariantCard]) -> list[VariantCard]:
+        """A card for each variant not in `known` (every one, as the screen is composed)."""
+        readonly = self.engine.readonly_reason is not None
+        return [VariantCard(variant, self.store, readonly) for name, variant in self.engine.variants.items() if name not in known]
 
     @on(VariantCard.Focused)
     def _card_focused(self, event: VariantCard.Focused) -> None:

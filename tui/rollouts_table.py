@@ -36,6 +36,7 @@ COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 PADDING = 1
 """Blank cells each side of a column's text."""
 TASK_NARROW = 12
+TICKING = frozenset(column.key for column in COLUMNS if column.ticks)
 
 
 def available(steps: bool) -> tuple[Column, ...]:
@@ -48,7 +49,6 @@ def full_width(columns: tuple[Column, ...]) -> int:
     between columns, the Task column as wide as what is left (at least `TASK_NARROW`),
     and the columns that do not fit left out rather than behind a horizontal scrollbar."""
     return sum(column.width + 2 * PADDING for column in columns)
-TICKING = frozenset(column.key for column in COLUMNS if column.ticks)
 
 
 def fit(text: str, width: int) -> str:
@@ -249,7 +249,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         if not self._dirty:
             return
         if self.store.steps_known != self._steps:  # the first rollout with a step: its column joins
-            self.on_resize()
+            self._fit_columns()
         wanted = self._wanted()
         rollouts, rows, strips = self.store.rollouts, self._rows, self._strips
         redraw: list[int] = []

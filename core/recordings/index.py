@@ -211,7 +211,7 @@ def _nodes(unpacker: msgpack.Unpacker) -> tuple[int, frozenset[str]]:
             if isinstance(key, str) and key in _FLAGGED_FIELDS:
                 node[key] = unpacker.unpack()
             elif key == "message":
-                node[key] = {"role": _role(unpacker)}
+                node[key] = {"role": (_fields(unpacker, ("role",)) or {}).get("role")}
             else:
                 unpacker.skip()
         sampled += bool(node.get("sampled"))
@@ -220,20 +220,22 @@ def _nodes(unpacker: msgpack.Unpacker) -> tuple[int, frozenset[str]]:
     return sampled, flags
 
 
-def _role(unpacker: msgpack.Unpacker) -> Any:
-    """A message's role, the rest of it skipped (None if it is not a map)."""
+def _fields(unpacker: msgpack.Unpacker, wanted: tuple[str, ...]) -> dict[str, Any] | None:
+    """The map under the read position with only its `wanted` fields decoded, the rest
+    skipped undecoded; None (the value skipped) if it is not a map."""
     try:
         fields = unpacker.read_map_header()
     except ValueError:
         unpacker.skip()
         return None
-    role = None
+    found = {}
     for _ in range(fields):
-        if unpacker.unpack() == "role":
-            role = unpacker.unpack()
+        key = unpacker.unpack()
+        if key in wanted:
+            found[key] = unpacker.unpack()
         else:
             unpacker.skip()
-    return role
+    return found
 
 
 def _errors(unpacker: msgpack.Unpacker) -> list[object]:
@@ -244,24 +246,7 @@ def _errors(unpacker: msgpack.Unpacker) -> list[object]:
     except ValueError:  # not a list: nothing consumed yet
         unpacker.skip()
         return []
-    return [_error(unpacker) for _ in range(items)]
-
-
-def _error(unpacker: msgpack.Unpacker) -> object:
-    """One error's `type` and `message` (None, skipped, if it is not a map)."""
-    try:
-        fields = unpacker.read_map_header()
-    except ValueError:
-        unpacker.skip()
-        return None
-    error = {}
-    for _ in range(fields):
-        key = unpacker.unpack()
-        if key in ("type", "message"):
-            error[key] = unpacker.unpack()
-        else:
-            unpacker.skip()
-    return error
+    return [_fields(unpacker, ("type", "message")) for _ in range(items)]
 
 
 def _failed_calls(unpacker: msgpack.Unpacker) -> list[object]:
@@ -285,7 +270,7 @@ def _failed_calls(unpacker: msgpack.Unpacker) -> list[object]:
             if key == "node":
                 node = unpacker.unpack()
             elif key == "error":
-                error = _error(unpacker)
+                error = _fields(unpacker, ("type", "message"))
             else:
                 unpacker.skip()
         if node is None:

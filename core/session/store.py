@@ -911,8 +911,8 @@ class RolloutStore:
     def _silent(self, now: float) -> list[str]:
         """The keys of the live rollouts past their variant's `stall_threshold`. Asked
         once a second: it looks at the quietest live rollouts until one is not silent
-        past the lowest threshold, so 20,000 in flight and none stalled cost a look at
-        one, not a pass over them; a rollout is read only when variants' thresholds differ."""
+        past the lowest threshold, so a run with none stalled costs a look at one
+        rollout, not a pass over all in flight; a rollout is read only when variants' thresholds differ."""
         limits = {name: self.stall_threshold(name) for name in self.variants}
         lowest = min(limits.values(), default=self.stall_seconds)
         quiet = self._quiet(now, lowest)

@@ -1,7 +1,8 @@
 """Each variant's counts kept as its rollouts change, rather than counted again over
 all of them: a card and the status line are redrawn several times a second, and with
-20,000 rollouts in flight some rollout changes between any two redraws, so a count
-from scratch was a pass over every rollout each time, in the way of the keys.
+tens of thousands of rollouts in flight some rollout changes between any two redraws,
+so a count from scratch would be a pass over every rollout each time, in the way of
+the keys.
 
 A rollout is counted by what a card shows of it (`Counted`): its status as shown (one
 waiting for a slot is queued), its flags, and its reward once it finished. The store

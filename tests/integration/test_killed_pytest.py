@@ -68,21 +68,23 @@ def held(test: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]
 
 
 def kill_and_wait(process: subprocess.Popen[bytes], started: set[int]) -> None:
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    wait_until(lambda: all(pid_gone(pid) for pid in started), GONE, "everything the killed test started to end")
+    """SIGKILL the pytest, then wait for all it `started` to end; whatever outlived the
+    deadline is ended here, so a failing run leaves nothing either."""
+    try:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        wait_until(lambda: all(pid_gone(pid) for pid in started), GONE, "everything the killed test started to end")
+    finally:
+        for pid in started:
+            if not pid_gone(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_killed_pytest_leaves_no_env_server_or_worker(tmp_path: Path) -> None:
     process, (server,) = held("test_servers_held", tmp_path)
     wait_until(lambda: len(group_members(server)) >= 3, STARTUP, "the server and its two workers")
     started = group_members(server) | descendants(server)
-    try:
-        kill_and_wait(process, started)
-    finally:
-        for pid in started:
-            if not pid_gone(pid):
-                os.kill(pid, signal.SIGKILL)
+    kill_and_wait(process, started)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux to drive a real terminal (CI installs it)")
@@ -90,9 +92,4 @@ def test_a_killed_pytest_leaves_no_terminal_or_app(tmp_path: Path) -> None:
     process, (tmux_server, app) = held("test_terminal_held", tmp_path)
     started = {tmux_server, app} | descendants(tmux_server)
     assert len(started) >= 4, f"the app, its supervisors and servers: {started}"
-    try:
-        kill_and_wait(process, started)
-    finally:
-        for pid in started:
-            if not pid_gone(pid):
-                os.kill(pid, signal.SIGKILL)
+    kill_and_wait(process, started)
