@@ -68,9 +68,14 @@ async def test_the_first_frame_is_the_final_layout(size: tuple[int, int]) -> Non
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.first_text is not None, "the first frame")
         await until(pilot, lambda: app.table.row_count == len(app.store.rollouts))
-        for _ in range(3):
-            await pilot.pause()
-        settled = places(app)
+        seen: list[dict[str, Region]] = []
+
+        def still() -> bool:  # the same places over a pause: the layout has settled
+            seen.append(places(app))
+            return len(seen) > 1 and seen[-1] == seen[-2]
+
+        await until(pilot, still, "the layout to settle")
+        settled = seen[-1]
         assert len(settled) == 4 and all(settled.values()), settled
         assert app.first_places == settled, f"first frame:\n{app.first_text}"
         assert app.first_text is not None

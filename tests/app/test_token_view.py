@@ -178,8 +178,7 @@ async def test_a_hostile_message_is_shown_with_its_findings(deltas: list[dict]) 
 
 async def test_the_first_paint_already_shows_the_message(deltas: list[dict], monkeypatch: pytest.MonkeyPatch) -> None:
     """The message is read as the view mounts and laid out as its lines get their size,
-    so no empty view is drawn first (a paint and an event-loop turn the user waits for),
-    and no later chunk of a long message is laid out before the first screen is drawn."""
+    so no empty view is drawn first (a paint and an event-loop turn the user waits for)."""
     drawn: list[bool] = []
     original = TokenLines.render_line
 
