@@ -780,9 +780,10 @@ class RolloutStore:
                 state.tools_since = None
             else:
                 state.pending_since = None
-        if began and rollout.running_since is None:
-            rollout.running_since = now
-            self._account(rollout)  # running from here, not waiting
+        if began:  # running from here, not waiting; a late joiner was told since when, before this
+            if rollout.running_since is None:
+                rollout.running_since = now
+            self._account(rollout)
             self._bump(rollout)
         elif raised:  # rare: a card counts flagged rollouts; last, as its facts read all the delta carried
             self._bump(rollout)

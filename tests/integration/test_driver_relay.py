@@ -320,3 +320,29 @@ def test_cancel_stalled_on_a_relay_viewer_is_refused_with_the_reason(headless: b
         relay.close()
     assert result.returncode == 2, result.stdout + result.stderr
     assert "--cancel-stalled cannot cancel v's rollouts: a relay only publishes" in result.stderr
+
+
+async def test_a_late_viewer_counts_the_run_in_flight_as_running_and_so_does_its_replay(viewers, tmp_path) -> None:
+    """A viewer that joins mid-run is told when the run began before its first delta
+    reaches it: once the delta is there the run counts as running, not queued, live
+    and in the viewer's recording replayed."""
+    relay = Relay("tcp://127.0.0.1:0")
+    recording = tmp_path / "late.twrec"
+    try:
+        early = await viewers(relay.address, "early")
+        await eventually(lambda: early.variants["early"].state is VariantState.RUNNING, WAIT, "the early viewer welcomed")
+        run = relay.begin({"id": "t", "prompt": "p"}, model="m")
+        run({"trace": "a", "open": {"id": "a"}})
+        await eventually(lambda: any(r.trace_ids for r in early.store.variant_rollouts("early")), WAIT, "the run's first delta relayed")
+        late = await viewers(relay.address, "late", Recorder(recording, meta={}))
+        joined = await eventually(lambda: next((r for r in late.store.variant_rollouts("late") if r.trace_ids), None), WAIT, "the run in flight sent late")
+        assert late.store.running_count() == 1
+        run.end(error="the driver ended it")
+        await eventually(lambda: joined.status.finished, WAIT, "the viewer saw it end")
+        await late.shutdown()
+    finally:
+        relay.close()
+    replay = ReplaySession(recording, speed=0)
+    while not any(r.trace_ids for r in replay.store.rollouts.values()):
+        assert replay.step(), "the recording ended before the run's first delta"
+    assert replay.store.running_count() == 1
