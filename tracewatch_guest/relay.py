@@ -458,6 +458,7 @@ class Relay:
         for identity, viewer in list(self._viewers.items()):
             if now - viewer.last_sent >= self.heartbeat:
                 self._send(identity, viewer, _EMPTY, 0)
+                viewer.last_sent = now  # dropped too: the next try is a heartbeat away, not at once
 
     def _read_peers(self) -> None:
         while True:

@@ -34,10 +34,13 @@ MB = 2**20
 class BareViewer:
     """A viewer as the wire sees it: a DEALER that said hello, and what it received."""
 
-    def __init__(self, address: str, identity: bytes | None = None) -> None:
+    def __init__(self, address: str, identity: bytes | None = None, receive_queue: int | None = None) -> None:
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        if receive_queue is not None:  # messages its zmq takes in unread: past them, the socket stops reading
+            self.socket.setsockopt(zmq.RCVHWM, receive_queue)
+            self.socket.setsockopt(zmq.RCVBUF, 4096)
         if identity is not None:
             self.socket.setsockopt(zmq.IDENTITY, identity)
         self.socket.connect(address)
@@ -273,4 +276,40 @@ def test_a_relay_with_nothing_to_send_sleeps_until_the_driver_offers_or_a_heartb
         assert quiet < 20, f"the relay thread woke {quiet} times in 2 quiet seconds"
     finally:
         viewer.close()
+        relay.close()
+
+
+def test_a_viewer_that_stopped_reading_does_not_keep_the_relay_awake() -> None:
+    """A viewer that said hello and never reads again holds half of what the relay may
+    hold; a second viewer joins, so that is over the first one's share and the
+    heartbeats due to it are dropped too: the relay's thread still waits a heartbeat
+    between them rather than trying again at once (each try takes the GIL from the
+    driver)."""
+    relay = Relay("tcp://127.0.0.1:0", max_bytes=MB)
+    stuck, other = BareViewer(relay.address, receive_queue=1), BareViewer(relay.address)
+    try:
+        stuck.hello()
+        wait_until(lambda: stuck.read() or stuck.welcomes, WAIT, "the viewer welcomed")
+        on_delta = relay.begin({"id": "a"})
+
+        def offer() -> None:  # a batch at a time: one larger than the viewer's share is dropped whole
+            for i in range(5):
+                on_delta({"trace": "t", "set": {"i": i, "text": "y" * 10_000}})
+            wait_until(lambda: not relay._queue, WAIT, "the driver's deltas taken")
+
+        def over_a_second_viewers_share() -> bool:
+            return any(v.held > relay.max_bytes // 2 // 2 for v in list(relay._viewers.values()))
+
+        # until a batch is dropped for it: what it holds is near its share and stays (its buffers are full)
+        wait_until(lambda: offer() or any(v.dropped for v in list(relay._viewers.values())), WAIT, "the unread viewer's share full")
+        other.hello()
+        wait_until(lambda: other.read() or other.welcomes, WAIT, "the second viewer welcomed")
+        assert relay._thread.native_id is not None and over_a_second_viewers_share()
+        before = wakeups(relay._thread.native_id)
+        time.sleep(2.0)  # quiet: two heartbeats are due in it
+        quiet = wakeups(relay._thread.native_id) - before
+        assert quiet < 20, f"the relay thread woke {quiet} times in 2 quiet seconds"
+    finally:
+        stuck.close()
+        other.close()
         relay.close()
