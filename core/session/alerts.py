@@ -36,6 +36,8 @@ class AlertWatch:
     def __init__(self, engine: SessionView, cancel_stalled: float | None = None) -> None:
         self.engine = engine
         self.cancel_stalled = cancel_stalled
+        if cancel_stalled is not None:  # a variant slower to call a stall would be cancelled later than asked, and than headless does
+            engine.store.cap_stall(cancel_stalled)
         self._stalled: set[str] = set()
         self._cancelled: set[str] = set()
         self._states = {name: variant.state for name, variant in engine.variants.items()}

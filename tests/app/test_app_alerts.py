@@ -4,10 +4,14 @@ as headless does."""
 
 from __future__ import annotations
 
+import asyncio
+
+from core.engine.live import Engine
 from core.session.alerts import AlertSettings
 from core.session.contracts import VariantState
 from core.session.store import Ending, RolloutStore, Status
 from tests.support.polling import until
+from tests.support.scripted_server import ScriptedServer, attached, header
 from tests.support.tui_standin import StandInEngine, StandInVariant
 from tui.app import TracewatchApp
 
@@ -42,3 +46,16 @@ async def test_failures_stalls_and_the_end_are_notified_and_ring_the_bell_when_a
         await until(pilot, lambda: any(n.title == "Run ended" for n in app._notifications))
         assert ("Variant failed", "baseline: [bold]server[/bold] exited") in [(n.title, n.message) for n in app._notifications]
         assert len(rings) == 4, "one ring per alert"
+
+
+async def test_a_variant_slow_to_call_a_stall_is_cancelled_at_the_cancel_time_as_headless_does(tmp_path):
+    """A cancel time below the variant's `stall_seconds`: the app sees the hung run
+    stalled at the cancel time, and cancels it then, not at the variant's threshold."""
+    async with ScriptedServer({"silent": [("delta", {"trace": "t", "open": header("t")})]}) as server:
+        engine = Engine(attached(server.address, ["silent"], tmp_path, stall_seconds=600.0), session_dir=tmp_path / "session")
+        app = TracewatchApp(engine, alerts=AlertSettings(cancel_stalled=1.0))
+        async with app.run_test(size=(120, 40)) as pilot:
+            rollout = await until(pilot, lambda: engine.store.rollouts.get("remote/0"), "the run announced")
+            await until(pilot, lambda: rollout.status is Status.CANCELLED, "the hung run cancelled", 30.0)
+            await asyncio.wait_for(engine.shutdown(), 30.0)
+    assert server.cancels == [rollout.request_id]
