@@ -36,6 +36,8 @@ async def test_failures_stalls_and_the_end_are_notified_and_ring_the_bell_when_a
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         clock.now += 50  # past the stall threshold and the cancel threshold
         await until(pilot, lambda: engine.cancelled == ["baseline/0"])
+        # a notification is a message the app handles later: the cancel is done at once
+        await until(pilot, lambda: any(n.title == "Cancelling a stalled rollout" for n in app._notifications), "the cancel told")
         messages = [(n.title, n.message) for n in app._notifications]
         assert ("Rollout stalled", "baseline/0 (task): nothing for 50s") in messages
         assert ("Cancelling a stalled rollout", "baseline/0 (task): silent for 50s") in messages
