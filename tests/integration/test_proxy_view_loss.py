@@ -13,6 +13,7 @@ import json
 import queue
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import zmq
@@ -173,6 +174,28 @@ async def test_a_run_whose_view_lost_copies_is_view_incomplete_as_its_reply_says
     assert replayed == {r.key: r.ending for r in rollouts}, "the recording says the same"
 
 
+async def burst(server: Any, engine: Any, driver: Driven, bursting: list[str], early: list[bytes]) -> None:
+    """Every run begun and past its first turn in the view, then a burst of fillers for
+    `bursting` at the driver while the app's loop is held (a view far behind)."""
+    await eventually(lambda: len(engine.store.rollouts) == 2 * RUNS == len(server.runs), WAIT, "every run begun in the view")
+    server.send(lambda _: True, early)
+    await eventually(lambda: all(r.turns for r in engine.store.rollouts.values()), WAIT, "every run's first turn in the view")
+    server.send(lambda task_id: task_id in bursting, [server.filler] * FILLERS)
+    wait_until(lambda: driver.at_driver(dict.fromkeys(bursting, len(early) + FILLERS)), WAIT, "the burst at the driver")
+
+
+def assert_whole_and_incomplete(engine: Any, rollouts: list[Any], whole: list[str], incomplete: list[str]) -> None:
+    """The `whole` runs done and clean, the `incomplete` done and marked so, and the
+    summary counting them."""
+    by_task = {r.task_data["id"]: r for r in rollouts}
+    for task_id in whole:
+        assert by_task[task_id].status is Status.DONE and by_task[task_id].reason is None, by_task[task_id].reason
+    for task_id in incomplete:
+        assert by_task[task_id].status is Status.DONE and (by_task[task_id].reason or "").startswith("view incomplete: "), by_task[task_id].reason
+    (line,) = [line for line in summary_lines(engine) if line.startswith("px:")]
+    assert f"{len(whole)} of {len(whole) + len(incomplete)} runs seen whole ({len(incomplete)} view incomplete)" in line, line
+
+
 async def test_a_burst_that_drops_copies_leaves_the_runs_it_did_not_touch_whole_and_the_summary_counts_them(server, tmp_path, monkeypatch) -> None:
     """Of one driver's runs, only those whose copies were dropped are incomplete:
     the others, on the same connection, stay whole; the summary says how many."""
@@ -182,12 +205,7 @@ async def test_a_burst_that_drops_copies_leaves_the_runs_it_did_not_touch_whole_
     driver = Driven(variant.listen, quiet + bursting)
     early = [*map(pack, server.deltas[:4])]
     try:
-        await eventually(lambda: len(engine.store.rollouts) == 2 * RUNS == len(server.runs), WAIT, "every run begun in the view")
-        server.send(lambda _: True, early)
-        await eventually(lambda: all(r.turns for r in engine.store.rollouts.values()), WAIT, "every run's first turn in the view")
-        server.send(lambda task_id: task_id in bursting, [server.filler] * FILLERS)
-        # the app's loop held (a view far behind) while the burst reaches the driver
-        wait_until(lambda: driver.at_driver(dict.fromkeys(bursting, len(early) + FILLERS)), WAIT, "the burst at the driver")
+        await burst(server, engine, driver, bursting, early)
         await eventually(lambda: variant.forwarder.dropped > 0, WAIT, "the view's copies dropped")
         server.send(lambda _: True, [*map(pack, server.deltas[4:])], reply=True)
         await asyncio.to_thread(driver.thread.join, WAIT)
@@ -197,13 +215,7 @@ async def test_a_burst_that_drops_copies_leaves_the_runs_it_did_not_touch_whole_
         )
     finally:
         await engine.shutdown()
-    by_task = {r.task_data["id"]: r for r in rollouts}
-    for task_id in quiet:
-        assert by_task[task_id].status is Status.DONE and by_task[task_id].reason is None, by_task[task_id].reason
-    for task_id in bursting:
-        assert by_task[task_id].status is Status.DONE and (by_task[task_id].reason or "").startswith("view incomplete: "), by_task[task_id].reason
-    (line,) = [line for line in summary_lines(engine) if line.startswith("px:")]
-    assert f"{RUNS} of {2 * RUNS} runs seen whole ({RUNS} view incomplete)" in line, line
+    assert_whole_and_incomplete(engine, rollouts, quiet, bursting)
 
 
 async def test_a_stop_leaves_the_runs_the_view_did_not_see_end_unobserved_never_failed(server, tmp_path) -> None:
@@ -242,12 +254,7 @@ async def test_when_the_view_must_drop_it_sheds_the_runs_already_incomplete_so_t
     driver = Driven(variant.listen, bursting + finishing)
     early = [*map(pack, server.deltas[:4])]
     try:
-        await eventually(lambda: len(engine.store.rollouts) == 2 * RUNS == len(server.runs), WAIT, "every run begun in the view")
-        server.send(lambda _: True, early)
-        await eventually(lambda: all(r.turns for r in engine.store.rollouts.values()), WAIT, "every run's first turn in the view")
-        server.send(lambda task_id: task_id in bursting, [server.filler] * FILLERS)
-        # the app's loop held (a view far behind) while the first burst reaches the driver
-        wait_until(lambda: driver.at_driver(dict.fromkeys(bursting, len(early) + FILLERS)), WAIT, "the first burst at the driver")
+        await burst(server, engine, driver, bursting, early)
         await eventually(lambda: variant.forwarder.dropped > 0 and variant.forwarder.queued == 0, WAIT, "the view caught up after dropping")
         # held again: the bursting runs go on bursting while the others stream to their end
         rest = [*map(pack, server.deltas[4:])]
@@ -265,11 +272,5 @@ async def test_when_the_view_must_drop_it_sheds_the_runs_already_incomplete_so_t
         )
     finally:
         await engine.shutdown()
-    by_task = {r.task_data["id"]: r for r in engine.store.variant_rollouts("px")}
     assert variant.forwarder.dropped > 0
-    for task_id in finishing:
-        assert by_task[task_id].status is Status.DONE and by_task[task_id].reason is None, by_task[task_id].reason
-    for task_id in bursting:
-        assert by_task[task_id].status is Status.DONE and (by_task[task_id].reason or "").startswith("view incomplete: "), by_task[task_id].reason
-    (line,) = [line for line in summary_lines(engine) if line.startswith("px:")]
-    assert f"{RUNS} of {2 * RUNS} runs seen whole ({RUNS} view incomplete)" in line, line
+    assert_whole_and_incomplete(engine, list(engine.store.variant_rollouts("px")), finishing, bursting)
