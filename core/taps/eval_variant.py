@@ -96,8 +96,10 @@ class EvalVariant(TapVariant, CapturedChild):
 
     @property
     def pid(self) -> int | None:
+        """vf-eval's pid while it runs; None before its supervisor started (it is being
+        started in a worker thread while the cards redraw), and after it exited."""
         child = self._child
-        if child is None or child.poll() is not None:
+        if child is None or child.pid is None or child.poll() is not None:
             return None
         return child.server_pid
 

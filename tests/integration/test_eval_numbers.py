@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from core.session.compare import compare
 from core.session.config import Config, build_config
 from core.session.contracts import VariantState
 from core.session.store import Status, percentile
+from core.supervision.child import SupervisedChild
 from tests.app.test_app_recordings import card_text
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import until
@@ -245,3 +247,32 @@ async def test_a_rollout_waiting_for_a_vf_eval_slot_is_queued_never_stalled(tmp_
             model.release()
             await until(pilot, lambda: engine.variants["ev"].state is VariantState.DONE, "the eval done once released", timeout=WAIT)
             assert waiting.status is Status.DONE and waiting.elapsed(0.0) < waiting.ended_at - waiting.created_at, "it ran from its slot, not from its wait"
+
+
+async def test_a_card_drawn_while_the_eval_is_being_started_says_no_pid_and_does_not_crash(tmp_path, monkeypatch) -> None:
+    """The cards redraw every second, also while vf-eval's supervisor is being started
+    in a worker thread: the variant has its child then, not yet its process, and the
+    card says no pid rather than asking a child that has not started (which raised
+    and stopped the app)."""
+    starting, release = threading.Event(), threading.Event()
+    real_start = SupervisedChild.start
+
+    def slow_start(self: SupervisedChild) -> int:
+        starting.set()
+        release.wait(WAIT)
+        return real_start(self)
+
+    monkeypatch.setattr(SupervisedChild, "start", slow_start)
+    config = build_config({"variants": [{"name": "ev", "eval": [sys.executable, "-c", "print('done')"]}]}, "test", tmp_path)
+    engine = Engine(config, session_dir=tmp_path / "s")
+    app = TracewatchApp(engine)
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, starting.is_set, "vf-eval's supervisor being started")
+            begun = engine.store.clock()
+            await until(pilot, lambda: engine.store.clock() - begun > 2.5, "two redraws of the cards")
+            assert "pid" not in card_text(app.cards["ev"]) and engine.variants["ev"].pid is None
+            release.set()
+            await until(pilot, lambda: engine.variants["ev"].state in (VariantState.DONE, VariantState.FAILED), "the eval ended", timeout=WAIT)
+    finally:
+        release.set()
