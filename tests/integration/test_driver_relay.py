@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from verifiers.v1.configs.client import EvalClientConfig
@@ -199,19 +200,27 @@ async def test_sigterm_stops_a_headless_tap_behind_a_backlog_with_its_summary() 
     assert left is None or int(left[1].replace(",", "")) <= BACKLOG
 
 
+async def second_run_in_flight(relay: Relay, viewers: Any) -> tuple[Any, Any]:
+    """A viewer there from the start, then two runs of one task through the relay: the
+    first ended, the second begun and still in flight: the early viewer and the second
+    run's `on_delta`."""
+    early = await viewers(relay.address, "early")
+    await eventually(lambda: early.variants["early"].state is VariantState.RUNNING, WAIT, "the early viewer welcomed")
+    task_data = {"id": "same", "prompt": "p"}
+    first = relay.begin(task_data, model="m")
+    first({"trace": "a", "open": {"id": "a"}})
+    first.end(error="the driver ended it")
+    second = relay.begin(task_data, model="m")
+    second({"trace": "b", "open": {"id": "b"}})
+    return early, second
+
+
 async def test_a_late_viewer_shows_a_runs_start_and_number_as_an_early_one_does(viewers) -> None:
     """The second run of a task, joined late: the same `#` and the same start (so the
     same elapsed time) as in a viewer that was there from the start."""
     relay = Relay("tcp://127.0.0.1:0")
     try:
-        early = await viewers(relay.address, "early")
-        await eventually(lambda: early.variants["early"].state is VariantState.RUNNING, WAIT, "the early viewer welcomed")
-        task_data = {"id": "same", "prompt": "p"}
-        first = relay.begin(task_data, model="m")
-        first({"trace": "a", "open": {"id": "a"}})
-        first.end(error="the driver ended it")
-        second = relay.begin(task_data, model="m")
-        second({"trace": "b", "open": {"id": "b"}})
+        early, second = await second_run_in_flight(relay, viewers)
         await eventually(lambda: len(early.store.variants["early"]) == 2, WAIT, "both runs seen from the start")
         late = await viewers(relay.address, "late")
         joined = await eventually(lambda: next(iter(late.store.variant_rollouts("late")), None), WAIT, "the run in flight sent late")
@@ -229,14 +238,7 @@ async def test_a_late_viewers_recording_keeps_the_runs_start_its_elapsed_and_num
     relay = Relay("tcp://127.0.0.1:0")
     recording = tmp_path / "late.twrec"
     try:
-        early = await viewers(relay.address, "early")
-        await eventually(lambda: early.variants["early"].state is VariantState.RUNNING, WAIT, "the early viewer welcomed")
-        task_data = {"id": "same", "prompt": "p"}
-        first = relay.begin(task_data, model="m")
-        first({"trace": "a", "open": {"id": "a"}})
-        first.end(error="the driver ended it")
-        second = relay.begin(task_data, model="m")
-        second({"trace": "b", "open": {"id": "b"}})
+        early, second = await second_run_in_flight(relay, viewers)
         there = await eventually(lambda: next((r for r in early.store.variant_rollouts("early") if r.rollout_index == 1 and r.trace_ids), None), WAIT, "the second run running")
         await eventually(lambda: early.store.clock() - (there.began_at or 0.0) > 1.0, WAIT, "a second of it")
         late = await viewers(relay.address, "late", Recorder(recording, meta={}))
