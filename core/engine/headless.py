@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from core.session.contracts import SessionView, VariantState, VariantView
+from core.session.stall_cancels import StallCancels
 from core.session.store import Rollout, Status
 from core.text import visible
 
@@ -48,9 +49,7 @@ async def run_headless(
     cancelled rather than waited on forever."""
     out = out if out is not None else sys.stdout
     store = engine.store
-    if cancel_stalled is not None:
-        store.cap_stall(cancel_stalled)
-    progress = _Progress(engine, out, cancel_stalled)
+    progress = _Progress(engine, out, StallCancels(engine, cancel_stalled))
     interrupts = _Interrupts(engine, out)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -120,14 +119,13 @@ def stop_words(variants: list[VariantView], costs: str | None) -> str:
 class _Progress:
     """What has been printed so far, so that each change is printed once."""
 
-    def __init__(self, engine: SessionView, out: TextIO, cancel_stalled: float | None) -> None:
+    def __init__(self, engine: SessionView, out: TextIO, cancels: StallCancels) -> None:
         self.engine = engine
         self.out = out
-        self.cancel_stalled = cancel_stalled
+        self.cancels = cancels
         self.seen: dict[str, Status] = {}
         self.states: dict[str, str] = {}
         self.flagged: set[str] = set()
-        self.cancelled: set[str] = set()
         self.told_recording_stopped = False
         self.lost: dict[str, str | None] = {}
 
@@ -179,18 +177,14 @@ class _Progress:
             _say(self.out, rollout_line(rollout, now))
 
     def _stalled(self, now: float) -> None:
-        """Each stalled rollout said once; with `cancel_stalled`, one silent that long
-        cancelled once."""
-        limit = self.cancel_stalled
+        """Each stalled rollout said once, and its cancel when `cancels` made one."""
         for rollout in self.engine.store.stalled(now):
             idle = rollout.idle(now)
             label = f"{rollout.key} [{rollout.task_label}]"
             if rollout.key not in self.flagged:
                 self.flagged.add(rollout.key)
                 _say(self.out, f"{label} stalled: no delta for {idle:.0f}s")
-            if limit is not None and idle >= limit and rollout.key not in self.cancelled:
-                self.cancelled.add(rollout.key)
-                self.engine.cancel_rollout(rollout.key)
+            if self.cancels.cancel(rollout, now):
                 _say(self.out, f"{label} cancelling: silent for {idle:.0f}s")
 
 

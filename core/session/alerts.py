@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.session.contracts import SessionView, VariantState
+from core.session.stall_cancels import StallCancels
 from core.session.store import Status
 
 
@@ -35,11 +36,8 @@ class AlertWatch:
 
     def __init__(self, engine: SessionView, cancel_stalled: float | None = None) -> None:
         self.engine = engine
-        self.cancel_stalled = cancel_stalled
-        if cancel_stalled is not None:  # a variant slower to call a stall would be cancelled later than asked, and than headless does
-            engine.store.cap_stall(cancel_stalled)
+        self.cancels = StallCancels(engine, cancel_stalled)
         self._stalled: set[str] = set()
-        self._cancelled: set[str] = set()
         self._states = {name: variant.state for name, variant in engine.variants.items()}
         self._ended = self._run_over()  # a run opened after it ended is not news
 
@@ -56,11 +54,8 @@ class AlertWatch:
             label = f"{rollout.key} ({rollout.task_label})"
             if rollout.key not in self._stalled:
                 alerts.append(Alert("Rollout stalled", f"{label}: nothing for {idle:.0f}s", "warning"))
-            limit = self.cancel_stalled
-            if limit is not None and idle >= limit and rollout.key not in self._cancelled and rollout.status is Status.RUNNING:
-                self._cancelled.add(rollout.key)
-                if self.engine.cancel_rollout(rollout.key):
-                    alerts.append(Alert("Cancelling a stalled rollout", f"{label}: silent for {idle:.0f}s", "warning"))
+            if self.cancels.cancel(rollout, now):
+                alerts.append(Alert("Cancelling a stalled rollout", f"{label}: silent for {idle:.0f}s", "warning"))
         self._stalled = stalled  # one that speaks again and stalls again is said again
         return alerts
 

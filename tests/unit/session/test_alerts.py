@@ -4,6 +4,10 @@ was cancelled, the run ending; and the desktop notification's bytes."""
 
 from __future__ import annotations
 
+import asyncio
+import io
+
+from core.engine import headless
 from core.session.alerts import Alert, AlertWatch, terminal_notification
 from core.session.contracts import VariantState
 from core.session.store import Ending, RolloutStore, Status
@@ -77,3 +81,40 @@ def test_a_desktop_notification_carries_printable_text_only():
     alert = Alert("Rollout stalled", "evil\x1b]52;c;aGk=\x07/0; \x9b2Jtask", "warning")
     assert terminal_notification(alert, 9) == "\x1b]9;Rollout stalled: evil]52;c;aGk=/0; 2Jtask\x07"
     assert terminal_notification(alert, 777) == "\x1b]777;notify;Rollout stalled;evil]52,c,aGk=/0, 2Jtask\x07"
+
+
+class RefusingEngine(StandInEngine):
+    """A session whose variant refuses to cancel `quick/0` (its run ending already, say)."""
+
+    def cancel_rollout(self, key: str) -> bool:
+        if key == "quick/0":
+            self.cancelled.append(key)
+            return False
+        return super().cancel_rollout(key)
+
+
+def test_headless_and_the_app_cancel_a_stall_by_one_rule_and_tell_only_a_cancel_taken():
+    """Past the cancel time, a running rollout is asked once and the cancel is told only
+    if its variant took it; one cancelling already is not asked again. Headless told a
+    cancel its variant had refused, and asked a cancelling rollout again."""
+    told = {}
+    for who in ("headless", "app"):
+        clock = Clock()
+        store = RolloutStore(stall_seconds=60.0, clock=clock)
+        engine = RefusingEngine(store, {name: StandInVariant(name, store) for name in ("quick", "patient")})
+        for name in ("quick", "patient"):
+            store.add_rollout(name, 0, {"name": f"{name} task"}, key=f"{name}/0")
+            store.started(f"{name}/0", f"req-{name}")
+        store.cancelling("patient/0")  # the user cancelled it; its server is slow to end it
+        clock.now += 100
+        if who == "headless":
+            out = io.StringIO()
+            asyncio.run(headless.run_headless(engine, out=out, cancel_stalled=30.0))
+            told[who] = [line for line in out.getvalue().splitlines() if "stalled:" in line or "cancelling:" in line]
+        else:
+            told[who] = [alert.title for alert in AlertWatch(engine, cancel_stalled=30.0).check(clock.now)]
+        assert engine.cancelled == ["quick/0"], who
+    assert told == {
+        "headless": ["quick/0 [quick task] stalled: no delta for 100s", "patient/0 [patient task] stalled: no delta for 100s"],
+        "app": ["Rollout stalled", "Rollout stalled"],
+    }
