@@ -111,8 +111,10 @@ class Side(Vertical):
         """Bring the side up to date: its transcript redraws only what changed (or from
         scratch, once the rollout's first trace has arrived or been loaded)."""
         rollout = self.rollout
-        self.transcript.show_rollout_reward((rollout.reward, rollout.scored_traces) if rollout else (None, 0))
-        self.transcript.show(rollout.key if rollout else None, rollout.primary if rollout else None)
+        if rollout is None:
+            self.transcript.show(None, None)
+        else:
+            self.transcript.show(rollout.key, rollout.primary, (rollout.reward, rollout.scored_traces))
         self.head.update(self.title())
 
     def title(self) -> Text:

@@ -120,10 +120,11 @@ class TracePane(Vertical):
             self._trace_ids = ids
             self._fill_switcher(rollout)
         self._show_title(rollout)
-        self.transcript.show_rollout_reward((rollout.reward, rollout.scored_traces))
         if self.trace_id not in rollout.traces:
             self._pick(next(iter(ids), None))
-        elif changed is None or (rollout.key, self.trace_id) in changed:
+            return
+        self.transcript.show_rollout_reward((rollout.reward, rollout.scored_traces))
+        if changed is None or (rollout.key, self.trace_id) in changed:
             self.transcript.refresh_trace()
 
     def _show_title(self, rollout: Rollout) -> None:
@@ -178,7 +179,7 @@ class TracePane(Vertical):
         if (switcher := self.switcher) is not None and switcher.value != trace_id:
             with switcher.prevent(Select.Changed):
                 switcher.value = trace_id
-        self.transcript.show(rollout.key, rollout.traces[trace_id])
+        self.transcript.show(rollout.key, rollout.traces[trace_id], (rollout.reward, rollout.scored_traces))
 
     @on(Select.Changed, "#trace-switcher")
     def _switched(self, event: Select.Changed) -> None:

@@ -187,13 +187,15 @@ class Transcript(ScrollView, can_focus=True):
 
     # -- the app's API ---------------------------------------------------------------
 
-    def show(self, rollout_key: str | None, trace_state: TraceState | None) -> None:
+    def show(self, rollout_key: str | None, trace_state: TraceState | None, rollout_reward: tuple[float | None, int] = (None, 0)) -> None:
         """Switch to another trace (drawn from scratch) or, if it is the one shown,
-        bring it up to date."""
+        bring it up to date. The rollout's reward comes with the trace: set before,
+        it would draw the old trace's outcome again with the new rollout's number."""
         if rollout_key == self.rollout_key and trace_state is self._state:
+            self.show_rollout_reward(rollout_reward)
             self.refresh_trace()
             return
-        self.rollout_key, self._state = rollout_key, trace_state
+        self.rollout_key, self._state, self.rollout_reward = rollout_key, trace_state, rollout_reward
         self._reset()
         self.following, self.new_since_left = True, 0
         set_virtual_size(self, Size(self._width, 0))

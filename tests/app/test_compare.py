@@ -303,3 +303,62 @@ async def test_compare_columns_stay_aligned_whatever_a_cell_holds() -> None:
         shown = [line for line in console.export_text().splitlines() if "(" in line and "/" in line and "variants" not in line and "each cell" not in line]
         assert len(shown) == sum(any(cell.k for cell in cells.values()) for cells in comparison.tasks.values())
         assert len({tuple(_columns_of(line)) for line in shown}) == 1, "\n".join(shown)
+
+
+def painted_outcomes(transcript: Transcript) -> list[tuple[str | None, str]]:
+    """From now on, each outcome line `transcript` paints, with the rollout it shows."""
+    painted: list[tuple[str | None, str]] = []
+    render_line = transcript.render_line
+
+    def spy(y: int):
+        strip = render_line(y)
+        if "outcome" in strip.text:
+            painted.append((transcript.rollout_key, strip.text.rstrip("━ ")))
+        return strip
+
+    transcript.render_line = spy  # type: ignore[method-assign]
+    return painted
+
+
+def multi_agent(store: RolloutStore, variant: str, rewards: list[tuple[float, float]]) -> None:
+    """Rollouts of task 0 whose episodes have two scored traces each (a solver and a
+    judge, with these rewards): each trace's outcome says the rollout's mean too."""
+    for index, pair in enumerate(rewards):
+        rollout = store.add_rollout(variant, 0, {"name": "task 0"}, index)
+        store.started(rollout.key, f"r-{rollout.key}", t=0.0)
+        for agent, reward in zip(("solver", "judge"), pair):
+            trace = f"{agent}-{rollout.key}"
+            store.apply_delta(rollout.key, {"trace": trace, "open": {"id": trace}, "set": {"rewards": {"r": {"score": reward, "weight": 1.0}}}}, t=0.0)
+            message = {"role": "assistant", "content": f"{agent} of {rollout.key}"}
+            store.apply_delta(rollout.key, {"trace": trace, "nodes": [{"parent": None, "message": message, "sampled": True}]})
+        store.finished(rollout.key, {"traces": [dict(t) for t in rollout.assembly.traces.values()]}, t=2.0)
+
+
+async def test_switching_rollouts_draws_nothing_of_the_old_trace_with_the_new_rollouts_reward() -> None:
+    """In the trace pane and on a side by side's side, a switch to another rollout draws
+    its trace and only it, and every outcome painted is the shown rollout's own. The
+    new rollout's reward was set before its trace: the old trace's outcome was drawn
+    again with the new rollout's mean on the way."""
+    store = RolloutStore(clock=lambda: 10.0)
+    multi_agent(store, "a", [(1.0, 0.0), (0.0, 0.0)])
+    multi_agent(store, "b", [(1.0, 1.0)])
+    engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b")})
+    own = {"a/0": "rollout reward 0.50", "a/1": "rollout reward 0.00"}
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 3)
+        app.table.focus()
+        transcript = app.trace_pane.transcript
+        await until(pilot, lambda: transcript.rollout_key == "a/0" and own["a/0"] in shown(transcript))
+        painted, drawn = painted_outcomes(transcript), transcript.blocks_rendered
+        await pilot.press("down")
+        await until(pilot, lambda: transcript.rollout_key == "a/1" and own["a/1"] in shown(transcript))
+        assert transcript.blocks_rendered - drawn == len(transcript._blocks), "the new trace's blocks and no other"
+        assert painted and all(own[key] in text for key, text in painted), painted
+        _, screen, left, right = await open_side_by_side(app, pilot, 3, "enter")
+        await until(pilot, lambda: left.transcript.rollout_key == "a/0" and own["a/0"] in shown(left.transcript))
+        painted, drawn = painted_outcomes(left.transcript), left.transcript.blocks_rendered
+        await pilot.press("full_stop")
+        await until(pilot, lambda: left.transcript.rollout_key == "a/1" and own["a/1"] in shown(left.transcript))
+        assert left.transcript.blocks_rendered - drawn == len(left.transcript._blocks), "the new trace's blocks and no other"
+        assert painted and all(own[key] in text for key, text in painted), painted
