@@ -11,8 +11,9 @@ step trained on, appended when the batch ships, their nodes carrying `advantages
 A line is a verifiers record (`to_record()`: token arrays as JSON lists, per-token
 floats rounded, `routed_experts` and `sampling_mask` left out): one `Episode` a line
 since prime-rl's "score native episodes" change, one `Trace` a line before it. Both
-are read. An episode logged in both subsets is one rollout, its `effective` line
-folded over its `all` line, so the row shows what the trainer used.
+are read, an episode's trace lines as one rollout (`same_episode`). An episode
+logged in both subsets is one rollout, its `effective` line folded over its `all`
+line, so the row shows what the trainer used.
 """
 
 from __future__ import annotations
@@ -100,8 +101,11 @@ def _read(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
     except OSError as error:
         skipped.append(f"{path}: cannot be read ({error.strerror or error})")
         return []
-    episodes = []
+    episodes: list[dict[str, Any]] = []
     lines = data.split(b"\n")
+    traced: dict[str, Any] | None = None
+    """The episode the last line's trace opened (one trace a line), which the next
+    trace of the same episode joins."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -114,9 +118,35 @@ def _read(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
         episode = as_episode(value)
         if episode is None:
             skipped.append(f"{path} line {number}: neither an episode nor a trace record")
+        elif episode is not value and traced is not None and same_episode(traced, value):
+            join(traced, value)
         else:
             episodes.append(episode)
+        traced = episode if episode is not None and episode is not value else None
     return episodes
+
+
+def same_episode(episode: dict[str, Any], trace: dict[str, Any]) -> bool:
+    """Whether a trace line belongs to the episode the lines before it opened. A trace
+    record names no episode (prime-rl excluded its link), but the monitor wrote an
+    episode's traces one after the other: the next of the same task by an agent not
+    seen in the episode yet is taken as its next trace."""
+    traces = episode["traces"]
+    return trace.get("task") == traces[0].get("task") and _agent(trace) not in {_agent(t) for t in traces}
+
+
+def join(episode: dict[str, Any], trace: dict[str, Any]) -> None:
+    """The episode's standing takes in its next trace's: ok only if every trace is."""
+    episode["traces"].append(trace)
+    episode["ok"] = bool(episode.get("ok")) and bool(trace.get("ok"))
+    episode["is_timeout"] = bool(episode.get("is_timeout")) or bool(trace.get("is_timeout"))
+    if trace.get("errors"):
+        episode["errors"] = [*(episode.get("errors") or ()), *trace["errors"]]
+
+
+def _agent(trace: dict[str, Any]) -> Any:
+    agent = trace.get("agent")
+    return agent.get("name") if isinstance(agent, dict) else None
 
 
 def as_episode(value: Any) -> dict[str, Any] | None:

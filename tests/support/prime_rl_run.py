@@ -64,3 +64,14 @@ def renamed(episode: dict[str, Any], number: int) -> dict[str, Any]:
     for trace in episode["traces"]:
         trace["id"] = f"{trace['id'][:24]}{number:08x}"
     return episode
+
+
+def with_judge(episode: dict[str, Any]) -> dict[str, Any]:
+    """`episode` with a second trace, a judge's (a copy of its first under its own id,
+    the first's reversed, and agent name), as a multi-agent episode has."""
+    episode = copy.deepcopy(episode)
+    judge = copy.deepcopy(episode["traces"][0])
+    judge["id"] = judge["id"][::-1]
+    judge["agent"]["name"] = "judge"
+    episode["traces"].append(judge)
+    return episode

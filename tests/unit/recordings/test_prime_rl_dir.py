@@ -14,7 +14,7 @@ import pytest
 from core.engine.opened import OpenedRun, OpenedTrainingRun, open_folder
 from core.recordings.prime_rl_dir import PrimeRlDirError, open_prime_rl, rollouts_dir
 from core.tokens.streams import read_message
-from tests.support.prime_rl_run import credited, log_episodes, renamed, verifiers_agent
+from tests.support.prime_rl_run import credited, log_episodes, renamed, verifiers_agent, with_judge
 from tests.support.training_session import training_episode
 
 
@@ -112,3 +112,22 @@ def test_episodes_without_an_id_each_open_as_a_rollout(tmp_path, episode):
     path.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "id"}) + "\n" for line in lines))
     session = open_folder(tmp_path / "outputs")
     assert [(r.variant, r.step) for r in session.store.rollouts.values()] == [("train", 1), ("train", 1)]
+
+
+def test_a_multi_trace_episode_opens_as_one_rollout_in_either_line_shape(tmp_path, episode):
+    """One trace a line (before prime-rl logged episodes) writes an episode's traces
+    one after the other: they open as one rollout with its traces, as the same
+    episodes logged whole do, and its effective traces fold over them. Each trace
+    opened as a rollout of its own."""
+    episodes = [with_judge(renamed(episode, number)) for number in (1, 2)]
+    opened = {}
+    for shape, per_trace in (("traces", True), ("episodes", False)):
+        out = tmp_path / shape
+        log_episodes(out, episodes, 1, "train", "all", per_trace=per_trace)
+        log_episodes(out, [credited(episodes[1], 0.5)], 1, "train", "effective", per_trace=per_trace)
+        store = open_folder(out).store
+        opened[shape] = [(r.key, list(r.traces), r.status.value) for r in store.rollouts.values()]
+        advantages = [node.get("advantages") for trace in store.rollouts["train/1"].traces.values() for node in trace.nodes]
+        assert any(advantages), f"{shape}: the effective line's credit"
+    assert opened["traces"] == opened["episodes"]
+    assert [(key, len(traces)) for key, traces, _ in opened["traces"]] == [("train/0", 2), ("train/1", 2)]
