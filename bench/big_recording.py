@@ -10,7 +10,9 @@ with its announcement, request and reply. Then, each in this process:
 - `RecordingIndex.build`, what `tracewatch open` and `tracewatch replay` do before
   their first screen: records per CPU second against the bare unpack, and seconds;
 - `tracewatch open`'s session (`OpenedRecording`) and `replay`'s (`ReplaySession`)
-  built: the seconds before the app can draw its first screen;
+  built: the seconds before the app can draw its first screen; then `open`'s index
+  read on the loop after it, a slice at a time (records per CPU second, and the
+  longest the loop was held, which a key press waits at most);
 - `replay --speed 0`: the replay's records applied per CPU second of its loop for
   `--replay-seconds` (the whole file would take minutes), against the bare unpack.
 
@@ -108,6 +110,29 @@ async def replay_for(session: Any, seconds: float) -> tuple[int, float, float]:
     return applied, cpu, wall
 
 
+async def read_on(session: Any) -> tuple[float, float, float]:
+    """`open`'s index read on after its first screen, on the loop: (CPU seconds, wall
+    seconds, the longest the loop went without running another task: what a key
+    waits at most, beside the tick)."""
+    longest = 0.0
+
+    async def beside() -> None:
+        nonlocal longest
+        last = time.thread_time()
+        while True:
+            await asyncio.sleep(0)
+            now = time.thread_time()
+            longest, last = max(longest, now - last), now
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    watcher = asyncio.get_running_loop().create_task(beside())
+    await session.start()
+    await session.wait()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    watcher.cancel()
+    return cpu, wall, longest
+
+
 def until_counted(session: Any) -> float:
     """Seconds until the replay's thread has counted the records."""
     start = time.perf_counter()
@@ -146,8 +171,15 @@ def main() -> None:
             assert index.records == records, (index.records, records)
             print(f"index build               {records / cpu:>10,.0f} records/CPU s  {records / cpu / bare:.2f}x bare  ({cpu:.1f} s CPU, {wall:.1f} s wall)")
             del index
-            _, cpu, wall = cpu_timed(lambda: OpenedRecording(path))
-            print(f"open: session built       {wall:>10.2f} s wall ({cpu:.1f} s CPU) before the first screen can be drawn")
+            opened, cpu, wall = cpu_timed(lambda: OpenedRecording(path, at_once=False))
+            print(f"open: session built       {wall:>10.2f} s wall ({cpu:.2f} s CPU) before the first screen can be drawn")
+            (cpu, wall, longest), _, _ = cpu_timed(lambda: asyncio.run(read_on(opened)))
+            assert opened.index.records == records and len(opened.store.rollouts) == rollouts
+            print(
+                f"open: rows read on        {records / cpu:>10,.0f} records/CPU s  {records / cpu / bare:.2f}x bare  "
+                f"({cpu:.1f} s CPU, {wall:.1f} s wall; the loop held at most {longest * 1000:.0f} ms CPU at a time)"
+            )
+            del opened
         session, cpu, wall = cpu_timed(lambda: ReplaySession(path, speed=0))
         print(f"replay: session built     {wall:>10.2f} s wall ({cpu:.1f} s CPU) before the first screen can be drawn")
         print(f"        records counted   {until_counted(session):>10.2f} s wall later (a thread, while the replay plays)")

@@ -317,6 +317,8 @@ class TracewatchApp(App[None]):
             text.append(f" · {dropped} frame{'s' if dropped > 1 else ''} dropped", style=self.palette.warning)
         if self.table.row_filter:
             text.append(f" · {self.table.row_count} shown")
+        if (partial := self.store.partial) is not None:
+            text.append(f" · {safe(partial)}", style=self.palette.warning)
         if (replay := self.engine.replay) is not None:
             text.append("  ")
             text.append_text(self._replay_state(replay.position()))

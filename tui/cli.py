@@ -280,7 +280,7 @@ def _offline_session(command: str, args: argparse.Namespace) -> Session:
     if command == "replay":
         return ReplaySession(args.file, speed=args.speed)
     if args.path.suffix == RECORDING_SUFFIX:
-        return OpenedRecording(args.path)
+        return OpenedRecording(args.path, at_once=False)  # rows join as the index reads on
     return open_folder(args.path)
 
 

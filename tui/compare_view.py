@@ -136,8 +136,12 @@ class CompareView(Widget, can_focus=True):
     def render(self) -> RenderableType:
         comparison = self.comparison
         if not comparison.tasks:
-            return Text("no finished rollouts yet: the comparison fills in as they end", style=self.palette.muted)
-        return comparison_table(comparison, self.palette, self.cursor_task if self.has_focus else None, self.content_region.width)
+            shown: RenderableType = Text("no finished rollouts yet: the comparison fills in as they end", style=self.palette.muted)
+        else:
+            shown = comparison_table(comparison, self.palette, self.cursor_task if self.has_focus else None, self.content_region.width)
+        if (partial := self.store.partial) is None:
+            return shown
+        return Group(Text(f"partial: {safe(partial)}; the comparison fills in as it reads", style=self.palette.warning), shown)
 
     def on_focus(self) -> None:
         if self.cursor_task is None:

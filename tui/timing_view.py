@@ -152,4 +152,6 @@ class TimingView(Widget):
         if isinstance(body, Text):
             body.end = "\n"  # the waterfall ends without one; the caption needs a blank line above
         caption = Text("\nphase p50 / p95 per variant (finished rollouts)", style="bold")
+        if (partial := self.store.partial) is not None:
+            caption.append(f" · partial: {safe(partial)}", style=palette.warning)
         return Group(head, body, caption, variant_table(self.store, palette))

@@ -6,18 +6,30 @@ disabled, with the reason.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from core.paths import new_session_dir
 from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record, recorded_task_key, run_of
 from core.recordings.export import ORIGIN_KEY
-from core.recordings.index import RecordingIndex
+from core.recordings.index import RecordingIndex, RolloutSummary
 from core.recordings.load_episodes import TaskNumbers, load_episode
 from core.recordings.prime_rl_dir import ROLLOUTS, open_prime_rl, rollouts_dir
 from core.recordings.run_dir import open_run
 from core.session.contracts import VariantState
 from core.session.session import Session
 from core.session.store import RolloutStore
+
+SLICE_SECONDS = 0.02
+"""How long the index reads between hand-backs of the loop while a recording opens
+for the screen, so keys are answered meanwhile; what a slice read is shown once, so
+the rows' cost is per slice, not per record."""
+
+SLICE_STEP = 100
+"""Records read between looks at the slice's clock."""
 
 
 class OpenedRun(Session):
@@ -78,46 +90,113 @@ class OpenedTrainingRun(Session):
 
 
 class OpenedRecording(Session):
-    """A recording browsed offline. The index lists every rollout at once with its
-    outcome; a rollout's records are read and applied only when it is selected, so a
-    recording far larger than memory opens in about the time one pass takes."""
+    """A recording browsed offline. The index lists every rollout with its outcome; a
+    rollout's records are read and applied only when it is selected, so a recording
+    far larger than memory opens in about the time one pass takes. Opened for the
+    screen (`at_once` false), the pass reads on in slices on the app's loop after
+    `start`: rows join as it reads, and a rollout selected before all its records are
+    indexed shows what is, and fills in."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, at_once: bool = True) -> None:
         self.clock = ReplayClock()
         super().__init__(RolloutStore(clock=self.clock), new_session_dir(), path)
         self.variants: dict[str, RecordedVariant] = {}
-        self.index = RecordingIndex.build(path)
+        self.index = RecordingIndex.begin(path)
         self.readonly_reason = f"a recording opened offline ({path.name}): nothing is running"
         self.loaded: set[str] = set()
-        for event in self.index.events:
-            apply_record(self.store, self.variants, event)
-        for key, summary in self.index.rollouts.items():
-            announce = summary.announce or {}
-            variant = str(announce.get("variant") or key.partition("/")[0])
-            self.variants.setdefault(variant, RecordedVariant(variant))
-            rollout = self.store.add_rollout(
-                variant, announce.get("task_index", 0), announce.get("task_data") or {},
-                announce.get("rollout_index", 0), key=key, run=run_of(announce), t=summary.first_t,
-                task_key=recorded_task_key(announce),
-            )
-            rollout.facts = summary.facts
-            rollout.started_at = summary.started_t
-            rollout.running_since = summary.running_t
-            if summary.ending is not None:
-                self.store.ended(key, summary.ending, t=summary.ended_t)
-            else:
-                self.store.restore(key, summary.status)
-            self.clock.now = max(self.clock.now, summary.last_t or 0.0)
+        self._applied: dict[str, int] = {}
+        """How many of a loaded rollout's records are in the store."""
+        self._events = 0
+        self._reader: asyncio.Task[None] | None = None
+        if at_once:
+            self._show(self.index.read_on())
+        self._say_partial()
 
     @property
     def truncated(self) -> str | None:
         return self.index.truncated
+
+    async def start(self) -> None:
+        await super().start()
+        if not self.index.done:
+            self._reader = asyncio.get_running_loop().create_task(self._read_on())
+
+    async def wait(self) -> None:
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+    async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        await self.wait()
+        await super().shutdown(on_progress)
+
+    async def _read_on(self) -> None:
+        """The index read a slice at a time, the loop handed back between slices so
+        keys and ticks go on; each slice's rollouts shown as it ends."""
+        while not self.index.done:
+            touched: dict[str, None] = {}
+            ends = time.perf_counter() + SLICE_SECONDS
+            while not self.index.done and time.perf_counter() < ends:
+                touched.update(self.index.read_on(SLICE_STEP))
+            self._show(touched)
+            self._say_partial()
+            await asyncio.sleep(0)
+
+    def _say_partial(self) -> None:
+        self.store.partial = None if self.index.done else f"indexing {self.index.fraction:.0%}"
+
+    def _show(self, touched: Iterable[str]) -> None:
+        """What the index has read of these rollouts, into the store: a loaded one's new
+        records applied, any other's row from its summary."""
+        events = self.index.events
+        for event in events[self._events :]:
+            apply_record(self.store, self.variants, event)
+        self._events = len(events)
+        for key in touched:
+            summary = self.index.rollouts[key]
+            if key not in self.store.rollouts:
+                self._add(key, summary)
+            if key in self.loaded:
+                self._apply_new(key)
+            else:
+                self._summarize(key, summary)
+            self.clock.now = max(self.clock.now, summary.last_t or 0.0)
+
+    def _add(self, key: str, summary: RolloutSummary) -> None:
+        announce = summary.announce or {}
+        variant = str(announce.get("variant") or key.partition("/")[0])
+        self.variants.setdefault(variant, RecordedVariant(variant))
+        self.store.add_rollout(
+            variant, announce.get("task_index", 0), announce.get("task_data") or {},
+            announce.get("rollout_index", 0), key=key, run=run_of(announce), t=summary.first_t,
+            task_key=recorded_task_key(announce),
+        )
+
+    def _summarize(self, key: str, summary: RolloutSummary) -> None:
+        rollout = self.store.rollouts[key]
+        if rollout.status.finished and (summary.ending is None or rollout.ended_at != summary.ended_t):
+            rollout = self.store.reset_rollout(key)  # run again after the ending shown
+        rollout.facts = summary.facts
+        rollout.started_at = summary.started_t
+        rollout.running_since = summary.running_t
+        if summary.ending is not None:
+            self.store.ended(key, summary.ending, t=summary.ended_t)
+        else:
+            self.store.restore(key, summary.status)
 
     def load(self, key: str) -> None:
         if key in self.loaded or key not in self.index.rollouts:
             return
         self.loaded.add(key)
         self.store.reset_rollout(key)
-        for record in self.index.load(key):
+        self._apply_new(key)
+
+    def _apply_new(self, key: str) -> None:
+        """A loaded rollout's records the store does not hold yet, applied."""
+        first = self._applied.get(key, 0)
+        self._applied[key] = self.index.rollouts[key].records
+        for record in self.index.load(key, first):
             if record.get("k") != "rollout":
                 apply_record(self.store, self.variants, record)

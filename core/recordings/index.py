@@ -3,9 +3,10 @@ recording far larger than memory opens at once and loads a rollout on demand."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -279,9 +280,10 @@ def _failed_calls(unpacker: msgpack.Unpacker) -> list[object]:
 
 
 class RecordingIndex:
-    """Where each rollout's records are in a recording, built in one pass so that a
-    recording far larger than memory opens at once and loads a rollout on demand.
-    Per record it keeps an offset and a length (12 bytes)."""
+    """Where each rollout's records are in a recording, read in one pass that can stop
+    and go on (`read_on`), so a recording far larger than memory shows its first rows
+    at once and loads a rollout on demand. Per record it keeps an offset and a length
+    (12 bytes)."""
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = path
@@ -291,40 +293,78 @@ class RecordingIndex:
         self.events: list[dict[str, Any]] = []
         self.records = 0
         self.damage = Damage()
+        self.done = True
+        """Whether the pass has reached the end of the file."""
+        self.read_to = 0
+        """The byte the pass has read up to; `size` the file's when it began."""
+        self.size = 0
         self._read_note: str | None = None
+        self._scan: Scan | None = None
+        self._reading: Iterator[tuple[int, int, Any]] = iter(())
 
     @property
     def truncated(self) -> str | None:
         """Where a cut or damaged file stopped, and what was skipped, if anything."""
         return self.damage.note(self._read_note, self.path)
 
+    @property
+    def fraction(self) -> float:
+        """How much of the file the pass has read, 0 to 1 (1 once done)."""
+        return 1.0 if self.done else min(self.read_to / self.size, 0.99) if self.size else 0.0
+
     @classmethod
-    def build(cls, path: str | os.PathLike[str]) -> RecordingIndex:
+    def begin(cls, path: str | os.PathLike[str]) -> RecordingIndex:
+        """The index with its header read and no record yet: `read_on` reads them."""
         path = Path(path)
         header = read_header(path)
         index = cls(path, header.fields)
         index._read_note = header.cut
-        if header.cut is not None:
-            return index
-        scan = Scan(path, header.start, _read_for_index, header.damage)
-        for offset, length, record in scan:
-            kind, rollout_id = record.get("k"), record.get("id")
-            if index.damage.check(record, f"byte {offset}", announced=index.rollouts):
-                continue
-            if kind == "rollout":
-                index.rollouts[rollout_id] = RolloutSummary(rollout_id)
-            if kind in ("rollout", "request", "delta", "reply"):
-                index.rollouts[rollout_id]._add(offset, length, record)
-            elif kind == "event":
-                index.events.append(record)
-        index.records = scan.count
-        index._read_note = scan.note
+        if header.cut is None:
+            index.done = False
+            index.read_to, index.size = header.start, path.stat().st_size
+            index._scan = Scan(path, header.start, _read_for_index, header.damage)
+            index._reading = iter(index._scan)
         return index
 
-    def load(self, rollout_id: str) -> list[dict[str, Any]]:
-        """That rollout's records in order, read from the file now (see `read_records`)."""
+    @classmethod
+    def build(cls, path: str | os.PathLike[str]) -> RecordingIndex:
+        """The whole file indexed before it returns."""
+        index = cls.begin(path)
+        index.read_on()
+        return index
+
+    def read_on(self, records: int | None = None) -> dict[str, None]:
+        """Index up to `records` more records (all that are left without a limit); the
+        ids of the rollouts they belong to, in the order they were announced."""
+        touched: dict[str, None] = {}
+        rollouts = self.rollouts
+        read = 0
+        for offset, length, record in itertools.islice(self._reading, records):
+            read += 1
+            self.read_to = offset + length
+            kind, rollout_id = record.get("k"), record.get("id")
+            if self.damage.check(record, f"byte {offset}", announced=rollouts):
+                continue
+            if kind == "rollout":
+                rollouts[rollout_id] = RolloutSummary(rollout_id)
+            if kind in ("rollout", "request", "delta", "reply"):
+                rollouts[rollout_id]._add(offset, length, record)
+                touched[rollout_id] = None
+            elif kind == "event":
+                self.events.append(record)
+        if self._scan is None:
+            return touched
+        self.records = self._scan.count
+        if records is None or read < records:  # the end of the file
+            self._read_note, self.done = self._scan.note, True
+            self._scan, self._reading = None, iter(())
+        return touched
+
+    def load(self, rollout_id: str, first: int = 0) -> list[dict[str, Any]]:
+        """That rollout's records in order, from its `first`, read from the file now
+        (see `read_records`)."""
         summary = self.rollouts[rollout_id]
-        return read_records(self.path, summary._offsets, summary._lengths, self.damage)
+        return read_records(self.path, summary._offsets[first:], summary._lengths[first:], self.damage)
 
 
 def read_records(path: Path, offsets: Iterable[int], lengths: Iterable[int], damage: Damage) -> list[dict[str, Any]]:

@@ -600,6 +600,9 @@ class RolloutStore:
         """Per variant and per (variant, run), what `stats` counts, kept as rollouts
         change (`core.session.tallies`)."""
         self._changes = Changes()
+        self.partial: str | None = None
+        """Why the store holds only part of its source yet (an opened recording still
+        being indexed), said wherever a figure sums over every rollout."""
         self.dropped_frames = 0
         """Frames a client could not use (the screen may then miss what they held)."""
         self.last_drop: str | None = None

@@ -12,7 +12,7 @@ from core.engine.opened import OpenedRecording
 from core.engine.replay import ReplaySession
 from tests.support.app_screen import screen_text
 from tests.support.polling import until
-from tests.support.tui_standin import make_engine, write_recording
+from tests.support.tui_standin import make_engine, write_many_runs, write_recording
 from tui.app import TracewatchApp
 from tui.logs_view import LogLines, LogsView
 from tui.variants_panel import VariantCard
@@ -74,6 +74,26 @@ async def test_an_opened_recording_needs_no_selection_to_show_its_rows(tmp_path:
         assert shown["phase"] != "starting" and shown["turns"] != "0" and shown["tokens"] != "0"
         session.select(key)
         assert {column: app.table.cell_text(key, column) for column in shown} == shown
+
+
+async def test_a_recording_opened_for_the_screen_fills_its_table_as_its_index_reads_on(tmp_path: Path) -> None:
+    """`tracewatch open` draws its first screen before the file is indexed (the
+    session starts with the header read): keys work while the index reads on, and
+    the table, the status line and Compare end as an index read at once shows them."""
+    path = tmp_path / "many.twrec"
+    write_many_runs(path, 60)
+    whole = OpenedRecording(path)
+    session = OpenedRecording(path, at_once=False)
+    assert not session.store.rollouts
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("4", "down", "down")
+        await until(pilot, lambda: session.store.partial is None and app.table.row_count == len(whole.store.rollouts))
+        status = app.query_one("#status", Static)
+        await until(pilot, lambda: "indexing" not in str(status.render()) and "partial" not in screen_text(app))
+        row = lambda r: (r.status, r.phase, r.turns, r.tokens, r.reward, r.errors)  # noqa: E731
+        assert [row(r) for r in session.store.rollouts.values()] == [row(r) for r in whole.store.rollouts.values()]
+        assert app.detail.active == "tab-compare" and "variants disagree" in screen_text(app)
 
 
 async def test_the_focused_card_is_marked_and_cards_show_what_differs() -> None:

@@ -197,6 +197,25 @@ def make_engine(
 T0 = 1_700_000_000.0
 
 
+def write_many_runs(path: Path, copies: int) -> None:
+    """`copies` of every fixture run under one variant, interleaved as a busy run
+    records them: every rollout announced first, then each delta of the fixture for
+    every copy in turn, then the replies; a file big enough that its index is read
+    over many slices."""
+    deltas, tasks, replies = load_fixture()
+    with Recorder(path, meta={"test": True}) as rec:
+        for copy in range(copies):
+            for index, (run, task) in enumerate(tasks.items()):
+                rec.rollout(f"v/{run}/{copy}", "v", index, task, copy, t=T0)
+                rec.request(f"v/{run}/{copy}", f"req-{run}-{copy}", t=T0)
+        for item in deltas:
+            for copy in range(copies):
+                rec.delta(f"v/{item['request']}/{copy}", item["delta"], t=T0 + item["t"])
+        for run, reply in replies.items():
+            for copy in range(copies):
+                rec.reply(f"v/{run}/{copy}", reply, t=T0 + 30)
+
+
 def write_recording(path: Path) -> None:
     """Two variants' lifecycles (model and sampling on their "started" events) and
     the fixture's runs under each, at recorded times."""

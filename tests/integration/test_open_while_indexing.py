@@ -1,0 +1,75 @@
+"""A recording opened for the screen reads its index on after the session starts, a
+slice at a time on the loop: rows join as it reads, the store says it is partial until
+the end, and a rollout selected before all its records are read fills in."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from core.engine.opened import OpenedRecording
+from core.session.store import RolloutStore
+from tests.support.polling import eventually
+from tests.support.tui_standin import write_many_runs
+
+COPIES = 60
+"""4,620 records: about ten slices of the index."""
+
+
+def rows(store: RolloutStore) -> dict:
+    """What each rollout's row shows."""
+    return {key: (r.status, r.reason, r.phase, r.turns, r.tokens, r.reward, r.errors, r.flags) for key, r in store.rollouts.items()}
+
+
+async def one_slice(_: float) -> None:
+    await asyncio.sleep(0)  # the reader's task runs one slice, then hands the loop back
+
+
+@pytest.fixture
+def many(tmp_path: Path) -> Path:
+    path = tmp_path / "many.twrec"
+    write_many_runs(path, COPIES)
+    return path
+
+
+async def test_rows_join_as_the_index_reads_on_and_end_as_an_index_read_at_once_shows_them(many: Path) -> None:
+    whole = OpenedRecording(many)
+    session = OpenedRecording(many, at_once=False)
+    assert not session.store.rollouts and session.store.partial == "indexing 0%"  # the header only, before the first screen
+    await session.start()
+    seen: list[tuple[int, str | None]] = []
+
+    def read_to_the_end() -> bool:
+        seen.append((len(session.store.rollouts), session.store.partial))
+        return session.store.partial is None
+
+    await eventually(read_to_the_end, sleep=one_slice)
+    await session.wait()
+    percents = [int(partial.removeprefix("indexing ").removesuffix("%")) for _, partial in seen if partial is not None]
+    assert len(percents) >= 5 and percents == sorted(percents) and percents[-1] < 100
+    counts = [count for count, _ in seen]
+    assert counts == sorted(counts) and counts[-1] == len(whole.store.rollouts)
+    assert list(session.store.rollouts) == list(whole.store.rollouts)
+    assert rows(session.store) == rows(whole.store)
+    assert session.index.records == whole.index.records and not session.loaded
+
+
+async def test_a_rollout_selected_before_its_records_are_read_shows_what_is_and_fills_in(many: Path) -> None:
+    whole = OpenedRecording(many)
+    session = OpenedRecording(many, at_once=False)
+    await session.start()
+    key = next(iter(whole.store.rollouts))
+    await eventually(lambda: key in session.store.rollouts and session.index.rollouts[key].deltas, sleep=one_slice)
+    read_then = session.index.rollouts[key].records
+    assert not session.index.done and read_then < whole.index.rollouts[key].records
+    session.select(key)
+    shown = session.store.rollouts[key]
+    assert shown.traces and not shown.status.finished  # what is read so far
+    await session.wait()
+    whole.select(key)
+    assert rows(session.store) == rows(whole.store)
+    loaded, expected = session.store.rollouts[key], whole.store.rollouts[key]
+    assert {tid: len(t.nodes) for tid, t in loaded.traces.items()} == {tid: len(t.nodes) for tid, t in expected.traces.items()}
+    assert loaded.record == expected.record is not None
