@@ -22,7 +22,9 @@ from core.session.retention import FreezeAfterSlowCollections, resume_collection
 from core.session.session import Session
 from core.session.store import Rollout
 from core.taps.forwarder import check_proxy_addresses
+from core.taps.proxy_variant import ProxyVariant
 from core.taps.relay_viewer import check_relay_address
+from core.taps.view_priority import VIEW_NICENESS
 from core.tokens.tokenizer import Tokenizers, find_tokenizer
 
 COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare", "tokens")
@@ -338,6 +340,7 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
     if args.headless:
         from core.engine.headless import run_headless
 
+        yield_to_forwarders(engine)
         resume_collection()  # no first screen to wait for: startup ends here
         try:
             return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
@@ -359,6 +362,17 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
     for line in where_things_went(engine, recorded):
         print(line)
     return app.return_code or (1 if engine.recording_stopped is not None else 0)
+
+
+def yield_to_forwarders(engine: Session) -> None:
+    """Headless, a session of proxies only has its view yield the cores to their
+    forwarding processes, which the drivers wait on. Not with a server or an eval of
+    ours (started later, it would inherit the view's lower priority), and not on the
+    screen, where the keys wait on the view."""
+    proxies = [variant for variant in engine.variants.values() if isinstance(variant, ProxyVariant)]
+    if proxies and len(proxies) == len(engine.variants):
+        for proxy in proxies:
+            proxy.view_niceness = VIEW_NICENESS
 
 
 def where_things_went(engine: Session, recorded: bool) -> list[str]:

@@ -29,6 +29,7 @@ from core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread,
 from core.taps.forward_process import COPY_BYTES, ForwardingProcess
 from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
 from core.taps.tap_variant import TapVariant
+from core.taps.view_priority import SPAWNER, yield_view
 from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack, unpack_delta
 
 TURN_COPIES = 2000
@@ -56,6 +57,9 @@ class ProxyVariant(TapVariant):
     supervised = False
     copy_bytes = COPY_BYTES
     """Bytes of copies the view may fall behind by before copies are dropped."""
+    view_niceness = 0
+    """How far below its forwarding process the view runs once forwarding (0: as the
+    app; headless, where nothing but printed lines waits on the view, it yields)."""
 
     def __init__(self, name: str, listen: str, upstream: str, store: RolloutStore, recorder: Any = None) -> None:
         super().__init__(name, store, recorder)
@@ -165,7 +169,7 @@ class ProxyVariant(TapVariant):
         read its copies until stopped."""
         forwarder = ForwardingProcess(self.listen, self.upstream, copy_bytes=self.copy_bytes)
         try:
-            await asyncio.to_thread(forwarder.start)
+            await asyncio.get_running_loop().run_in_executor(SPAWNER, forwarder.start)
         except (ForwarderError, OSError) as error:
             forwarder.close()
             self.reason = str(error)
@@ -173,6 +177,8 @@ class ProxyVariant(TapVariant):
             return
         self.forwarder = forwarder
         self.listen = forwarder.listen
+        if self.view_niceness:
+            yield_view(self.view_niceness)
         self.server_started_at = time.time()
         self._say(f"listening on {self.listen}, forwarding to {self.upstream}")
         self._event("started", address=self.address)
@@ -200,7 +206,7 @@ class ProxyVariant(TapVariant):
         self._say(f"{died}; starting a new one on {self.listen}")
         replacement = ForwardingProcess(self.listen, self.upstream, copy_bytes=self.copy_bytes)
         try:
-            await asyncio.to_thread(replacement.start)
+            await asyncio.get_running_loop().run_in_executor(SPAWNER, replacement.start)
         except (ForwarderError, OSError) as error:
             replacement.close()
             self.forwarder = None
