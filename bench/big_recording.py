@@ -16,7 +16,12 @@ with its announcement, request and reply. Then, each in this process:
 - `replay --speed 0`: the replay's records applied per CPU second of its loop for
   `--replay-seconds` (the whole file would take minutes), against the bare unpack.
 
-    python -m bench.big_recording [--megabytes 1000 --replay-seconds 20 --replay-only]
+    python -m bench.big_recording [--size-mb 1000 --rounds 2 --replay-seconds 20 --replay-only]
+
+Each round runs every measure once, printing the load beside it; the medians of the
+ratios to each round's own bare unpack close the output (robust to a loaded box).
+`--size-mb` smaller than 1,000 for a quick look: a 1 GB round takes about a minute
+of CPU.
 
 The file goes in a temporary folder under /tmp and is deleted at the end.
 """
@@ -28,6 +33,7 @@ import asyncio
 import os
 import random
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -141,16 +147,60 @@ def until_counted(session: Any) -> float:
     return time.perf_counter() - start
 
 
+def one_round(path: Path, rollouts: int, records: int, args: argparse.Namespace) -> dict[str, float]:
+    """Each measure once, printed with the load as it ran; the ratios to this round's
+    bare unpack."""
+    from core.engine.opened import OpenedRecording
+    from core.engine.replay import ReplaySession
+
+    ratios = {}
+    counted, bare_cpu, bare_wall = cpu_timed(lambda: bare_unpack(path))
+    assert counted == records + 1, (counted, records)  # and the header
+    bare = records / bare_cpu
+    print(f"  bare unpack               {bare:>10,.0f} records/CPU s  ({bare_cpu:.1f} s CPU, {bare_wall:.1f} s wall)  load {load()}")
+    if not args.replay_only:
+        index, cpu, wall = cpu_timed(lambda: RecordingIndex.build(path))
+        assert index.records == records, (index.records, records)
+        ratios["index build"] = records / cpu / bare
+        print(f"  index build               {records / cpu:>10,.0f} records/CPU s  {ratios['index build']:.2f}x bare  ({cpu:.1f} s CPU, {wall:.1f} s wall)  load {load()}")
+        del index
+        opened, cpu, wall = cpu_timed(lambda: OpenedRecording(path, at_once=False))
+        ratios["open: first screen s"] = wall
+        print(f"  open: session built       {wall:>10.2f} s wall ({cpu:.2f} s CPU) before the first screen can be drawn")
+        (cpu, wall, longest), _, _ = cpu_timed(lambda: asyncio.run(read_on(opened)))
+        assert opened.index.records == records and len(opened.store.rollouts) == rollouts
+        ratios["open: rows read on"] = records / cpu / bare
+        print(
+            f"  open: rows read on        {records / cpu:>10,.0f} records/CPU s  {ratios['open: rows read on']:.2f}x bare  "
+            f"({cpu:.1f} s CPU, {wall:.1f} s wall; the loop held at most {longest * 1000:.0f} ms CPU at a time)  load {load()}"
+        )
+        del opened
+    session, cpu, wall = cpu_timed(lambda: ReplaySession(path, speed=0))
+    ratios["replay: first screen s"] = wall
+    print(f"  replay: session built     {wall:>10.2f} s wall ({cpu:.2f} s CPU) before the first screen can be drawn")
+    print(f"          records counted   {until_counted(session):>10.2f} s wall later (a thread, while the replay plays)")
+    applied, cpu, wall = asyncio.run(replay_for(session, args.replay_seconds))
+    ratios["replay --speed 0"] = applied / cpu / bare
+    print(
+        f"  replay --speed 0          {applied / cpu:>10,.0f} records/CPU s  {ratios['replay --speed 0']:.2f}x bare  "
+        f"({applied:,} records in {wall:.1f} s wall, {cpu:.1f} s CPU)  load {load()}"
+    )
+    return ratios
+
+
+def load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--megabytes", type=float, default=1000.0)
+    parser.add_argument("--megabytes", "--size-mb", type=float, default=1000.0)
     parser.add_argument("--replay-seconds", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=2, help="each measure this many times, alternated; medians at the end")
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--replay-only", action="store_true", help="leave out the index and open")
     args = parser.parse_args()
-    from core.engine.opened import OpenedRecording
-    from core.engine.replay import ReplaySession
 
     folder = Path(tempfile.mkdtemp(prefix="tracewatch-big-", dir="/tmp"))
     try:
@@ -158,37 +208,15 @@ def main() -> None:
         capture(frames, CAPTURED, args.turns, args.tokens)
         (rollouts, records), _, wall = cpu_timed(lambda: write(path, frames, args.megabytes))
         size = path.stat().st_size
-        print(
-            f"recording: {size / 1e6:,.0f} MB, {rollouts:,} rollouts, {records:,} records, written in {wall:.1f} s; "
-            f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (1 min)"
-        )
-        counted, bare_cpu, bare_wall = cpu_timed(lambda: bare_unpack(path))
-        assert counted == records + 1, (counted, records)  # and the header
-        bare = records / bare_cpu
-        print(f"bare unpack               {bare:>10,.0f} records/CPU s  ({bare_cpu:.1f} s CPU, {bare_wall:.1f} s wall)")
-        if not args.replay_only:
-            index, cpu, wall = cpu_timed(lambda: RecordingIndex.build(path))
-            assert index.records == records, (index.records, records)
-            print(f"index build               {records / cpu:>10,.0f} records/CPU s  {records / cpu / bare:.2f}x bare  ({cpu:.1f} s CPU, {wall:.1f} s wall)")
-            del index
-            opened, cpu, wall = cpu_timed(lambda: OpenedRecording(path, at_once=False))
-            print(f"open: session built       {wall:>10.2f} s wall ({cpu:.2f} s CPU) before the first screen can be drawn")
-            (cpu, wall, longest), _, _ = cpu_timed(lambda: asyncio.run(read_on(opened)))
-            assert opened.index.records == records and len(opened.store.rollouts) == rollouts
-            print(
-                f"open: rows read on        {records / cpu:>10,.0f} records/CPU s  {records / cpu / bare:.2f}x bare  "
-                f"({cpu:.1f} s CPU, {wall:.1f} s wall; the loop held at most {longest * 1000:.0f} ms CPU at a time)"
-            )
-            del opened
-        session, cpu, wall = cpu_timed(lambda: ReplaySession(path, speed=0))
-        print(f"replay: session built     {wall:>10.2f} s wall ({cpu:.1f} s CPU) before the first screen can be drawn")
-        print(f"        records counted   {until_counted(session):>10.2f} s wall later (a thread, while the replay plays)")
-        applied, cpu, wall = asyncio.run(replay_for(session, args.replay_seconds))
-        print(
-            f"replay --speed 0          {applied / cpu:>10,.0f} records/CPU s  {applied / cpu / bare:.2f}x bare  "
-            f"({applied:,} records in {wall:.1f} s wall, {cpu:.1f} s CPU)"
-        )
-        print(f"load average after: {os.getloadavg()[0]:.1f} (1 min)")
+        print(f"recording: {size / 1e6:,.0f} MB, {rollouts:,} rollouts, {records:,} records, written in {wall:.1f} s; {os.cpu_count()} cores, load {load()}")
+        rounds = []
+        for number in range(args.rounds):
+            print(f"round {number + 1}")
+            rounds.append(one_round(path, rollouts, records, args))
+        print(f"median of {args.rounds} rounds (CPU-time ratios to the same round's bare unpack):")
+        for name in rounds[0]:
+            value = statistics.median(r[name] for r in rounds)
+            print(f"  {name:24} {value:.2f}{'' if name.endswith(' s') else 'x bare'}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
