@@ -13,9 +13,14 @@ each relayed round (its thread is part of what it costs, idle or not) at the add
 its viewers keep saying hello to. CPU is this process's own rusage (every thread: the
 driver's, the relay's, pyzmq's); the driver's thread is its own thread time, the
 relay's its thread's clock. Each ratio is the median over the pairs, with the
-interquartile range beside it.
+interquartile range beside it. Where the added CPU goes is printed beside the ratios:
+the driver's thread, the relay thread and the process's other threads (pyzmq's I/O
+thread sending to the viewers, its garbage-collector thread, the episodes' validation),
+and the page faults the driver's thread took more than without the relay (the relay
+keeps the bytes of the runs in flight for a viewer that joins late, so the client
+allocates fresh pages for the deltas that follow, and every round hands them back).
 
-    python -m bench.relay [--pairs 6]
+    python -m bench.relay [--pairs 6] [--shapes small,heavy]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +74,8 @@ class Round:
     driver: float
     """The driver's own thread's CPU seconds."""
     wall: float
+    faults: int
+    """Minor page faults taken by the driver's thread."""
     relay: float = 0.0
     """The relay thread's CPU seconds."""
     queue_dropped: int = 0
@@ -79,6 +87,10 @@ def process_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def thread_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+
+
 async def drive(address: str, runs: int, relay: Relay | None) -> Round:
     """`runs` concurrent rollouts, timed from the first request to the last reply."""
     plain = EnvClient(address)
@@ -87,9 +99,9 @@ async def drive(address: str, runs: int, relay: Relay | None) -> Round:
     gc.collect()
     relay_clock = time.pthread_getcpuclockid(relay._thread.ident) if relay is not None and relay._thread.ident else None
     relay_cpu = time.clock_gettime(relay_clock) if relay_clock is not None else 0.0
-    cpu, driver, wall = process_cpu(), time.thread_time(), time.perf_counter()
+    cpu, driver, wall, faults = process_cpu(), time.thread_time(), time.perf_counter(), thread_faults()
     await asyncio.gather(*(client.run(EvalClientConfig(), "m", SamplingConfig(), {"id": f"t{i}", "prompt": "p"}) for i in range(runs)))
-    measured = Round(process_cpu() - cpu, time.thread_time() - driver, time.perf_counter() - wall)
+    measured = Round(process_cpu() - cpu, time.thread_time() - driver, time.perf_counter() - wall, thread_faults() - faults)
     if relay_clock is not None:
         measured.relay = time.clock_gettime(relay_clock) - relay_cpu
     await plain.close()
@@ -110,6 +122,20 @@ async def relayed(source: str, runs: int, address: str, viewers: int) -> Round:
         return measured
     finally:
         relay.close()
+
+
+def added(measured: list[tuple[Round, Round]]) -> str:
+    """Where the relayed round's added CPU went, medians over the pairs."""
+
+    def median_ms(part: Callable[[Round], float]) -> str:
+        return f"{statistics.median(part(r) - part(p) for p, r in measured) * 1000:+.1f} ms"
+
+    faults = statistics.median(r.faults - p.faults for p, r in measured)
+    return (
+        f"added a round: CPU {median_ms(lambda r: r.cpu)}: driver's thread {median_ms(lambda r: r.driver)}, "
+        f"relay thread {median_ms(lambda r: r.relay)}, other threads {median_ms(lambda r: r.cpu - r.driver - r.relay)}; "
+        f"driver's thread page faults {faults:+,.0f}"
+    )
 
 
 def spread(values: list[float]) -> str:
@@ -150,6 +176,7 @@ async def shape(name: str, turns: int, tokens: int, runs: int, pairs: int) -> li
                 f"driver's thread {spread([r.driver / p.driver for p, r in measured])}; relay thread {statistics.median(r.relay for _, r in measured) / plain_cpu:.1%} of plain's CPU; "
                 f"dropped {sum(r.queue_dropped for _, r in measured)} at hand-over, {sum(r.viewer_dropped for _, r in measured)} for viewers"
             )
+            lines.append(f"    {added(measured)}")
         return lines
     finally:
         for viewer in viewers:
@@ -162,11 +189,15 @@ async def shape(name: str, turns: int, tokens: int, runs: int, pairs: int) -> li
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--shapes", default="small,heavy", help="which shapes, comma-separated: small, heavy")
     args = parser.parse_args()
-    for line in await shape("small deltas", turns=200, tokens=0, runs=16, pairs=args.pairs):
-        print(line, flush=True)
-    for line in await shape("4,000-token deltas", turns=25, tokens=4000, runs=8, pairs=args.pairs):
-        print(line, flush=True)
+    shapes = set(args.shapes.split(","))
+    if "small" in shapes:
+        for line in await shape("small deltas", turns=200, tokens=0, runs=16, pairs=args.pairs):
+            print(line, flush=True)
+    if "heavy" in shapes:
+        for line in await shape("4,000-token deltas", turns=25, tokens=4000, runs=8, pairs=args.pairs):
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
