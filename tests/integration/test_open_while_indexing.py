@@ -39,18 +39,21 @@ async def test_rows_join_as_the_index_reads_on_and_end_as_an_index_read_at_once_
     session = OpenedRecording(many, at_once=False)
     assert not session.store.rollouts and session.store.partial == "indexing 0%"  # the header only, before the first screen
     await session.start()
-    seen: list[tuple[int, str | None]] = []
+    seen: list[tuple[int, int, str | None]] = []
 
     def read_to_the_end() -> bool:
-        seen.append((len(session.store.rollouts), session.store.partial))
-        return session.store.partial is None
+        seen.append((session.index.read_to, len(session.store.rollouts), session.store.partial))
+        return session.index.done
 
     await eventually(read_to_the_end, sleep=one_slice)
     await session.wait()
-    percents = [int(partial.removeprefix("indexing ").removesuffix("%")) for _, partial in seen if partial is not None]
-    assert len(percents) >= 5 and percents == sorted(percents) and percents[-1] < 100
-    counts = [count for count, _ in seen]
-    assert counts == sorted(counts) and counts[-1] == len(whole.store.rollouts)
+    reading = [(read_to, partial) for read_to, _, partial in seen[:-1]]
+    assert len(reading) >= 5, "the loop is handed back between slices"
+    assert [read_to for read_to, _ in reading] == sorted({read_to for read_to, _ in reading})
+    assert all(partial is not None and partial.startswith("indexing ") for _, partial in reading)
+    counts = [count for _, count, _ in seen]
+    assert counts == sorted(counts) and 0 < counts[1] and counts[-1] == len(whole.store.rollouts)  # rows from the first slice on
+    assert session.store.partial is None
     assert list(session.store.rollouts) == list(whole.store.rollouts)
     assert rows(session.store) == rows(whole.store)
     assert session.index.records == whole.index.records and not session.loaded
