@@ -103,8 +103,11 @@ class PushingForwarder(Forwarder):
         if not (leg.pending or leg.gap or leg.skipping):
             leg.inside = leg.stream.under_way
         firsts: list[bytes | None] = []
-        offsets: list[int | None] = []
+        offsets: list[int] = []
+        held = leg.stream.held
         starts, first, before = leg.stream.scan(data, firsts, offsets)
+        data = held + data  # gathered once a message's request id is whole: a drop knows its run
+        data = data[: len(data) - len(leg.stream.held)]
         self.forwarded += starts
         if leg.gap or leg.skipping:
             if leg.gap:
@@ -117,8 +120,7 @@ class PushingForwarder(Forwarder):
             if leg.gap:
                 leg.resuming, leg.lost = leg.lost, []
             leg.gap = leg.skipping = leg.inside = False
-            data, firsts = data[first:], firsts[before:]
-            offsets = [None if at is None else at - first for at in offsets[before:]]
+            data, firsts, offsets = data[first:], firsts[before:], [at - first for at in offsets[before:]]
         if leg.sibling in self._pending:
             self._flush(leg.sibling)  # the view reads a run's request before its deltas, a reply before the next request
         if not self._pending:
@@ -126,7 +128,7 @@ class PushingForwarder(Forwarder):
         base = len(leg.pending)
         leg.pending += data
         leg.firsts += firsts
-        leg.offsets += [None if at is None else at + base for at in offsets]
+        leg.offsets += [at + base for at in offsets]
         self._pending[leg] = None
         if len(leg.pending) >= FLUSH_BYTES:
             self._flush(leg)
@@ -160,11 +162,11 @@ class PushingForwarder(Forwarder):
         A last message that goes on past the gathered bytes is shed to its end."""
         pending, kept = leg.pending, bytearray()
         firsts: list[bytes | None] = []
-        offsets: list[int | None] = []
+        offsets: list[int] = []
         cursor = 0
-        ends: list[int | None] = [*leg.offsets[1:], len(pending)]
+        ends = [*leg.offsets[1:], len(pending)]
         for start, first, end in zip(leg.offsets, leg.firsts, ends, strict=True):
-            if start is not None and end is not None and first is not None and (leg.driver, first) in self._incomplete:
+            if first is not None and (leg.driver, first) in self._incomplete:
                 kind = second_frame(pending, start)
                 if kind == KIND_REPLY:
                     del self._incomplete[(leg.driver, first)]
@@ -176,7 +178,7 @@ class PushingForwarder(Forwarder):
                         leg.skipping = True
                     continue
             firsts.append(first)
-            offsets.append(None if start is None else len(kept) + start - cursor)
+            offsets.append(len(kept) + start - cursor)
         kept += pending[cursor:]
         leg.pending, leg.firsts, leg.offsets = kept, firsts, offsets
 

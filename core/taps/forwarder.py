@@ -98,8 +98,8 @@ class Leg:
     """`pending` begins inside a message (begun in copies already handed over)."""
     resuming: list[bytes | None] | None = None
     """`pending` picks up after a gap: the first frames of the messages lost in it."""
-    offsets: list[int | None] = field(default_factory=list)
-    """Where in `pending` each of those messages begins (None: in bytes before it)."""
+    offsets: list[int] = field(default_factory=list)
+    """Where in `pending` each of those messages begins."""
     skipping: bool = False
     """A message of a run that lost copies is being shed to its end."""
     sibling: Leg | None = field(default=None, repr=False)

@@ -47,6 +47,12 @@ class ZmtpStream:
         return cut
 
     @property
+    def held(self) -> bytes:
+        """Bytes a scan read up to but not past (a frame header or a message's short
+        first frame, cut short): the next scan reads them again, before its data."""
+        return bytes(self._buffer) if not self.keep else b""
+
+    @property
     def between_messages(self) -> bool:
         """Past the handshake and between two frames of no message: a whole message
         put on the connection here reads as one to its receiver."""
@@ -58,14 +64,18 @@ class ZmtpStream:
         )
 
     def scan(
-        self, data: bytes, firsts: list[bytes | None] | None = None, offsets: list[int | None] | None = None
+        self, data: bytes, firsts: list[bytes | None] | None = None, offsets: list[int] | None = None
     ) -> tuple[int, int | None, int]:
-        """Messages that begin in `data`; the first offset in it where a reader may
-        start (a frame header between two messages), if any; and how many of those
-        messages begin before that offset (all of them, if there is none). With
-        `firsts`, each of those messages' first frame is added to it (None where
-        that frame does not end in `data`); with `offsets`, where each begins in
-        `data` (None where its first header began in the bytes before)."""
+        """Read `held` and then `data`, as one run of bytes, up to what is `held` after
+        it: a message's first frame (a short one: a run's request id) is read whole
+        before its message counts, so every message is known by its request id in the
+        bytes it begins in, and those bytes never end inside that frame. Returns the
+        messages that begin in the bytes read; the first offset in them where a
+        reader may start (a frame header between two messages), if any; and how many
+        of those messages begin before that offset (all of them, if there is none).
+        With `firsts`, each of those messages' first frame is added to it (None only
+        for a long first frame that does not end there); with `offsets`, where each
+        begins."""
         if self.keep:
             raise ValueError("a keeping stream reads with feed()")
         return self._walk(data, None, firsts, offsets)
@@ -105,13 +115,12 @@ class ZmtpStream:
         data: bytes,
         messages: list[list[bytes]] | None,
         firsts: list[bytes | None] | None = None,
-        offsets: list[int | None] | None = None,
+        offsets: list[int] | None = None,
     ) -> tuple[int, int | None, int]:
         offset = self._frames_start(data)
         if offset is None:
             return 0, None, 0
         buffer = self._buffer
-        held = len(buffer)
         buffer += memoryview(data)[offset:]
         end = len(buffer)
         starts, first, before = 0, None, 0
@@ -126,9 +135,10 @@ class ZmtpStream:
                 head, size = 9, int.from_bytes(buffer[position + 1 : position + 9], "big")
             else:
                 head, size = 2, buffer[position + 1]
-            if not in_message and first is None and position >= held:
-                first, before = position - held + offset, starts
-            if keep and position + head + size > end:
+            if not in_message and first is None:
+                first, before = position + offset, starts
+            whole = position + head + size <= end
+            if not whole and (keep or not (in_message or flags & (COMMAND | LONG))):
                 break  # the rest of this frame is still to come
             if flags & COMMAND:
                 self.commanded = True
@@ -136,10 +146,9 @@ class ZmtpStream:
                 if not in_message:
                     starts += 1
                     if firsts is not None:
-                        whole = position + head + size <= end
                         firsts.append(bytes(buffer[position + head : position + head + size]) if whole else None)
                     if offsets is not None:
-                        offsets.append(position - held + offset if position >= held else None)
+                        offsets.append(position + offset)
                 in_message = bool(flags & MORE)
                 if keep:
                     self._frames.append(bytes(buffer[position + head : position + head + size]))

@@ -209,10 +209,22 @@ def test_any_split_of_the_bytes_reads_the_same_messages_and_a_resume_reads_a_who
     chunks = [data[a:b] for a, b in zip(points, points[1:], strict=False)]
     reader, scanner = ZmtpStream(keep=True), ZmtpStream(keep=False)
     assert [m for chunk in chunks for m in reader.feed(chunk)] == messages
-    scans = [scanner.scan(chunk) for chunk in chunks]
-    assert sum(starts for starts, _, _ in scans) == len(messages)
-    # the view loses every chunk up to one, then picks up where the forwarder says
-    lost = resume_after % len(chunks)
+    # as the forwarder gathers: what the scanner held back goes with the next chunk
+    units: list[bytes] = []
+    scans: list[tuple[int, int | None, int]] = []
+    firsts: list[bytes | None] = []
+    for chunk in chunks:
+        held = scanner.held
+        offsets: list[int] = []
+        scans.append(scanner.scan(chunk, firsts, offsets))
+        unit = held + chunk
+        units.append(unit[: len(unit) - len(scanner.held)])
+        assert [unit[at] & 4 for at in offsets] == [0] * len(offsets), "each message begins where it is said to"
+    assert b"".join(units) == data and sum(starts for starts, _, _ in scans) == len(messages)
+    short = [m[0] if len(m[0]) <= 255 else None for m in messages]
+    assert [f if s is not None else None for f, s in zip(firsts, short, strict=True)] == short, "every short first frame (a run's request id) is known"
+    # the view loses every unit up to one, then picks up where the forwarder says
+    lost = resume_after % len(units)
     later = [(i, first, before) for i, (_, first, before) in enumerate(scans) if i > lost and first is not None]
     if not later:
         return
@@ -220,7 +232,7 @@ def test_any_split_of_the_bytes_reads_the_same_messages_and_a_resume_reads_a_who
     missed = sum(starts for starts, _, _ in scans[:i]) + before
     resumed = ZmtpStream(keep=True)
     resumed.resume()
-    tail = [m for chunk in [chunks[i][first:], *chunks[i + 1 :]] for m in resumed.feed(chunk)]
+    tail = [m for unit in [units[i][first:], *units[i + 1 :]] for m in resumed.feed(unit)]
     assert tail == messages[missed:]
 
 
@@ -252,3 +264,75 @@ def test_a_connection_that_is_not_zmtp_is_relayed_and_named_unreadable(forwardin
         for sock in (client, upstream, *accepted):
             sock.close()
     assert "not a ZMTP 3 connection" in process.notes[0]
+
+
+class RawPeer:
+    """One end of a ZMTP connection written byte by byte (so a test decides where
+    the forwarder's reads are cut), counting what it received."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sock.setblocking(False)
+        self.received = b""
+
+    def read(self) -> bytes:
+        with contextlib.suppress(BlockingIOError):
+            while chunk := self.sock.recv(1 << 20):
+                self.received += chunk
+        return self.received
+
+    def send_and_wait(self, data: bytes, other: RawPeer, what: str) -> None:
+        """Send `data`, and wait until the other end got it: the forwarder read it
+        before anything sent after."""
+        expected = len(other.read()) + len(data)
+        self.sock.setblocking(True)
+        self.sock.sendall(data)
+        self.sock.setblocking(False)
+        wait_until(lambda: len(other.read()) == expected, WAIT, what)
+
+
+def test_a_lost_copy_names_its_run_even_when_the_forwarder_read_its_request_id_in_two_pieces(forwarding) -> None:
+    """The view is told which runs lost copies by their request ids: a run whose
+    id was cut between two reads of the forwarder, in the copies dropped, is named
+    too, never unknown (an unknown one counts every run of the driver incomplete)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    process = forwarding(f"tcp://127.0.0.1:{listener.getsockname()[1]}", copy_bytes=4096)
+    driver = RawPeer(socket.create_connection(("127.0.0.1", int(process.listen.rsplit(":", 1)[1]))))
+    handshake = GREETING + encode([b"\x05READY"], command=True)
+    driver.sock.sendall(handshake + encode([b"r" * 32, b"run", b"go"]))
+    server: RawPeer | None = None
+    accepted: list[RawPeer] = []
+    copies: list[Copy] = []
+
+    def the_drivers_connection() -> RawPeer | None:
+        with contextlib.suppress(BlockingIOError):
+            listener.setblocking(False)
+            accepted.append(RawPeer(listener.accept()[0]))
+        return next((peer for peer in accepted if b"go" in peer.read()), None)  # the other one is the proxy's health probe
+
+    def view() -> list[Copy]:
+        copies.extend(process.take(100))
+        return copies
+
+    def seen(run: bytes) -> bool:
+        return any(copy.frames[0] == run for copy in view())
+
+    try:
+        server = wait_until(the_drivers_connection, WAIT, "the driver's connection at the server")
+        server.send_and_wait(handshake + encode([b"m" * 32, b"delta", b"first"]), driver, "the handshake at the driver")
+        wait_until(lambda: seen(b"m" * 32), WAIT, "a first delta in the view")
+        cut_run = encode([b"y" * 32, b"delta", b"y" * 100])
+        server.send_and_wait(encode([b"w" * 32, b"delta", b"w" * 60_000]) + cut_run[:18], driver, "a delta, and the next cut in its request id")
+        server.send_and_wait(cut_run[18:], driver, "the rest")
+        wait_until(lambda: view() and process.dropped > 0, WAIT, "the copies over the bound dropped")
+        server.send_and_wait(encode([b"z" * 32, b"delta", b"z"]), driver, "a later delta")
+        wait_until(lambda: seen(b"z" * 32), WAIT, "the view picking up again")
+    finally:
+        for sock in (listener, driver.sock, *(peer.sock for peer in accepted)):
+            sock.close()
+    lost = {run for copy in copies for run in copy.lost or ()}
+    whole = {copy.frames[0] for copy in copies if copy.direction == TO_DRIVER}
+    assert None not in lost, "every run that lost copies is named"
+    assert lost == {b"w" * 32, b"y" * 32} - whole and b"w" * 32 in lost, (lost, whole)
