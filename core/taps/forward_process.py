@@ -160,6 +160,8 @@ class PushingForwarder(Forwarder):
         """Drop from what `leg` gathered the whole messages of runs that already lost
         copies (not their replies: a run's ending is small and says how it ended).
         A last message that goes on past the gathered bytes is shed to its end."""
+        if not leg.offsets:
+            return  # the middle of a message whose start went to the app before
         pending, kept = leg.pending, bytearray()
         firsts: list[bytes | None] = []
         offsets: list[int] = []
