@@ -28,6 +28,7 @@ from core.taps.relay_viewer import RelayViewer
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import eventually, until
 from tests.support.tap_checks import assert_read_in_order_or_counted
+from tests.support.tether import TetheredProcess, run_tethered
 from tracewatch_relay import Relay, RelayedClient
 from tui.app import TracewatchApp
 
@@ -113,7 +114,7 @@ async def test_a_full_queue_drops_and_counts_and_never_blocks_the_caller() -> No
 
 def test_a_relay_address_nobody_serves_is_a_clear_error() -> None:
     address = free_address()
-    result = subprocess.run(
+    result = run_tethered(
         [sys.executable, "-m", "tui.cli", "tap", address, "--headless", "--no-record"], capture_output=True, text=True, timeout=WAIT
     )
     assert result.returncode == 2
@@ -176,7 +177,7 @@ async def test_sigterm_stops_a_headless_tap_behind_a_backlog_with_its_summary() 
         on_delta({"trace": "t", "open": {"id": "t"}})
         for i in range(BACKLOG):
             on_delta({"trace": "t", "set": {"i": i, "text": "x" * 200}})
-        tap = subprocess.Popen(
+        tap = TetheredProcess(
             [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -188,9 +189,8 @@ async def test_sigterm_stops_a_headless_tap_behind_a_backlog_with_its_summary() 
         out, err = await asyncio.to_thread(tap.communicate, timeout=WAIT)
     finally:
         relay.close()
-        if tap is not None and tap.poll() is None:
-            tap.kill()
-            tap.wait()
+        if tap is not None:
+            tap.end()
     assert tap.returncode == 143, out + err
     assert "SIGTERM: stopping the viewer; the runs it watches go on" in out and "cancelling" not in out
     assert re.search(r"^v/0 \[.*\] unobserved .*the viewer stopped before the run ended", out, re.MULTILINE), out
@@ -287,7 +287,7 @@ async def test_a_viewer_says_when_the_relay_went_away_and_picks_up_when_one_is_b
 
 async def test_headless_tap_says_the_relay_went_away_and_so_does_its_summary() -> None:
     relay = Relay("tcp://127.0.0.1:0")
-    tap = subprocess.Popen(
+    tap = TetheredProcess(
         [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -305,9 +305,7 @@ async def test_headless_tap_says_the_relay_went_away_and_so_does_its_summary() -
         out, err = await asyncio.to_thread(tap.communicate, timeout=WAIT)
     finally:
         relay.close()
-        if tap.poll() is None:
-            tap.kill()
-            tap.wait()
+        tap.end()
     assert line.startswith(f"v: the relay at {relay.address} went away")
     assert re.search(r"^v: done; .*the relay at \S+ went away", out, re.MULTILINE), out + err
 
@@ -317,7 +315,7 @@ def test_cancel_stalled_on_a_relay_viewer_is_refused_with_the_reason(headless: b
     relay = Relay("tcp://127.0.0.1:0")
     try:
         argv = [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--no-record", "--cancel-stalled", "5"]
-        result = subprocess.run(argv + (["--headless"] if headless else []), capture_output=True, text=True, timeout=WAIT, stdin=subprocess.DEVNULL)
+        result = run_tethered(argv + (["--headless"] if headless else []), capture_output=True, text=True, timeout=WAIT, stdin=subprocess.DEVNULL)
     finally:
         relay.close()
     assert result.returncode == 2, result.stdout + result.stderr

@@ -26,6 +26,7 @@ from tests.app.test_app_recordings import card_text
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import until
 from tests.support.repo import INTEROP
+from tests.support.tether import run_tethered
 from tui.app import TracewatchApp
 from tui.logs_view import LogLines, LogsView
 from tui.screens import ConfirmScreen
@@ -77,7 +78,7 @@ def eval_run(tmp_path_factory) -> EvalRun:
     home = tmp_path_factory.mktemp("eval")
     recording = home / "eval.twrec"
     with FakeModel() as model:
-        result = subprocess.run(
+        result = run_tethered(
             [sys.executable, "-m", "tui.cli", "eval", "--headless", "--name", "ev", "--record", str(recording), "--", *vf_eval(model, home / "out")],
             capture_output=True, text=True, timeout=WAIT, env=eval_env(home),
         )

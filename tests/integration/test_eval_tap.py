@@ -24,6 +24,7 @@ from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import eventually, wait_until
 from tests.support.repo import INTEROP
 from tests.support.tap_checks import assert_read_in_order_or_counted
+from tests.support.tether import TetheredProcess, run_tethered
 
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 WAIT = 120.0
@@ -56,7 +57,7 @@ def vf_eval(model: FakeModel, out: Path, rollouts: int = 2) -> list[str]:
 
 def test_headless_eval_prints_each_rollout_records_it_and_links_the_run_dir(model, eval_env) -> None:
     recording = eval_env / "eval.twrec"
-    result = subprocess.run(
+    result = run_tethered(
         [sys.executable, "-m", "tui.cli", "eval", "--headless", "--record", str(recording), "--", *vf_eval(model, eval_env / "out")],
         capture_output=True, text=True, timeout=WAIT,
     )
@@ -145,7 +146,7 @@ async def test_vf_evals_runner_cancels_every_rollout_when_one_is_cancelled() -> 
 
 
 def cli_eval(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_tethered(
         [sys.executable, "-m", "tui.cli", "eval", "--headless", "--no-record", "--", *argv],
         capture_output=True, text=True, timeout=WAIT,
     )
@@ -167,7 +168,7 @@ def run_python(code: str, *path: Path, tap: bool = True) -> subprocess.Completed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in (INJECT_DIR, *path))}
     if tap:
         env["TRACEWATCH_TAP"] = "tcp://127.0.0.1:9"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=WAIT)
+    return run_tethered([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=WAIT)
 
 
 def test_the_tap_chains_to_an_existing_sitecustomize(tmp_path) -> None:
@@ -293,15 +294,14 @@ def test_with_finish_an_eval_outlives_a_killed_viewer_and_its_results_open(model
         f'[[variants]]\nname = "ev"\neval = {json.dumps(vf_eval(model, eval_env / "out", rollouts=1))}\n'
         'on_viewer_exit = "finish"\n'
     )
-    viewer = subprocess.Popen([sys.executable, "-m", "tui.cli", "--headless", "--no-record", str(config)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    viewer = TetheredProcess([sys.executable, "-m", "tui.cli", "--headless", "--no-record", str(config)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         assert model.hanging.wait(WAIT), "the scripted model call never hung"
         viewer.kill()
         viewer.wait(WAIT)
     finally:
-        if viewer.poll() is None:
-            viewer.kill()
+        viewer.end()
     (record_path,) = (eval_env / "home" / "sessions").glob("*/ev-1/supervisor.json")
     model.release()
     record = wait_until(lambda: (r := json.loads(record_path.read_text()))["state"] == "finished" and r, WAIT, "the eval finished")

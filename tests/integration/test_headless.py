@@ -8,7 +8,6 @@ import io
 import json
 import os
 import signal
-import subprocess
 import sys
 
 from core.engine import headless
@@ -17,6 +16,7 @@ from core.session.config import load_config
 from tests.support.demo_sessions import WAIT, demo_variant, write_config
 from tests.support.polling import MARGIN, alive, wait_until
 from tests.support.repo import REPO
+from tests.support.tether import TetheredProcess
 from tui.launch import main as launch
 
 
@@ -45,7 +45,7 @@ def test_ctrl_c_cancels_prints_the_summary_and_exits_130(tmp_path):
     out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
     env = {**os.environ, "TRACEWATCH_HOME": str(tmp_path / "home")}
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        process = subprocess.Popen(
+        process = TetheredProcess(
             [sys.executable, "-m", "tui.cli", str(config), "--headless", "--no-record"],
             stdout=out, stderr=err, env=env, cwd=REPO,
         )  # fmt: skip
@@ -56,9 +56,7 @@ def test_ctrl_c_cancels_prints_the_summary_and_exits_130(tmp_path):
             process.send_signal(signal.SIGINT)
             code = process.wait(timeout=MARGIN * 3)
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            process.end()
     lines, errors = out_path.read_text().splitlines(), err_path.read_text()
     assert code == 130, (lines, errors)
     assert "Traceback" not in errors and "KeyboardInterrupt" not in errors

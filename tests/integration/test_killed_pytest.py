@@ -1,6 +1,7 @@
 """A pytest killed mid-test (SIGKILL: no finalizer, no atexit) leaves nothing of what
 its test started: verifiers' env server and its pool workers, a tmux server and the
-app and demo servers in it. Each test runs one of `tests/support/held_resources.py` in
+app and demo servers in it, a headless proxy, its forwarding process and the demo
+server behind it. Each test runs one of `tests/support/held_resources.py` in
 a pytest of its own, kills it once the test is up, and waits for the rest to go."""
 
 from __future__ import annotations
@@ -93,3 +94,10 @@ def test_a_killed_pytest_leaves_no_terminal_or_app(tmp_path: Path) -> None:
     started = {tmux_server, app} | descendants(tmux_server)
     assert len(started) >= 4, f"the app, its supervisors and servers: {started}"
     kill_and_wait(process, started)
+
+
+def test_a_killed_pytest_leaves_no_proxy_or_demo_server(tmp_path: Path) -> None:
+    """Both were plain children of pytest: killed, it left them running (a headless
+    proxy waits for drivers forever)."""
+    process, (demo, proxy, forwarding) = held("test_proxy_held", tmp_path)
+    kill_and_wait(process, {demo, proxy, forwarding})

@@ -29,6 +29,7 @@ from core.session.store import Status
 from core.taps.proxy_variant import ProxyVariant
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import alive, children, eventually, pid_gone, wait_until
+from tests.support.tether import TetheredProcess
 
 WAIT = 60.0
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
@@ -47,7 +48,7 @@ def upstream():
 
 async def test_a_killed_app_leaves_the_forwarder_forwarding_until_its_driver_disconnects(upstream) -> None:
     listen = free_address()
-    app = subprocess.Popen(
+    app = TetheredProcess(
         [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -74,9 +75,7 @@ async def test_a_killed_app_leaves_the_forwarder_forwarding_until_its_driver_dis
         for run in runs:
             run.cancel()
         await client.close()
-        if app.poll() is None:
-            app.kill()
-            app.wait()
+        app.end()
     wait_until(lambda: pid_gone(forwarding), WAIT, "the forwarder gone once its driver disconnected")
 
 
@@ -160,7 +159,7 @@ async def test_the_forwarder_raises_a_low_soft_descriptor_limit_so_idle_connecti
     if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 4 * IDLE:
         pytest.skip("the hard descriptor limit leaves no room above 256")
     listen = free_address()
-    app = subprocess.Popen(
+    app = TetheredProcess(
         [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=low_soft_limit,
     )
@@ -181,7 +180,10 @@ async def test_the_forwarder_raises_a_low_soft_descriptor_limit_so_idle_connecti
         for sock in idle:
             sock.close()
         app.send_signal(signal.SIGINT)
-        await asyncio.to_thread(app.wait, WAIT)
+        try:
+            await asyncio.to_thread(app.wait, WAIT)
+        finally:
+            app.end()
 
 
 async def test_at_the_descriptor_limit_the_forwarder_backs_off_says_so_and_serves_the_connections_it_has(proxy_engine) -> None:

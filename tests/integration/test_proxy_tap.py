@@ -34,6 +34,7 @@ from core.taps.proxy_variant import ProxyVariant
 from core.wire.client import EnvClient
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import alive, children, eventually, pid_gone, wait_until
+from tests.support.tether import TetheredProcess, run_tethered
 
 SPEED = 60.0
 WAIT = 60.0
@@ -231,7 +232,7 @@ def test_a_view_that_falls_behind_drops_copies_never_frames(upstream) -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_tethered(
         [sys.executable, "-m", "tui.cli", "proxy", *args, "--headless", "--no-record"],
         capture_output=True, text=True, timeout=WAIT,
     )
@@ -304,15 +305,13 @@ async def test_a_taken_listen_address_fails_the_variant_with_the_forwarders_own_
 
 
 def test_the_forwarding_process_ends_when_the_app_dies_even_by_sigkill(upstream) -> None:
-    app = subprocess.Popen(
-        [sys.executable, "-c", APP_THAT_DIES, upstream], stdout=subprocess.PIPE, text=True
-    )
-    assert app.stdout is not None
-    pid = int(app.stdout.readline())
-    assert alive(pid)
-    os.kill(app.pid, signal.SIGKILL)
-    app.wait()
-    wait_until(lambda: pid_gone(pid), WAIT, "the forwarding process gone with the app")
+    with TetheredProcess([sys.executable, "-c", APP_THAT_DIES, upstream], stdout=subprocess.PIPE, text=True) as app:
+        assert app.stdout is not None
+        pid = int(app.stdout.readline())
+        assert alive(pid)
+        os.kill(app.pid, signal.SIGKILL)
+        app.wait()
+        wait_until(lambda: pid_gone(pid), WAIT, "the forwarding process gone with the app")
 
 
 APP_THAT_DIES = """
@@ -328,7 +327,7 @@ time.sleep(3600)
 async def test_headless_proxy_prints_the_same_rollout_lines_as_attach_and_records(upstream, tmp_path) -> None:
     listen = free_address()
     recording = tmp_path / "px.twrec"
-    proxy = subprocess.Popen(
+    proxy = TetheredProcess(
         [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--name", "px", "--headless", "--record", str(recording)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -341,7 +340,10 @@ async def test_headless_proxy_prints_the_same_rollout_lines_as_attach_and_record
             await client.close()
     finally:
         proxy.send_signal(signal.SIGINT)
-        out, err = await asyncio.to_thread(proxy.communicate, timeout=WAIT)
+        try:
+            out, err = await asyncio.to_thread(proxy.communicate, timeout=WAIT)
+        finally:
+            proxy.end()
     assert proxy.returncode == 130, out + err  # a headless proxy runs until Ctrl-C, as any interrupted run
     for i in (0, 1):
         assert re.search(rf"px/\d \[normal {i}\] done · reward 1 · \d+ turns · \d+ tokens · [\d.]+s", out), out
@@ -353,7 +355,7 @@ async def test_sigterm_stops_a_headless_proxy_mid_stream_and_leaves_no_process(u
     """SIGTERM ends a headless proxy as Ctrl-C does (exit 143, the summary printed)
     while deltas stream through it, and its forwarding process goes with it."""
     listen = free_address()
-    proxy = subprocess.Popen(
+    proxy = TetheredProcess(
         [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--name", "px", "--headless", "--no-record"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -372,9 +374,7 @@ async def test_sigterm_stops_a_headless_proxy_mid_stream_and_leaves_no_process(u
         for run in runs:
             run.cancel()
         await client.close()
-        if proxy.poll() is None:
-            proxy.kill()
-            proxy.wait()
+        proxy.end()
     assert proxy.returncode == 143, out + err
     assert f"SIGTERM: stopping the viewer; drivers pointed at {listen} lose their route to {upstream}" in out, out
     assert "cancelling" not in out, "a proxy's stop cancels no run: the server is not ours"

@@ -24,6 +24,7 @@ from core.taps.relay_viewer import unbatch
 from tests.support.polling import eventually, wait_until
 from tests.support.repo import FIXTURE
 from tests.support.scripted_server import ScriptedServer
+from tests.support.tether import TetheredProcess
 from tracewatch_guest.framing import BATCH, DELTA, HELLO, REPLY, WELCOME
 from tracewatch_relay import Relay, RelayedClient
 
@@ -99,7 +100,7 @@ def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() ->
     """A viewer suspended (SIGSTOP) while the driver relays 300 MB: the driver's memory
     stays within the relay's bound, the relay counts what it dropped for the viewer,
     and the viewer, resumed, says its view of the run is incomplete."""
-    driver = subprocess.Popen(
+    driver = TetheredProcess(
         [sys.executable, "-m", "tests.support.relay_driver", str(16 * MB), "3000", "100000"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -107,7 +108,7 @@ def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() ->
     try:
         assert driver.stdout is not None and driver.stdin is not None
         address = driver.stdout.readline().strip()
-        viewer = subprocess.Popen(
+        viewer = TetheredProcess(
             [sys.executable, "-m", "tui.cli", "tap", address, "--name", "v", "--headless", "--no-record"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
@@ -132,10 +133,8 @@ def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() ->
         driver.communicate(timeout=WAIT)
     finally:
         for proc in (driver, viewer):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait()
+            if proc is not None:
+                proc.end()
     assert measured["dropped_for_viewers"] > 0
     assert measured["peak"] - measured["before"] < 100 * MB, measured
 
@@ -143,7 +142,7 @@ def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() ->
 def test_a_huge_run_costs_a_driver_without_viewers_no_more_than_the_relay_holds() -> None:
     """No viewer: a run of 300 MB of deltas is kept for late viewers only up to the
     bound (then skipped, and counted), never packed whole in the driver."""
-    driver = subprocess.Popen(
+    driver = TetheredProcess(
         [sys.executable, "-m", "tests.support.relay_driver", str(16 * MB), "3000", "100000"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -157,9 +156,7 @@ def test_a_huge_run_costs_a_driver_without_viewers_no_more_than_the_relay_holds(
         driver.stdin.flush()
         closed = json.loads(driver.stdout.readline())
     finally:
-        if driver.poll() is None:
-            driver.kill()
-        driver.wait()
+        driver.end()
     assert measured["peak"] - measured["before"] < 100 * MB, measured
     assert closed["unsent"] == 0
 

@@ -15,6 +15,7 @@ import pytest
 
 from core.wire.client import EnvClient
 from tests.support.repo import INTEROP, REPO
+from tests.support.tether import Tether, run_tethered
 
 ENV_TOML = """
 [env.taskset]
@@ -40,7 +41,7 @@ def child_env(tmp_path: Path) -> dict[str, str]:
 
 def launch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "tracewatch_guest.serve_verifiers", *args]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    return run_tethered(argv, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_write_tasks_dumps_each_task_data_as_the_server_rebuilds_it(env_config, child_env, tmp_path, monkeypatch):
@@ -103,7 +104,7 @@ def test_without_verifiers_it_says_how_to_get_it(env_config, child_env):
     # `-S` leaves out site-packages: a Python without verifiers (or tracewatch), where
     # the launcher still runs as a plain script
     argv = [sys.executable, "-S", str(REPO / "tracewatch_guest" / "serve_verifiers.py"), "--env-config", str(env_config)]
-    result = subprocess.run(argv, env={**child_env, "PYTHONPATH": ""}, capture_output=True, text=True, timeout=60)
+    result = run_tethered(argv, env={**child_env, "PYTHONPATH": ""}, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "verifiers is not installed" in result.stderr and sys.executable in result.stderr
     assert "pip install 'verifiers==0.4.0'" in result.stderr
@@ -117,8 +118,9 @@ async def test_serves_health_and_stops_cleanly_on_sigterm(env_config, child_env,
         args += ["--workers", str(workers)]
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tracewatch_guest.serve_verifiers", *args,
-        env=child_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=child_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
     )
+    tether = Tether(group=process.pid)  # the server and its pool's workers end with the test run
     client = None
     try:
         line = await asyncio.wait_for(process.stdout.readline(), timeout=120)
@@ -135,8 +137,10 @@ async def test_serves_health_and_stops_cleanly_on_sigterm(env_config, child_env,
         try:
             code = await asyncio.wait_for(process.wait(), timeout=30)
         except TimeoutError:
-            os.kill(process.pid, signal.SIGKILL)
+            os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
             raise
+        finally:
+            tether.release()
     stderr = (await process.stderr.read()).decode()
     assert code == 0, stderr

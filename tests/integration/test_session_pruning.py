@@ -12,18 +12,20 @@ from pathlib import Path
 from tests.support.demo_sessions import WAIT, demo_variant, write_config
 from tests.support.polling import MARGIN, wait_until
 from tests.support.repo import REPO
+from tests.support.tether import TetheredProcess
 
 
-def tracewatch(*args: str, home: Path, **kwargs: object) -> subprocess.Popen[str]:
+def tracewatch(*args: str, home: Path, **kwargs: object) -> TetheredProcess:
     env = {**os.environ, "TRACEWATCH_HOME": str(home)}
-    return subprocess.Popen(
+    return TetheredProcess(
         [sys.executable, "-m", "tui.cli", *args, "--headless", "--no-record"],
         env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs,
     )  # fmt: skip
 
 
-def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
-    out, err = process.communicate(timeout=MARGIN * 6)
+def finish(process: TetheredProcess) -> tuple[int, str, str]:
+    with process:
+        out, err = process.communicate(timeout=MARGIN * 6)
     return process.returncode, out, err
 
 

@@ -1,14 +1,17 @@
 """Start the demo server as a child process and learn its address, for tests and
-benchmarks; stop it by its pid."""
+benchmarks; stop it by its pid. It is tethered: a killed test run leaves no server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
 import subprocess
 import sys
 import time
+
+from tests.support.tether import TetheredProcess
 
 
 def launch(
@@ -18,11 +21,11 @@ def launch(
     address: str = "tcp://127.0.0.1:0",
     timeout: float = 30.0,
     stderr: int | None = None,
-) -> tuple[subprocess.Popen, str]:
+) -> tuple[TetheredProcess, str]:
     """`python -m core.demo` with these flags; returns the process and the address it
     printed as its first stdout line. `stderr` is passed to Popen (None: inherited)."""
     argv = [sys.executable, "-m", "core.demo", "--address", address, "--speed", repr(speed), "--seed", str(seed)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
+    proc = TetheredProcess(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
     try:
         return proc, _first_line(proc, timeout)
     except BaseException:
@@ -30,15 +33,13 @@ def launch(
         raise
 
 
-def stop(proc: subprocess.Popen, grace: float = 5.0) -> int:
+def stop(proc: TetheredProcess, grace: float = 5.0) -> int:
     """SIGTERM by pid, then SIGKILL after `grace` seconds; returns the exit code."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+    proc.end()
     if proc.stdout is not None:
         proc.stdout.close()
     return proc.returncode

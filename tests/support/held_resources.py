@@ -8,11 +8,17 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
+from core.ports import free_address
+from tests.support.demo_launch import launch
 from tests.support.interop.servers import ServerProcess
+from tests.support.polling import children, wait_until
 from tests.support.terminal import Terminal, tracewatch
+from tests.support.tether import TetheredProcess
 
 READY = "TW_HELD_READY"
 """The file each test writes what it started to, once it is all up."""
@@ -37,4 +43,15 @@ def test_terminal_held(tmp_path: Path) -> None:
     term.start(command, tmp_path)
     term.wait(lambda screen: " running" in screen, "the demo's rollouts to run")
     ready(int(term.pane("#{pid}")), int(term.pane("#{pane_pid}")))
+    signal.pause()
+
+
+def test_proxy_held(tmp_path: Path) -> None:
+    """A headless proxy and its forwarding process in front of the demo server, as the
+    proxy tests start them."""
+    demo, upstream = launch()
+    argv = [sys.executable, "-m", "tui.cli", "proxy", "--listen", free_address(), "--upstream", upstream, "--headless", "--no-record"]
+    proxy = TetheredProcess(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    (forwarding,) = wait_until(lambda: children(proxy.pid), 60, "the forwarding process")
+    ready(demo.pid, proxy.pid, forwarding)
     signal.pause()

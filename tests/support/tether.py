@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Any
 
 RELEASED = b"released"
 """What a test that cleaned up after itself writes before it closes its end."""
@@ -50,6 +51,45 @@ class Tether:
         os.close(self._write_end)
         self._write_end = -1
         self.watchdog.wait(timeout=10)
+
+
+class TetheredProcess(subprocess.Popen):
+    """A child in a session of its own whose process group is tethered to this pytest:
+    it, and the workers it starts in its group, end with the test run however pytest
+    ends. `end()` ends what is left of the group, reaps the child and lets go of the
+    tether; so does leaving a `with` block."""
+
+    def __init__(self, args: Any, **kwargs: Any) -> None:
+        super().__init__(args, start_new_session=True, **kwargs)
+        try:
+            self.tether = Tether(group=self.pid)
+        except BaseException:
+            self.kill()
+            self.wait()
+            raise
+
+    def end(self) -> None:
+        if self.returncode is None:  # not reaped yet: the group's number is still its own
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self.wait()
+        self.tether.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
+        super().__exit__(*exc)
+
+
+def run_tethered(args: Any, *, timeout: float, capture_output: bool = False, input: Any = None, **kwargs: Any) -> subprocess.CompletedProcess:
+    """`subprocess.run`, the child tethered: past `timeout` (or if pytest dies) its
+    whole group is ended, not only the child."""
+    if capture_output:
+        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    with TetheredProcess(args, **kwargs) as process:
+        out, err = process.communicate(input, timeout=timeout)
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 
 def _watch(read_end: int, kind: str, target: str) -> None:
