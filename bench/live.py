@@ -18,10 +18,13 @@ seconds, keypress-to-repaint latency p50/p95/max
 (under load and idle), repaints/s, table staleness (a delta's arrival to its row being
 drawn, rows on screen), peak RSS growth / bytes received and the RSS growth once the
 stream has ended (finished rollouts may have left memory: `core.recordings.eviction`),
-the longest GC pause (wall time) and the most CPU a collection took.
+the longest GC pause (wall time) and the most CPU a collection took. On a loaded box
+read the CPU columns: a client's CPU per delta, and the bare loop's CPU over its own
+(wall time there is mostly waiting for a core); `--rounds N` measures every client N
+times in turn, each round with its load, and prints the CPU ratios of every round.
 
     python -m bench.live [--rollouts 256 --turns 200 --tokens 100 --concurrent 64]
-                         [--clients bare,verifiers,headless,app]
+                         [--clients bare,verifiers,headless,app] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -456,6 +459,29 @@ def run_mode(mode: str, frames: Path, args: argparse.Namespace) -> dict:
     return json.loads(output.stdout.strip().splitlines()[-1])
 
 
+def print_round(results: dict[str, dict], deltas: int, received: int, title: str) -> None:
+    """One round's table: every client measured once, one after another."""
+    print(f"\n{title}")
+    base = deltas / results["verifiers"]["seconds"] if "verifiers" in results else float("nan")
+    floor = deltas / results["bare"]["seconds"] if "bare" in results else float("nan")
+    bare_cpu = results["bare"]["cpu"] if "bare" in results else float("nan")
+    print(
+        f"{'client':<12}{'deltas/s':>10}{'vs verifiers':>14}{'vs bare':>9}{'CPU s':>8}{'CPU us/delta':>14}{'CPU vs bare':>13}"
+        f"{'RSS growth/wire':>17}{'at end':>8}{'longest GC':>12}{'GC CPU max':>12}{'source CPU':>12}"
+    )
+    for mode, result in results.items():
+        rate = deltas / result["seconds"]
+        print(
+            f"{mode:<12}{rate:>10,.0f}{rate / base:>13.2f}x{rate / floor:>8.2f}x{result['cpu']:>8.1f}"
+            f"{result['cpu'] / deltas * 1e6:>14.1f}{bare_cpu / result['cpu']:>12.2f}x"
+            f"{result['rss_growth'] / received:>16.2f}x"
+            f"{result['rss_end_growth'] / received:>7.2f}x"
+            f"{result['gc_longest'] * 1e3:>9.1f} ms{result['gc_cpu'] * 1e3:>9.1f} ms"
+            f"{result['source_cpu'] / result['seconds']:>11.0%}"
+            + (f"  INCOMPLETE: {result['deltas']:,} deltas" if result.get("deltas", deltas) != deltas else "")
+        )
+
+
 def report(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         frames = Path(scratch) / "frames.msgpack"
@@ -468,23 +494,18 @@ def report(args: argparse.Namespace) -> None:
             f"{args.concurrent or args.rollouts} at a time; "
             f"{os.cpu_count()} cores"
         )
-        results = {mode: run_mode(mode, frames, args) for mode in args.clients.split(",")}
-    base = deltas / results["verifiers"]["seconds"] if "verifiers" in results else float("nan")
-    floor = deltas / results["bare"]["seconds"] if "bare" in results else float("nan")
-    print(
-        f"\n{'client':<12}{'deltas/s':>10}{'vs verifiers':>14}{'vs bare':>9}{'CPU s':>8}{'RSS growth/wire':>17}{'at end':>8}"
-        f"{'longest GC':>12}{'GC CPU max':>12}{'source CPU':>12}"
-    )
-    for mode, result in results.items():
-        rate = deltas / result["seconds"]
-        print(
-            f"{mode:<12}{rate:>10,.0f}{rate / base:>13.2f}x{rate / floor:>8.2f}x{result['cpu']:>8.1f}"
-            f"{result['rss_growth'] / received:>16.2f}x"
-            f"{result['rss_end_growth'] / received:>7.2f}x"
-            f"{result['gc_longest'] * 1e3:>9.1f} ms{result['gc_cpu'] * 1e3:>9.1f} ms"
-            f"{result['source_cpu'] / result['seconds']:>11.0%}"
-            + (f"  INCOMPLETE: {result['deltas']:,} deltas" if result.get("deltas", deltas) != deltas else "")
-        )
+        rounds = []
+        for number in range(1, args.rounds + 1):
+            load = os.getloadavg()[0]
+            results = {mode: run_mode(mode, frames, args) for mode in args.clients.split(",")}
+            rounds.append(results)
+            print_round(results, deltas, received, f"round {number} of {args.rounds}, load {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    if args.rounds > 1 and "bare" in results:
+        print("\nCPU vs bare (bare's CPU seconds / the client's), per round in order:")
+        for mode in results:
+            ratios = [each["bare"]["cpu"] / each[mode]["cpu"] for each in rounds]
+            cpu = [each[mode]["cpu"] / deltas * 1e6 for each in rounds]
+            print(f"  {mode:<12}{'  '.join(f'{ratio:.2f}x' for ratio in ratios)}   ({'  '.join(f'{us:.0f}' for us in cpu)} us of CPU a delta)")
     app = results.get("app")
     if app is None:
         return
@@ -505,6 +526,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--concurrent", type=int, help="rollouts in flight at once (default: all)")
     parser.add_argument("--clients", default="verifiers,headless,app", help="which clients to measure (default: %(default)s)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rounds of every client in turn, each with its load (CPU ratios per round)"
+    )
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--frames", type=Path, help=argparse.SUPPRESS)

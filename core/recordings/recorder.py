@@ -20,6 +20,11 @@ from core.recordings.file_format import FORMAT, ROLLOUT_KINDS, VERSION
 from core.session.store import Ending
 from core.wire.protocol import packable
 
+_DELTA_HEAD = msgpack.Packer().pack_map_header(4) + b"".join(map(msgpack.packb, ("k", "delta", "t")))
+"""A delta record's first bytes, the same in every one: a map of four, its kind, and
+the key of its time."""
+_ID_KEY, _FRAME_KEY = msgpack.packb("id"), msgpack.packb("d")
+
 
 class RolloutSpans:
     """Where one rollout's records are in the file (offset and length of each, 12
@@ -131,11 +136,8 @@ class Recorder:
         reader sees the same record `delta` writes without the delta being packed
         again."""
         with self._cond:  # the packer is shared; the lock is re-entrant
-            packer = self._packer
-            head = b"".join(
-                (packer.pack_map_header(4), *map(packer.pack, ("k", "delta", "t", _now(t), "id", id, "d")))
-            )
-            self._append_bytes(head, frame, id=id)
+            pack = self._packer.pack
+            self._append_bytes(_DELTA_HEAD, pack(_now(t)), _ID_KEY, pack(id), _FRAME_KEY, frame, id=id)
 
     def reply(self, id: str, reply: Mapping[str, Any], ending: Ending | None = None, t: float | None = None) -> None:
         """The run's reply and how the rollout ended (see `core.recordings.ending`)."""

@@ -34,23 +34,34 @@ _TRAINED_BYTES = (b"\xc3", b"\x01")
 
 def node_flags(node: Any) -> frozenset[str]:
     """The flags one node raises (a node dict as the store or a recording gives it;
-    long arrays may still be `Packed`); never raises."""
-    if not isinstance(node, Mapping):
+    long arrays may still be `Packed`); never raises. Every node that lands passes
+    here, so each test is the cheapest that decides (exact types first)."""
+    if type(node) is not dict and not isinstance(node, Mapping):
         return NO_FLAGS
-    mask = node.get("mask")
-    shape = _shape(mask)
-    if shape is None and not any(node.get(name) is not None for name in COMPACT_STREAMS):
-        return NO_FLAGS
-    flags: set[str] = set()
-    flag_count, trained = shape or (0, 0)
-    if trained and not (node.get("sampled") and _role(node) == "assistant"):
-        flags.add(TOOL_TRAINED)
-    tokens = _length(node.get("token_ids"))
-    if shape is not None and flag_count != (tokens or 0):
-        flags.add(MISALIGNED)
-    elif any((length := _length(node.get(name))) is not None and length != trained for name in COMPACT_STREAMS):
-        flags.add(MISALIGNED)
-    return frozenset(flags)
+    get = node.get
+    mask = get("mask")
+    shape = None if mask is None else _shape(mask)
+    tool_trained = misaligned = False
+    trained = 0
+    if shape is not None:
+        flag_count, trained = shape
+        tool_trained = trained > 0 and not (get("sampled") and _role(node) == "assistant")
+        misaligned = flag_count != (_length(get("token_ids")) or 0)
+    if not misaligned:
+        for name in COMPACT_STREAMS:
+            value = get(name)
+            if value is not None and (length := _length(value)) is not None and length != trained:
+                misaligned = True
+                break
+    return _FLAG_SETS[tool_trained, misaligned]
+
+
+_FLAG_SETS = {
+    (False, False): NO_FLAGS,
+    (True, False): frozenset({TOOL_TRAINED}),
+    (False, True): frozenset({MISALIGNED}),
+    (True, True): frozenset(FLAGS),
+}
 
 
 def _role(node: Mapping[Any, Any]) -> Any:
@@ -60,9 +71,10 @@ def _role(node: Mapping[Any, Any]) -> Any:
 
 def _length(value: Any) -> int | None:
     """A stream's length, None when it is absent or not a list."""
-    if isinstance(value, Packed):
+    kind = type(value)
+    if kind is Packed or kind is list or kind is tuple or isinstance(value, Packed | list | tuple):
         return len(value)
-    return len(value) if isinstance(value, list | tuple) else None
+    return None
 
 
 def _shape(mask: Any) -> tuple[int, int] | None:
@@ -72,7 +84,7 @@ def _shape(mask: Any) -> tuple[int, int] | None:
         raw = bytes(mask.raw)
         body = raw[_header(raw[0]) :]
         if len(body) == count:  # one byte an item: count the trained ones
-            return count, sum(body.count(byte) for byte in _TRAINED_BYTES)
+            return count, body.count(_TRAINED_BYTES[0]) + body.count(_TRAINED_BYTES[1])
         mask = mask.decode()
     if not isinstance(mask, list | tuple):
         return None

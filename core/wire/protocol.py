@@ -433,17 +433,15 @@ def _kept(unpacker: msgpack.Unpacker, data: bytes, view: memoryview | None) -> K
 
 
 def _node(unpacker: msgpack.Unpacker, data: bytes, view: memoryview) -> dict[Any, Any]:
+    """A token field that is not an array (most are nil) is read in place: only an
+    array's length decides whether it stays packed."""
     node = {}
     for _ in range(unpacker.read_map_header()):
         key = unpacker.unpack()
-        if key in PACKED_FIELDS:
-            start = unpacker.tell()
+        if key in PACKED_FIELDS and data[start := unpacker.tell()] in _ARRAY_MARKERS:
             unpacker.skip()
             end = unpacker.tell()
-            if end - start >= PACKED_MIN_BYTES and data[start] in _ARRAY_MARKERS:
-                node[key] = Packed(view[start:end])
-            else:
-                node[key] = unpack(data[start:end])
+            node[key] = Packed(view[start:end]) if end - start >= PACKED_MIN_BYTES else unpack(data[start:end])
         else:
             node[key] = unpacker.unpack()
     return node
