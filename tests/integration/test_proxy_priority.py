@@ -20,6 +20,7 @@ from core.ports import free_address
 from core.taps.view_priority import VIEW_NICENESS
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import children, pid_gone, wait_until
+from tests.support.tether import TetheredProcess
 
 WAIT = 60.0
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
@@ -57,7 +58,7 @@ async def runs_through(listen: str, first: int, count: int = 3) -> None:
 async def test_a_headless_proxys_view_runs_below_its_forwarders_the_first_and_a_replacement(upstream) -> None:
     base = os.getpriority(os.PRIO_PROCESS, 0)
     listen = free_address()
-    app = subprocess.Popen(
+    app = TetheredProcess(
         [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -77,4 +78,7 @@ async def test_a_headless_proxys_view_runs_below_its_forwarders_the_first_and_a_
         assert niceness(app.pid)[app.pid] == lowered
     finally:
         app.send_signal(signal.SIGINT)
-        await asyncio.to_thread(app.wait, WAIT)
+        try:
+            await asyncio.to_thread(app.wait, WAIT)
+        finally:
+            app.end()

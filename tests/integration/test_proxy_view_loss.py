@@ -37,6 +37,7 @@ from core.taps.proxy_variant import ProxyVariant
 from core.wire.protocol import pack, unpack
 from tests.support.polling import children, eventually, pid_gone, wait_until
 from tests.support.repo import FIXTURE
+from tests.support.tether import TetheredProcess
 
 WAIT = 60.0
 RUNS = 4
@@ -300,7 +301,7 @@ def test_a_stopped_view_never_stops_the_drivers_runs(server) -> None:
     whole while the app stays stopped; resumed, the app stops cleanly and says what
     its view lost."""
     listen = free_address()
-    app = subprocess.Popen(
+    app = TetheredProcess(
         [sys.executable, "-c", STOPPED_APP, "proxy", "--listen", listen, "--upstream", server.address, "--headless", "--no-record"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -338,10 +339,7 @@ def test_a_stopped_view_never_stops_the_drivers_runs(server) -> None:
         app.wait(WAIT)
         reader.join(WAIT)
     finally:
-        if app.poll() is None:
-            os.kill(app.pid, signal.SIGCONT)
-            app.kill()
-            app.wait()
+        app.end()
         if driver is not None:
             driver.thread.join(WAIT)
     out = "".join(said)
