@@ -192,15 +192,20 @@ def report(title: str, frames: list[bytes], repeat: int) -> None:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def over_both_streams(doc: str, *reports: Callable[[str, list[bytes], int], None]) -> None:
+    """The command line of a bench of passes over frames: each report over the recorded
+    stream and over the synthetic rollout of 4,000-token nodes (fewer passes: each is long)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=15, help="timed passes per contender (best is kept)")
     parser.add_argument("--copies", type=int, default=50, help="copies of the recorded stream per pass")
     args = parser.parse_args()
-    report(f"recorded verifiers 0.4.0 stream x{args.copies}", recorded_frames(args.copies), args.repeat)
-    report("synthetic 200-turn rollout, 4,000-token nodes", synthetic_frames(), max(5, args.repeat // 2))
-    report_apply(f"recorded verifiers 0.4.0 stream x{args.copies}", recorded_frames(args.copies), args.repeat)
-    report_apply("synthetic 200-turn rollout, 4,000-token nodes", synthetic_frames(), max(5, args.repeat // 2))
+    for report_on in reports:
+        report_on(f"recorded verifiers 0.4.0 stream x{args.copies}", recorded_frames(args.copies), args.repeat)
+        report_on("synthetic 200-turn rollout, 4,000-token nodes", synthetic_frames(), max(5, args.repeat // 2))
+
+
+def main() -> None:
+    over_both_streams(__doc__, report, report_apply)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ the check's own time per delta.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 
 import core.wire.assembly as assembly_module
-from bench.assembly import best_of, ours_pass, recorded_frames, synthetic_frames, verifiers_pass
+from bench.assembly import best_of, ours_pass, over_both_streams, verifiers_pass
 from core.wire.delta_checks import check_delta
 from core.wire.protocol import unpack_delta
 from tests.support import delta_checks_reference
@@ -72,12 +71,7 @@ def report(title: str, frames: list[bytes], repeat: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=15, help="timed passes per contender (best is kept)")
-    parser.add_argument("--copies", type=int, default=50, help="copies of the recorded stream per pass")
-    args = parser.parse_args()
-    report(f"recorded verifiers 0.4.0 stream x{args.copies}", recorded_frames(args.copies), args.repeat)
-    report("synthetic 200-turn rollout, 4,000-token nodes", synthetic_frames(), max(5, args.repeat // 2))
+    over_both_streams(__doc__, report)
 
 
 if __name__ == "__main__":
