@@ -178,6 +178,13 @@ async def test_pending_block_shows_then_goes_when_the_turn_commits():
         assert tail[0].startswith("┏━ pending") and tail[1].startswith("┃ tool · bash · call_1_0")
 
 
+def shows_its_end(transcript: Transcript, answer: str) -> None:
+    """Following, scrolled to the bottom, `answer` its last message on screen."""
+    assert transcript.following
+    assert 0 < transcript.max_scroll_y == transcript.scroll_y
+    assert screen_lines(transcript)[-2].startswith(f"▎ {answer}")
+
+
 async def test_follow_keeps_the_bottom_in_view_as_turns_arrive():
     store = RolloutStore()
     trace = Trace(store)
@@ -186,10 +193,8 @@ async def test_follow_keeps_the_bottom_in_view_as_turns_arrive():
             trace.turn()
             transcript.refresh_trace()
             await pilot.pause()
-            assert transcript.following
-            assert transcript.scroll_y == transcript.max_scroll_y
-        assert transcript.max_scroll_y > 0
-        assert screen_lines(transcript)[-2].startswith("▎ answer 23")
+            assert transcript.following and transcript.scroll_y == transcript.max_scroll_y
+        shows_its_end(transcript, "answer 23")
 
 
 async def test_a_following_transcript_made_shorter_still_shows_its_last_line():
@@ -205,9 +210,7 @@ async def test_a_following_transcript_made_shorter_still_shows_its_last_line():
         await pilot.resize_terminal(SIZE[0], SIZE[1] - 4)
         await until(pilot, lambda: transcript.scrollable_content_region.height == SIZE[1] - 4)
         await pilot.pause()
-        assert transcript.following
-        assert transcript.scroll_y == transcript.max_scroll_y
-        assert screen_lines(transcript)[-2].startswith("▎ answer 23")
+        shows_its_end(transcript, "answer 23")
 
 
 async def test_scrolling_up_stops_following_and_counts_new_messages():

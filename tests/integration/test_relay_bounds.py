@@ -52,6 +52,11 @@ class BareViewer:
     def hello(self) -> None:
         self.socket.send_multipart([HELLO])
 
+    def welcomed(self) -> None:
+        """Say hello and wait for the relay's welcome."""
+        self.hello()
+        wait_until(lambda: self.read() or self.welcomes, WAIT, "the viewer welcomed")
+
     def read(self) -> None:
         while self.socket.poll(0):
             frames = self.socket.recv_multipart()
@@ -232,8 +237,7 @@ def test_close_returns_within_its_bound_and_counts_what_it_left() -> None:
     relay = Relay("tcp://127.0.0.1:0")
     viewer = BareViewer(relay.address)
     try:
-        viewer.hello()
-        wait_until(lambda: viewer.read() or viewer.welcomes, WAIT, "the viewer welcomed")
+        viewer.welcomed()
         on_delta = relay.begin({"id": "a"})
         for i in range(100_000):
             on_delta({"trace": "t", "set": {"i": i, "text": "y" * 100}})
@@ -259,8 +263,7 @@ def test_a_relay_with_nothing_to_send_sleeps_until_the_driver_offers_or_a_heartb
     relay = Relay("tcp://127.0.0.1:0")
     viewer = BareViewer(relay.address)
     try:
-        viewer.hello()
-        wait_until(lambda: viewer.read() or viewer.welcomes, WAIT, "the viewer welcomed")
+        viewer.welcomed()
         on_delta = relay.begin({"id": "a"})
         on_delta({"trace": "t", "open": {"id": "t"}})
         wait_until(lambda: viewer.read() or len(viewer.messages) == 2, WAIT, "the run relayed")
@@ -285,8 +288,7 @@ def test_a_viewer_that_stopped_reading_does_not_keep_the_relay_awake() -> None:
     relay = Relay("tcp://127.0.0.1:0", max_bytes=MB)
     stuck, other = BareViewer(relay.address, receive_queue=1), BareViewer(relay.address)
     try:
-        stuck.hello()
-        wait_until(lambda: stuck.read() or stuck.welcomes, WAIT, "the viewer welcomed")
+        stuck.welcomed()
         on_delta = relay.begin({"id": "a"})
 
         def offer() -> None:  # a batch at a time: one larger than the viewer's share is dropped whole
@@ -299,8 +301,7 @@ def test_a_viewer_that_stopped_reading_does_not_keep_the_relay_awake() -> None:
 
         # until a batch is dropped for it: what it holds is near its share and stays (its buffers are full)
         wait_until(lambda: offer() or any(v.dropped for v in list(relay._viewers.values())), WAIT, "the unread viewer's share full")
-        other.hello()
-        wait_until(lambda: other.read() or other.welcomes, WAIT, "the second viewer welcomed")
+        other.welcomed()
         assert relay._thread.native_id is not None and over_a_second_viewers_share()
         before = wakeups(relay._thread.native_id)
         time.sleep(2.0)  # quiet: two heartbeats are due in it
