@@ -196,6 +196,9 @@ class GcPauses:
         self.most_cpu = 0.0
         self.most_cpu_generation = -1
         """The generation of the collection that took the most CPU."""
+        self.total_cpu = 0.0
+        """CPU every collection took, and how many were full ones."""
+        self.full = 0
         self._start = self._cpu = 0.0
         gc.callbacks.append(self._callback)
 
@@ -205,6 +208,8 @@ class GcPauses:
         else:
             self.longest = max(self.longest, time.perf_counter() - self._start)
             cpu = time.thread_time() - self._cpu
+            self.total_cpu += cpu
+            self.full += info.get("generation") == 2
             if cpu > self.most_cpu:
                 self.most_cpu, self.most_cpu_generation = cpu, info.get("generation", -1)
 

@@ -131,7 +131,8 @@ async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_sec
         deltas = sum(r.deltas for r in store.rollouts.values())
         streaming = sum(1 for r in store.rollouts.values() if not r.status.finished)
         rss_keys = rss_bytes()
-        gc_streaming = (pauses.longest, pauses.most_cpu, pauses.most_cpu_generation)
+        gc_streaming = (pauses.longest, pauses.most_cpu, pauses.most_cpu_generation, pauses.total_cpu, pauses.full)
+        cpu_streaming = time.process_time()
         quit_started = time.perf_counter()
         await engine.shutdown()
         quit_seconds = time.perf_counter() - quit_started
@@ -146,6 +147,7 @@ async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_sec
         "quit": quit_seconds,
         "gc_longest": pauses.longest,
         "gc_streaming": gc_streaming,
+        "cpu": cpu_streaming,
         "rss_rows": rss_rows,
         "rss_keys": rss_keys,
     }
@@ -227,8 +229,11 @@ def report(args: argparse.Namespace) -> None:
             f"\n{size:,} rollouts: {result['deltas']:,} deltas landed, {result['streaming']:,} rollouts still streaming after the keys{idle}; filter showed {result['filtered_rows']} rows; "
             f"quitting took {result['quit']:.1f} s; longest GC pause {result['gc_longest'] * 1e3:.0f} ms"
         )
-        wall, cpu, generation = result["gc_streaming"]
-        print(f"  until the quit: longest GC pause {wall * 1e3:.0f} ms wall, the most CPU one took {cpu * 1e3:.0f} ms (generation {generation})")
+        wall, cpu, generation, total, full = result["gc_streaming"]
+        print(
+            f"  until the quit: longest GC pause {wall * 1e3:.0f} ms wall, the most CPU one took {cpu * 1e3:.0f} ms (generation {generation}); "
+            f"every collection {total:.2f} s CPU, {total / result['cpu'] * 100:.1f}% of the process's {result['cpu']:.1f} s, {full} full"
+        )
         print(
             f"  RSS with every row on screen {result['rss_rows'] / 1e6:,.0f} MB ({result['rss_rows'] / size / 1e3:.1f} kB a rollout), "
             f"after the keys {result['rss_keys'] / 1e6:,.0f} MB ({result['rss_keys'] / size / 1e3:.1f} kB a rollout, "
