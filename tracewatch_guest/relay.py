@@ -80,6 +80,8 @@ a viewer is a person, and each wakeup costs the driver's thread the GIL."""
 BATCH_BYTES = 1 << 20
 BATCH_MESSAGES = 2000
 """The most a viewer is sent as one message (beyond one message that is larger)."""
+IDLE_BATCHES = 2
+"""Batch buffers (of two batches' size at most) kept to pack the next batches into."""
 OBJECT_BYTES = 256
 """What an unpacked payload (a begin, an end, a delta passed by hand) counts for in the
 hand-over queue: its size is not known until the relay thread packs it."""
@@ -108,14 +110,51 @@ def _pack(payload: Any) -> bytes:
     return packed
 
 
-def _pack_batch(out: list[tuple[bytes, bytes, bytes]], size: int) -> memoryview:
-    """The batch packed into a buffer of its size (plus each message's few bytes of
-    framing), handed over as it is: `packb` grows its buffer by copying, then copies
-    the whole into bytes, three copies of every delta where one will do."""
-    packer = msgpack.Packer(use_bin_type=True, autoreset=False, buf_size=size + 32 * len(out) + 16)
-    packer.pack(out)
-    packed: memoryview = packer.getbuffer()
-    return packed
+class _Batches:
+    """The buffers batches are packed in, each packed into again once every viewer's
+    copy of its last batch went out: a buffer new to each batch is fresh memory, a page
+    fault per 4 KB in the driver's process. A batch is packed into a buffer of its size
+    (plus each message's few bytes of framing) and handed over as it is: `packb` grows
+    its buffer by copying, then copies the whole into bytes, three copies of every
+    delta where one will do."""
+
+    def __init__(self) -> None:
+        self._out: collections.deque[tuple[msgpack.Packer, int, memoryview, list[zmq.MessageTracker]]] = collections.deque()
+        """Buffers pyzmq may still be sending from: (packer, the most it held, batch, a
+        tracker per viewer it went to)."""
+        self._idle: list[tuple[msgpack.Packer, int]] = []
+
+    def pack(self, out: list[tuple[bytes, bytes, bytes]], size: int) -> memoryview:
+        self._reap()
+        if self._idle:
+            packer, largest = self._idle.pop()
+        else:
+            packer, largest = msgpack.Packer(use_bin_type=True, autoreset=False, buf_size=size + 32 * len(out) + 16), 0
+        packer.pack(out)
+        batch: memoryview = packer.getbuffer()
+        self._out.append((packer, max(largest, len(batch)), batch, []))
+        return batch
+
+    def sent(self, tracker: zmq.MessageTracker) -> None:
+        """pyzmq took the last batch packed for a viewer: its buffer waits for this."""
+        self._out[-1][3].append(tracker)
+
+    def _reap(self) -> None:
+        """Every buffer pyzmq is done with is let go or kept to pack into (a viewer that
+        holds an older one holds only that one)."""
+        out = self._out
+        self._out = collections.deque()
+        for packer, largest, batch, trackers in out:
+            if not all(tracker.done for tracker in trackers):
+                self._out.append((packer, largest, batch, trackers))
+                continue
+            try:
+                batch.release()
+                packer.reset()
+            except BufferError:  # still read by someone: left to the collector
+                continue
+            if len(self._idle) < IDLE_BATCHES and largest <= 2 * BATCH_BYTES:
+                self._idle.append((packer, largest))
 
 
 def _fallback(value: Any) -> Any:
@@ -255,6 +294,7 @@ class Relay:
         self._kept = 0
         self._too_big: set[bytes] = set()
         self._viewers: dict[bytes, _Viewer] = {}
+        self._batches = _Batches()
         self._welcome_tokens = float(welcomes_per_second)
         self._welcomed_at = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name=f"tracewatch relay {self.address}", daemon=True)
@@ -399,9 +439,10 @@ class Relay:
             out.append((kind, run, payload))
             size += len(payload)
         if watched and out:
-            batch = _pack_batch(out, size)
+            batch = self._batches.pack(out, size)
             for identity, viewer in list(self._viewers.items()):
-                self._send(identity, viewer, batch, len(out))
+                if (tracker := self._send(identity, viewer, batch, len(out))) is not None:
+                    self._batches.sent(tracker)
         self._in_hand = 0
 
     def _packed(self, kind: bytes, run: bytes, payload: Any) -> bytes:
@@ -433,25 +474,27 @@ class Relay:
         self._kept -= self._run_bytes.pop(run, 0)
         self._too_big.discard(run)
 
-    def _send(self, identity: bytes, viewer: _Viewer, batch: bytes | memoryview, messages: int) -> None:
+    def _send(self, identity: bytes, viewer: _Viewer, batch: bytes | memoryview, messages: int) -> zmq.MessageTracker | None:
         """One message of many to one viewer, or its messages dropped for it when it is
-        behind its share of what the relay may hold."""
+        behind its share of what the relay may hold; what tells when pyzmq let it go."""
         viewer.reap()
         if viewer.held + len(batch) > self.max_bytes // 2 // len(self._viewers):
             viewer.dropped += messages
-            return
+            return None
         frame = zmq.Frame(batch, copy=False, track=True)
         try:
             self._socket.send_multipart([identity, BATCH, NO_RUN, frame, str(viewer.dropped + self.dropped).encode()], zmq.NOBLOCK)
         except zmq.Again:
             viewer.dropped += messages
-            return
+            return None
         except zmq.ZMQError:  # gone without a bye
             self._viewers.pop(identity, None)
-            return
-        viewer.sent.append((frame.tracker, len(batch), messages))
+            return None
+        tracker: zmq.MessageTracker = frame.tracker
+        viewer.sent.append((tracker, len(batch), messages))
         viewer.held += len(batch)
         viewer.last_sent = time.monotonic()
+        return tracker
 
     def _beat(self) -> None:
         now = time.monotonic()
