@@ -16,9 +16,10 @@ relay's its thread's clock. Each ratio is the median over the pairs, with the
 interquartile range beside it. Where the added CPU goes is printed beside the ratios:
 the driver's thread, the relay thread and the process's other threads (pyzmq's I/O
 thread sending to the viewers, its garbage-collector thread, the episodes' validation),
-and the page faults the driver's thread took more than without the relay (the relay
-keeps the bytes of the runs in flight for a viewer that joins late, so the client
-allocates fresh pages for the deltas that follow, and every round hands them back).
+and the page faults the driver's thread took more than without the relay, and the
+relay thread's own (the relay keeps the bytes of the runs in flight for a viewer that
+joins late, so the client allocates fresh pages for the deltas that follow, and every
+round hands them back).
 
     python -m bench.relay [--pairs 6] [--shapes small,heavy]
 """
@@ -78,6 +79,8 @@ class Round:
     """Minor page faults taken by the driver's thread."""
     relay: float = 0.0
     """The relay thread's CPU seconds."""
+    relay_faults: int = 0
+    """Minor page faults taken by the relay thread."""
     queue_dropped: int = 0
     viewer_dropped: int = 0
 
@@ -87,8 +90,12 @@ def process_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def thread_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+def thread_faults(native_id: int | None = None) -> int:
+    """This thread's minor page faults, or another thread's of this process."""
+    if native_id is None:
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    with open(f"/proc/self/task/{native_id}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[7])
 
 
 async def drive(address: str, runs: int, relay: Relay | None) -> Round:
@@ -99,11 +106,15 @@ async def drive(address: str, runs: int, relay: Relay | None) -> Round:
     gc.collect()
     relay_clock = time.pthread_getcpuclockid(relay._thread.ident) if relay is not None and relay._thread.ident else None
     relay_cpu = time.clock_gettime(relay_clock) if relay_clock is not None else 0.0
+    relay_thread = relay._thread.native_id if relay is not None else None
+    relay_faults = thread_faults(relay_thread) if relay_thread is not None else 0
     cpu, driver, wall, faults = process_cpu(), time.thread_time(), time.perf_counter(), thread_faults()
     await asyncio.gather(*(client.run(EvalClientConfig(), "m", SamplingConfig(), {"id": f"t{i}", "prompt": "p"}) for i in range(runs)))
     measured = Round(process_cpu() - cpu, time.thread_time() - driver, time.perf_counter() - wall, thread_faults() - faults)
     if relay_clock is not None:
         measured.relay = time.clock_gettime(relay_clock) - relay_cpu
+    if relay_thread is not None:
+        measured.relay_faults = thread_faults(relay_thread) - relay_faults
     await plain.close()
     return measured
 
@@ -134,7 +145,7 @@ def added(measured: list[tuple[Round, Round]]) -> str:
     return (
         f"added a round: CPU {median_ms(lambda r: r.cpu)}: driver's thread {median_ms(lambda r: r.driver)}, "
         f"relay thread {median_ms(lambda r: r.relay)}, other threads {median_ms(lambda r: r.cpu - r.driver - r.relay)}; "
-        f"driver's thread page faults {faults:+,.0f}"
+        f"page faults: driver's thread {faults:+,.0f}, relay thread {statistics.median(r.relay_faults for _, r in measured):,.0f}"
     )
 
 
