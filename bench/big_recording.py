@@ -14,7 +14,8 @@ with its announcement, request and reply. Then, each in this process:
   read on the loop after it, a slice at a time (records per CPU second, and the
   longest the loop was held, which a key press waits at most);
 - `replay --speed 0`: the replay's records applied per CPU second of its loop for
-  `--replay-seconds` (the whole file would take minutes), against the bare unpack.
+  `--replay-seconds` (the whole file would take minutes), against the bare unpack;
+  then the same in the app (under `run_test`), its ticks and drawing included.
 
     python -m bench.big_recording [--size-mb 1000 --rounds 2 --replay-seconds 20 --replay-only]
 
@@ -185,7 +186,28 @@ def one_round(path: Path, rollouts: int, records: int, args: argparse.Namespace)
         f"  replay --speed 0          {applied / cpu:>10,.0f} records/CPU s  {ratios['replay --speed 0']:.2f}x bare  "
         f"({applied:,} records in {wall:.1f} s wall, {cpu:.1f} s CPU)  load {load()}"
     )
+    applied, cpu, wall = asyncio.run(replay_in_app(path, args.replay_seconds))
+    ratios["replay --speed 0, app"] = applied / cpu / bare
+    print(
+        f"  replay --speed 0, app     {applied / cpu:>10,.0f} records/CPU s  {ratios['replay --speed 0, app']:.2f}x bare  "
+        f"({applied:,} records in {wall:.1f} s wall, {cpu:.1f} s CPU; the app under run_test, 160x48, drawing)  load {load()}"
+    )
     return ratios
+
+
+async def replay_in_app(path: Path, seconds: float) -> tuple[int, float, float]:
+    """`replay --speed 0` in the app for about `seconds`: (records applied, the app's
+    thread's CPU seconds, wall seconds), its ticks and drawing included."""
+    from core.engine.replay import ReplaySession
+    from tui.app import TracewatchApp
+
+    session = ReplaySession(path, speed=0)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        wall, cpu, first = time.perf_counter(), time.thread_time(), session.applied
+        while not session.finished and time.perf_counter() - wall < seconds:
+            await pilot.pause(0.05)
+        return session.applied - first, time.thread_time() - cpu, time.perf_counter() - wall
 
 
 def load() -> str:

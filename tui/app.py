@@ -61,6 +61,13 @@ its transcript is laid out: a held arrow key (a move every 30-50 ms) repaints th
 cursor on each row but lays out only the last; a single move lays out at once. A move
 the filter made waits until the typing rests as long (each keystroke puts it off)."""
 
+FAST_REPLAY_EVERY = 3
+"""A replay playing as fast as it can is drawn at every third tick: it moves faster
+than it can be read, and each tick's drawing (rows, the followed transcript, the
+cards and the status line, whose once-a-second work comes at every tick as the
+recorded clock races) was a third of the app's CPU, taken from the replay."""
+
+
 def home_short(path: Path) -> str:
     """A path with the home folder as `~`: shorter in a toast or a status line."""
     try:
@@ -198,8 +205,10 @@ class TracewatchApp(App[None]):
         queued rollouts must not cost a redraw of each) or the app is shutting down."""
         if self._quitting or not (self.is_running and self.table.is_attached):
             return
-        changes = self.store.take_changes()
         self._ticks += 1
+        if self._ticks % FAST_REPLAY_EVERY and (replay := self.engine.replay) is not None and replay.fast:
+            return
+        changes = self.store.take_changes()
         now = self.store.clock()
         with self.batch_update():
             self.table.sync([*changes.added, *changes.rollouts])

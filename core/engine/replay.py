@@ -93,6 +93,10 @@ class ReplaySession(Session):
         duration = self.last_t - self.first_t if total is not None else None
         return ReplayPosition(self.applied, total, played, duration, self.paused, self.finished)
 
+    @property
+    def fast(self) -> bool:
+        return not (self.paused or self.finished) and (self.speed <= 0 or self._seek is not None)
+
     def toggle_pause(self) -> bool:
         self.paused = not self.paused
         if self.paused:

@@ -164,6 +164,9 @@ class ReplayControls(Protocol):
     def seek(self, rollout_key: str) -> None:
         """Play fast until that rollout has ended, then pause."""
     def position(self) -> ReplayPosition: ...
+    @property
+    def fast(self) -> bool:
+        """Playing as fast as it can (speed 0, or seeking): faster than it can be read."""
 
 
 class SessionView(Protocol):

@@ -45,6 +45,25 @@ async def test_a_replay_shows_its_variants_position_and_state(tmp_path: Path) ->
         assert app.query_one(LogsView).shown == "baseline"
 
 
+async def test_a_replay_at_full_speed_is_drawn_at_every_third_tick_and_its_end_at_once(tmp_path: Path) -> None:
+    """It moves faster than it can be read: the rows follow it ten times a second, so
+    the CPU goes to the replay; paused or ended, every tick draws again."""
+    path = tmp_path / "many.twrec"
+    write_many_runs(path, 150)
+    session = ReplaySession(path, speed=0)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        drawn: list[tuple[int, bool]] = []
+        sync = app.table.sync
+        app.table.sync = lambda keys: (drawn.append((app._ticks, session.fast)), sync(keys))[1]  # type: ignore[method-assign]
+        await until(pilot, lambda: session.finished)
+        ended = app._ticks
+        await until(pilot, lambda: any(tick > ended for tick, _ in drawn))
+        while_fast = [tick for tick, fast in drawn if fast]
+        assert while_fast and all(tick % 3 == 0 for tick, fast in drawn if fast)
+        assert not drawn[-1][1] and app.table.row_count == len(session.store.rollouts)
+
+
 async def test_a_paused_replay_says_so_and_steps(tmp_path: Path) -> None:
     path = tmp_path / "session.twrec"
     write_recording(path)

@@ -143,6 +143,21 @@ def test_headless_replay_prints_the_summary(recorded, capsys):
     assert out.count(" done · reward") == sum(v["status"] is Status.DONE for v in live.values())
 
 
+async def test_a_replay_is_fast_at_speed_0_or_seeking_while_it_plays(recorded):
+    path, live = recorded
+    paced = ReplaySession(path, speed=1.0)
+    assert not paced.fast
+    paced.seek(next(iter(live)))
+    assert paced.fast
+    paced.toggle_pause()
+    assert not paced.fast
+    fastest = ReplaySession(path, speed=0)
+    assert fastest.fast
+    await fastest.start()
+    await fastest.wait()
+    assert fastest.finished and not fastest.fast
+
+
 def test_a_finished_verifiers_run_opens_with_every_episode(tmp_path):
     out = tmp_path / "outputs" / "run"
     save_config(EvalConfig(model="fake-model"), out)
