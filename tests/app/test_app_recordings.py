@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Group
 from rich.text import Text
 from textual.widgets import Button, Static
 
@@ -113,6 +114,30 @@ async def test_a_recording_opened_for_the_screen_fills_its_table_as_its_index_re
         row = lambda r: (r.status, r.phase, r.turns, r.tokens, r.reward, r.errors)  # noqa: E731
         assert [row(r) for r in session.store.rollouts.values()] == [row(r) for r in whole.store.rollouts.values()]
         assert app.detail.active == "tab-compare" and "variants disagree" in screen_text(app)
+
+
+async def test_a_partial_store_says_so_on_the_status_line_in_compare_and_beside_the_phases_p50_p95() -> None:
+    """Figures over every rollout are partial while a recording is still indexed."""
+    engine = make_engine()
+    engine.store.partial = "indexing 34%"
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        status = app.query_one("#status", Static)
+        await until(pilot, lambda: "indexing 34%" in str(status.render()))
+        await pilot.press("4")
+        await until(pilot, lambda: first_line(app.compare.render()) == "partial: indexing 34%; the comparison fills in as it reads")
+        await pilot.press("2")
+        await until(pilot, lambda: app.timing.render().renderables[2].plain.endswith("(finished rollouts) · partial: indexing 34%"))
+        engine.store.partial = None
+        engine.store.touch_variant("baseline")
+        await until(pilot, lambda: "indexing" not in str(status.render()) and "partial" not in app.timing.render().renderables[2].plain)
+        assert "partial" not in first_line(app.compare.render())
+
+
+def first_line(shown: object) -> str:
+    """The first line of what a view renders (a Group's first part)."""
+    first = shown.renderables[0] if isinstance(shown, Group) else shown
+    return first.plain.splitlines()[0] if isinstance(first, Text) else ""
 
 
 async def test_the_focused_card_is_marked_and_cards_show_what_differs() -> None:
