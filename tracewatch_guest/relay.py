@@ -13,7 +13,9 @@ It sits in the driver's process, so the driver's thread does as little as it can
 delta it appends a reference to a queue. `RelayedClient` hands over the very bytes
 verifiers' client received (nothing is packed again); a thread takes the queue every
 `TICK_SECONDS` while deltas come, packs what it took into one message for every
-viewer, and leaves the sending to pyzmq's I/O thread without copying it. When nothing
+viewer (in a buffer an earlier message used, once pyzmq sent that one: fresh memory
+costs a page fault per 4 KB), and leaves the sending to pyzmq's I/O thread without
+copying it. When nothing
 comes the thread sleeps in zmq's poll until the driver offers again (one byte down a
 pipe, only on the first offer after a quiet) or a heartbeat is due: a clock of its
 own would take the GIL from the driver at every tick, idle or not.
