@@ -199,9 +199,11 @@ async def shape(name: str, turns: int, tokens: int, runs: int, pairs: int) -> li
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--pairs", type=int, default=6, help="alternated pairs, at least 2 (each ratio's spread is their quartiles)")
     parser.add_argument("--shapes", default="small,heavy", help="which shapes, comma-separated: small, heavy")
     args = parser.parse_args()
+    if args.pairs < 2:
+        parser.error("--pairs must be at least 2: each ratio's spread is the pairs' quartiles")
     shapes = set(args.shapes.split(","))
     if "small" in shapes:
         for line in await shape("small deltas", turns=200, tokens=0, runs=16, pairs=args.pairs):
