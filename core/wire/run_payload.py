@@ -12,9 +12,11 @@ that is not a string, a nesting deeper than a task has) is dumped by pydantic as
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
+
+import msgpack
+from pydantic import BaseModel
 
 from core.wire.protocol import ClientConfig, RunRequest, SamplingConfig, pack, request_payload
 
@@ -39,12 +41,25 @@ def plain_json(value: Any, depth: int = 0) -> bool:
     return False
 
 
+def _model_fields(value: Any) -> Any:
+    """How a model is told apart in a shared-fields key: its class and every field,
+    extras too, as they are held."""
+    if isinstance(value, BaseModel):
+        return [type(value).__qualname__, value.__dict__, value.__pydantic_extra__]
+    raise TypeError(f"not a key part: {type(value).__name__}")
+
+
 class RunPayloads:
     """The payload of a `run` request: the fields every run shares are packed once and
-    kept while the next run's are equal to them (a variant's never change)."""
+    kept while the next run's pack to the same key (a variant's never change).
+
+    The key is the fields packed as they are held, not `==`: that holds 1, 1.0 and
+    True equal, 0.0 and -0.0 too, and dicts whose keys come in another order, all of
+    which the dump writes apart."""
 
     def __init__(self) -> None:
-        self._shared: tuple[Any, str, Any] | None = None
+        self._keys = msgpack.Packer(use_bin_type=True, default=_model_fields)
+        self._shared: bytes | None = None
         self._head = b""
         self._tail = b""
 
@@ -55,19 +70,24 @@ class RunPayloads:
         model: str,
         sampling: SamplingConfig | dict[str, Any] | None,
     ) -> bytes:
-        if self._shared is None or self._shared != (client, model, sampling):
+        try:
+            key: bytes | None = self._keys.pack((client, model, sampling))
+        except (TypeError, ValueError, OverflowError):  # not packable as held: shared again each run
+            key = None
+        if key is None or key != self._shared:
             self._share(client, model, sampling)
+            self._shared = key
         if type(task_data) is dict and plain_json(task_data):
             return self._head + pack(task_data) + self._tail
         return request_payload(self._request(task_data, client, model, sampling))
 
     def _share(self, client: Any, model: str, sampling: Any) -> None:
+        self._shared = None  # a failed validation keeps no key
         fields = self._request({}, client, model, sampling).model_dump(mode="json")
         if len(fields) >= 16 or next(iter(fields)) != "task_data":  # a fixmap, the task first
             raise AssertionError(f"a run request's fields are not what the payload's layout assumes: {list(fields)}")
         self._head = bytes([0x80 | len(fields)]) + pack("task_data")
         self._tail = b"".join(pack(key) + pack(value) for key, value in fields.items() if key != "task_data")
-        self._shared = copy.deepcopy((client, model, sampling))  # a caller may change its own later
 
     @staticmethod
     def _request(task_data: dict[str, Any], client: Any, model: str, sampling: Any) -> RunRequest:

@@ -78,3 +78,26 @@ def test_a_float_that_is_not_finite_is_dumped_as_pydantic_dumps_it():
     for value in (math.nan, math.inf, -math.inf, 0.5):
         task = {"x": [value]}
         assert payloads.payload(task, {}, "m", None) == pydantic_payload(task, {}, "m", None)
+
+
+EQUAL_BUT_PACKED_APART = st.sampled_from([1, 1.0, True, 0, 0.0, -0.0, False])
+"""Values `==` holds equal that msgpack packs apart (an int, a float, a bool; 0.0 and -0.0)."""
+SHARED_TWINS = st.lists(
+    st.tuples(
+        st.dictionaries(st.sampled_from(["x", "y", "z"]), st.text(max_size=1), max_size=3),  # headers, in any order
+        st.dictionaries(st.sampled_from(["temperature", "seed", "n"]), EQUAL_BUT_PACKED_APART, max_size=3),
+    ),
+    min_size=2,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SHARED_TWINS)
+def test_shared_fields_equal_to_the_last_but_packed_apart_are_packed_again(runs):
+    """A client's or sampling's fields that compare equal to the last run's can still
+    dump to other bytes: 1, 1.0 and True; 0.0 and -0.0; the same keys in another order."""
+    payloads, task = RunPayloads(), {"prompt": "p"}
+    for headers, sampling in runs:
+        client = {"headers": headers, "extra": dict(sampling)}
+        assert outcome(payloads.payload, task, client, "m", sampling) == outcome(pydantic_payload, task, client, "m", sampling)
