@@ -65,7 +65,7 @@ FAST_REPLAY_EVERY = 3
 """A replay playing as fast as it can is drawn at every third tick: it moves faster
 than it can be read, and each tick's drawing (rows, the followed transcript, the
 cards and the status line, whose once-a-second work comes at every tick as the
-recorded clock races) was a third of the app's CPU, taken from the replay."""
+recorded clock races) took the app's CPU from the replay."""
 
 
 def home_short(path: Path) -> str:

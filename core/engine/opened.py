@@ -33,7 +33,7 @@ SLICE_STEP = 100
 SHOW_EVERY = 0.25
 """How often the rows read so far are shown while the index reads on (the first
 slice's at once): a row's facts are computed once per showing, not once per slice,
-which cost a tenth of the pass."""
+whose many showings took the pass's CPU."""
 
 
 class OpenedRun(Session):

@@ -26,8 +26,8 @@ FULL_EVERY = 2
 """Middle-generation collections between two full ones (CPython's own: 10). A full
 collection walks everything kept since the last freeze: at CPython's pace that is what
 a hundred young collections kept (thousands of runs starting at once keep their tasks,
-coroutines and assemblies: 60-70,000 objects, 30-40 ms a walk); at this one, a fifth
-of it, frozen in its turn once a walk is slow."""
+coroutines and assemblies, all walked with the loop held); at this one, a fifth of
+it, frozen in its turn once a walk is slow."""
 
 
 class FreezeAfterSlowCollections:

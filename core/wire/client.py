@@ -294,9 +294,9 @@ class EnvClient:
         pyzmq's awaited send asks the socket's events after each send, so that a
         receive waiting on its edge-triggered descriptor is not left asleep by the
         send having taken the edge: for thousands of runs started at once that was
-        a third of each start. Here one look per turn of the loop does it."""
+        much of each start. Here one look per turn of the loop does it."""
         try:
-            for frame in frames[:-1]:  # pyzmq's send_multipart costs twice these, in its flag arithmetic
+            for frame in frames[:-1]:  # send_multipart's flag arithmetic costs more than these sends
                 self._queued.send(frame, _MORE)
             self._queued.send(frames[-1], _NOW)  # a message's first part taken, zmq takes the rest
         except zmq.Again:

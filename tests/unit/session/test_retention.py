@@ -88,7 +88,7 @@ def test_a_program_without_a_policy_resumes_the_collector_with_startup_frozen() 
 def test_a_full_collection_walks_what_arrived_since_the_last_freeze_a_few_young_collections_long() -> None:
     """Thousands of runs starting at once keep what each start makes: left to CPython's
     own pace, a full collection comes every hundred young ones and walks all they
-    kept (70,000 objects, 30-40 ms), however often what survives is frozen."""
+    kept, however often what survives is frozen."""
     walked: list[int] = []
 
     def count(phase: str, info: dict) -> None:
