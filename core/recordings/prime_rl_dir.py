@@ -120,6 +120,7 @@ def _read(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
             skipped.append(f"{path} line {number}: neither an episode nor a trace record")
         elif episode is not value and traced is not None and same_episode(traced, value):
             join(traced, value)
+            continue  # the episode it joined is the one the next trace may join
         else:
             episodes.append(episode)
         traced = episode if episode is not None and episode is not value else None

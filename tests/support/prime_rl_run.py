@@ -66,12 +66,13 @@ def renamed(episode: dict[str, Any], number: int) -> dict[str, Any]:
     return episode
 
 
-def with_judge(episode: dict[str, Any]) -> dict[str, Any]:
-    """`episode` with a second trace, a judge's (a copy of its first under its own id,
-    the first's reversed, and agent name), as a multi-agent episode has."""
+def with_judge(episode: dict[str, Any], name: str = "judge") -> dict[str, Any]:
+    """`episode` with one more trace, a judge's (a copy of its first under its own id,
+    the first's reversed and led by the trace's number, and agent `name`), as a
+    multi-agent episode has."""
     episode = copy.deepcopy(episode)
     judge = copy.deepcopy(episode["traces"][0])
-    judge["id"] = judge["id"][::-1]
-    judge["agent"]["name"] = "judge"
+    judge["id"] = f"{len(episode['traces']):02x}{judge['id'][::-1][2:]}"
+    judge["agent"]["name"] = name
     episode["traces"].append(judge)
     return episode

@@ -131,3 +131,12 @@ def test_a_multi_trace_episode_opens_as_one_rollout_in_either_line_shape(tmp_pat
         assert any(advantages), f"{shape}: the effective line's credit"
     assert opened["traces"] == opened["episodes"]
     assert [(key, len(traces)) for key, traces, _ in opened["traces"]] == [("train/0", 2), ("train/1", 2)]
+
+
+def test_an_episode_of_three_traces_logged_one_a_line_opens_with_all_three(tmp_path, episode):
+    """A third trace joins the episode its first two opened, as the second did: it
+    was joined to a lone episode of the second trace that was never kept, and lost."""
+    episodes = [with_judge(with_judge(renamed(episode, number)), "critic") for number in (1, 2)]
+    log_episodes(tmp_path / "out", episodes, 1, "train", "all", per_trace=True)
+    store = open_folder(tmp_path / "out").store
+    assert [(key, len(r.traces)) for key, r in store.rollouts.items()] == [("train/0", 3), ("train/1", 3)]
