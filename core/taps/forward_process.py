@@ -54,8 +54,8 @@ app reads what is already queued for half a second at most anyway."""
 FLUSH_SECONDS = 0.05
 """How long copies gather before they go to the app, one message per leg. Pushed as
 they came, a server streaming at its own pace (a delta per read) woke pyzmq's I/O
-thread and the app for every delta; pushed every 10 ms, the pushes were still a
-quarter of the forwarding thread's busy time. The bytes themselves are never held,
+thread and the app for every delta; pushed every 10 ms, the pushes were still much
+of the forwarding thread's busy time. The bytes themselves are never held,
 and the view, a screen redrawn at 30 Hz or headless lines, does not miss 50 ms."""
 FLUSH_BYTES = 65536
 """A leg's copies go at once when this many have gathered."""
