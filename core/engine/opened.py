@@ -138,11 +138,13 @@ class OpenedRecording(Session):
 
     async def _read_on(self) -> None:
         """The index read a slice at a time, the loop handed back between slices so
-        keys and ticks go on; each slice's rollouts shown as it ends."""
+        keys and ticks go on; each slice's rollouts shown as it ends. A slice reads a
+        step at least: one begun after the box held the loop past its end reads on."""
         touched: dict[str, None] = {}
         shown = -SHOW_EVERY
         while not self.index.done:
             ends = time.perf_counter() + SLICE_SECONDS
+            touched.update(self.index.read_on(SLICE_STEP))
             while not self.index.done and time.perf_counter() < ends:
                 touched.update(self.index.read_on(SLICE_STEP))
             if self.index.done or time.perf_counter() - shown >= SHOW_EVERY:
