@@ -311,3 +311,36 @@ def test_a_viewer_that_stopped_reading_does_not_keep_the_relay_awake() -> None:
         stuck.close()
         other.close()
         relay.close()
+
+
+def test_a_batch_buffer_is_packed_into_again_only_once_every_viewer_was_sent_it() -> None:
+    """The relay packs each batch into a buffer an earlier batch used: a viewer that
+    stopped reading holds its batches unsent in zmq while another viewer takes batch
+    after batch, and when it reads again every delta it gets is the one sent, in
+    order (a buffer packed into while zmq still held it would give it later bytes)."""
+    relay = Relay("tcp://127.0.0.1:0", max_bytes=256 * MB)  # the slow viewer's 16 MB held, never dropped
+    fast = BareViewer(relay.address, identity=b"fast")
+    slow = BareViewer(relay.address, identity=b"slow", receive_queue=1)
+    sent: list[bytes] = []
+
+    def deltas(viewer: BareViewer) -> list[bytes]:
+        viewer.read()
+        return [payload for kind, _, payload in viewer.messages if kind == DELTA]
+
+    try:
+        fast.welcomed()
+        slow.welcomed()
+        run = relay.begin({"id": "a"})
+        for batch in range(40):  # a batch a round: the fast viewer has each before the next is offered
+            for i in range(50):  # 400 kB a round: more than the sockets' buffers hold, so zmq holds the slow one's
+                payload = msgpack.packb({"trace": "t", "set": {"n": f"{batch}/{i}", "text": f"{batch}/{i} ".rjust(8000, ".")}})
+                run.raw(payload)
+                sent.append(payload)
+            wait_until(lambda: len(deltas(fast)) == len(sent), WAIT, "the round at the fast viewer")
+        wait_until(lambda: len(deltas(slow)) == len(sent), WAIT, "every round at the slow viewer, read at last")
+        got = {viewer.socket.identity: deltas(viewer) for viewer in (fast, slow)}
+    finally:
+        relay.close()
+        fast.close()
+        slow.close()
+    assert got == {b"fast": sent, b"slow": sent}
