@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import TextIO
 
@@ -249,6 +251,20 @@ class PushingForwarder(Forwarder):
         self._push_context.term()
 
 
+THREAD_DIED = 70
+"""The exit status when a thread of the process raised. A forwarding thread that died
+would leave the process alive on its orders loop, forwarding nothing: its drivers would
+wait for ever and the app, seeing it alive, would not start another."""
+
+
+def end_on_thread_error(args: threading.ExceptHookArgs) -> None:
+    """The fault on stderr, then the process ends: a dead forwarder the app notices
+    (it fails the runs in flight and starts another on the same port)."""
+    threading.__excepthook__(args)
+    sys.stderr.flush()
+    os._exit(THREAD_DIED)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.taps.forward_process")
     parser.add_argument("--listen", required=True)
@@ -256,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", required=True, help="where the app pulls the copies from")
     parser.add_argument("--copy-bytes", type=int, default=COPY_BYTES)
     args = parser.parse_args(argv)
+    threading.excepthook = end_on_thread_error
     raise_descriptor_limit()
     forwarder = PushingForwarder(args.listen, args.upstream, args.copies, args.copy_bytes)
     try:

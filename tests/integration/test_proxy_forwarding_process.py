@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 
 import pytest
 import zmq
@@ -20,6 +22,7 @@ from core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy
 from core.taps.zmtp import ZmtpStream
 from core.wire.protocol import pack
 from tests.support.polling import wait_until
+from tests.support.tether import TetheredProcess
 
 WAIT = 60.0
 
@@ -336,3 +339,38 @@ def test_a_lost_copy_names_its_run_even_when_the_forwarder_read_its_request_id_i
     whole = {copy.frames[0] for copy in copies if copy.direction == TO_DRIVER}
     assert None not in lost, "every run that lost copies is named"
     assert lost == {b"w" * 32, b"y" * 32} - whole and b"w" * 32 in lost, (lost, whole)
+
+
+BROKEN_COPY = """
+import sys
+from core.taps import forward_process
+
+def broken(self, leg, data):
+    raise RuntimeError("a fault planted in the copy side")
+
+forward_process.PushingForwarder._copy = broken
+sys.exit(forward_process.main(sys.argv[1:]))
+"""
+
+
+def test_a_forwarding_thread_that_dies_ends_its_process(context) -> None:
+    """A fault in the forwarding thread (here planted in the child) must not leave the
+    process alive on its orders loop, forwarding nothing: its drivers would wait for
+    ever and the app, seeing the process alive, would not start another. The process
+    ends, non-zero, with the fault on its stderr."""
+    server, upstream = router(context)
+    copies = context.socket(zmq.PULL)
+    copies.setsockopt(zmq.LINGER, 0)
+    port = copies.bind_to_random_port("tcp://127.0.0.1")
+    with TetheredProcess(
+        [sys.executable, "-c", BROKEN_COPY, "--listen", "tcp://127.0.0.1:0", "--upstream", upstream, "--copies", f"tcp://127.0.0.1:{port}"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        sender = driver(context, child.stdout.readline().decode().strip(), b"d1")
+        sender.send_multipart([b"request", pack({"id": "r1"})])
+        wait_until(lambda: child.poll() is not None, WAIT, "the forwarding process to end")
+        assert child.returncode not in (0, None)
+        assert "a fault planted in the copy side" in child.stderr.read().decode()
+    for sock in (sender, copies, server):
+        sock.close()
