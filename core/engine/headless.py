@@ -198,6 +198,8 @@ def summary_lines(engine: SessionView) -> list[str]:
         if variant.reason:
             line += f"; {variant.reason}"
         lines.append(line)
+    if (partial := engine.store.partial) is not None:  # stopped before an opened recording was read whole
+        lines.append(f"partial: {partial}: the counts and rewards above are of what was read")
     if engine.store.dropped_frames:
         lines.append(f"frames dropped: {engine.store.dropped_frames} (last: {engine.store.last_drop})")
     if engine.recording_stopped is not None:

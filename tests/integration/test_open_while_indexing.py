@@ -5,11 +5,15 @@ the end, and a rollout selected before all its records are read fills in."""
 from __future__ import annotations
 
 import asyncio
+import io
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from core.engine import opened
+from core.engine.headless import run_headless
 from core.engine.opened import OpenedRecording
 from core.session.store import RolloutStore
 from tests.support.polling import eventually
@@ -80,3 +84,16 @@ async def test_a_rollout_selected_before_its_records_are_read_shows_what_is_and_
     loaded, expected = session.store.rollouts[key], whole.store.rollouts[key]
     assert {tid: len(t.nodes) for tid, t in loaded.traces.items()} == {tid: len(t.nodes) for tid, t in expected.traces.items()}
     assert loaded.record == expected.record is not None
+
+
+async def test_open_headless_stopped_while_indexing_says_its_summary_is_partial(many: Path) -> None:
+    """Headless `open` stopped (SIGINT) before the index read the whole file: its
+    summary's counts and mean reward are of what was read, and it says so."""
+    session = OpenedRecording(many, at_once=False)
+    out = io.StringIO()
+    headless = asyncio.get_running_loop().create_task(run_headless(session, out))
+    await eventually(lambda: session.store.rollouts, sleep=one_slice)
+    os.kill(os.getpid(), signal.SIGINT)
+    assert await headless == 128 + signal.SIGINT
+    assert not session.index.done
+    assert f"partial: {session.store.partial}" in out.getvalue(), out.getvalue()
