@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -147,7 +148,8 @@ def serve(path: Path) -> None:
                 started += 1
                 live.append([client, request_id, run["deltas"], 0, run["reply"]])
             else:
-                socket.send_multipart([client, request_id, b"reply", ok])
+                with contextlib.suppress(zmq.ZMQError):  # a cancel or health probe from a client that quit since
+                    socket.send_multipart([client, request_id, b"reply", ok])
         gone: set[bytes] = set()
         for entry in live:
             client, request_id, deltas, position, reply = entry
