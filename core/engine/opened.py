@@ -190,6 +190,7 @@ class OpenedRecording(Session):
         rollout.facts = summary.facts
         rollout.started_at = summary.started_t
         rollout.running_since = summary.running_t
+        rollout.last_delta_at = summary.last_t if summary.deltas else None  # idle since it last spoke
         if summary.ending is not None:
             self.store.ended(key, summary.ending, t=summary.ended_t)
         else:

@@ -15,9 +15,10 @@ import pytest
 from core.engine import opened
 from core.engine.headless import run_headless
 from core.engine.opened import OpenedRecording
+from core.recordings.recorder import Recorder
 from core.session.store import RolloutStore
 from tests.support.polling import eventually
-from tests.support.tui_standin import write_many_runs
+from tests.support.tui_standin import T0, load_fixture, write_many_runs
 
 COPIES = 60
 """4,620 records: dozens of slices of the index."""
@@ -97,3 +98,28 @@ async def test_open_headless_stopped_while_indexing_says_its_summary_is_partial(
     assert await headless == 128 + signal.SIGINT
     assert not session.index.done
     assert f"partial: {session.store.partial}" in out.getvalue(), out.getvalue()
+
+
+def test_a_rollout_the_recording_left_running_is_idle_since_its_last_delta(tmp_path: Path) -> None:
+    """A rollout not ended in the file (a run cut short, or one whose end the index has
+    not read yet) shows its activity as the recording had it: idle since its last
+    delta, not since it started. Its row's "idle" was counted from its start, longer
+    than the rollout had been running."""
+    deltas, tasks, replies = load_fixture()
+    cut, finished = list(tasks)[:2]
+    path = tmp_path / "cut.twrec"
+    with Recorder(path, meta={"test": True}) as rec:
+        for index, run in enumerate((cut, finished)):
+            rec.rollout(f"v/{run}", "v", index, tasks[run], 0, t=T0)
+            rec.request(f"v/{run}", f"req-{run}", t=T0)
+        for item in deltas:
+            if item["request"] in (cut, finished):
+                rec.delta(f"v/{item['request']}", item["delta"], t=T0 + item["t"])
+        rec.reply(f"v/{finished}", replies[finished], t=T0 + 30)
+    last_delta = T0 + max(item["t"] for item in deltas if item["request"] == cut)
+    session = OpenedRecording(path)
+    now = session.clock.now
+    assert now == T0 + 30
+    rollout = session.store.rollouts[f"v/{cut}"]
+    assert not rollout.status.finished
+    assert rollout.activity(now) == ("idle", pytest.approx(now - last_delta))
