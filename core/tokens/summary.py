@@ -44,7 +44,8 @@ def summarize(tokens: MessageTokens) -> Summary:
             mean = float(logprobs[finite].mean())
             lowest = _extreme(logprobs, finite, np.argmin)
     if logprobs is not None and trainer is not None:
-        difference = trainer - logprobs
+        with np.errstate(invalid="ignore"):  # inf - inf is NaN, left out below: no warning for it on stderr
+            difference = trainer - logprobs
         mismatch = _extreme(difference, np.isfinite(difference), lambda values: np.argmax(np.abs(values)))
     return Summary(
         tokens=len(tokens),

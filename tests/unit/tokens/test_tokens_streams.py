@@ -6,6 +6,7 @@ or a shifted stream."""
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -172,3 +173,16 @@ def test_a_million_tokens_read_packed() -> None:
     tokens = read_message(unpack_node(pack_node(node)))
     assert len(tokens) == count and tokens.trained == count // 2
     assert f"logprobs has {count // 2 - 1} values for {count // 2} trained tokens: not placed" in tokens.findings
+
+
+def test_infinite_logprobs_on_both_sides_summarize_without_a_warning() -> None:
+    """inf - inf is NaN, kept out of the worst mismatch: an expected value of hostile
+    input, not a RuntimeWarning on the stderr of `tracewatch tokens` or the app."""
+    tokens = read_message({
+        "token_ids": [1, 2, 3], "mask": [True, True, True],
+        "logprobs": [float("-inf"), -1.0, -2.0], "trainer_logprobs": [float("-inf"), -1.5, -2.0],
+    })
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = summarize(tokens)
+    assert summary.worst_mismatch is not None and (summary.worst_mismatch.value, summary.worst_mismatch.index) == (-0.5, 1)
