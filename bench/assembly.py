@@ -27,9 +27,9 @@ import msgpack
 from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import unpack as verifiers_unpack
 
-from core.wire.assembly import EpisodeAssembly
-from core.wire.protocol import unpack, unpack_delta
 from tests.support.repo import FIXTURE as RECORDED
+from tracewatch.core.wire.assembly import EpisodeAssembly
+from tracewatch.core.wire.protocol import unpack, unpack_delta
 
 FIXTURE = RECORDED / "deltas.msgpack"
 

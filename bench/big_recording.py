@@ -44,9 +44,9 @@ from typing import Any
 import msgpack
 
 from bench.live import capture, scale_task
-from core.recordings.file_format import open_unpacker
-from core.recordings.index import RecordingIndex
-from core.recordings.recorder import Recorder
+from tracewatch.core.recordings.file_format import open_unpacker
+from tracewatch.core.recordings.index import RecordingIndex
+from tracewatch.core.recordings.recorder import Recorder
 
 CAPTURED = 32
 CONCURRENT = 64
@@ -151,8 +151,8 @@ def until_counted(session: Any) -> float:
 def one_round(path: Path, rollouts: int, records: int, args: argparse.Namespace) -> dict[str, float]:
     """Each measure once, printed with the load as it ran; the ratios to this round's
     bare unpack."""
-    from core.engine.opened import OpenedRecording
-    from core.engine.replay import ReplaySession
+    from tracewatch.core.engine.opened import OpenedRecording
+    from tracewatch.core.engine.replay import ReplaySession
 
     ratios = {}
     counted, bare_cpu, bare_wall = cpu_timed(lambda: bare_unpack(path))
@@ -198,8 +198,8 @@ def one_round(path: Path, rollouts: int, records: int, args: argparse.Namespace)
 async def replay_in_app(path: Path, seconds: float) -> tuple[int, float, float]:
     """`replay --speed 0` in the app for about `seconds`: (records applied, the app's
     thread's CPU seconds, wall seconds), its ticks and drawing included."""
-    from core.engine.replay import ReplaySession
-    from tui.app import TracewatchApp
+    from tracewatch.core.engine.replay import ReplaySession
+    from tracewatch.tui.app import TracewatchApp
 
     session = ReplaySession(path, speed=0)
     app = TracewatchApp(session)

@@ -20,8 +20,8 @@ import os
 import time
 from typing import Any
 
-from core.session.divergence import TurnPairs
-from core.session.store import RolloutStore, TraceState
+from tracewatch.core.session.divergence import TurnPairs
+from tracewatch.core.session.store import RolloutStore, TraceState
 
 OUTPUT = "".join(f"line {n}: some output of the tool, as a test run or a file prints it\n" for n in range(60))
 IDLE_LOOKS = 3

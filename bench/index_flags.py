@@ -1,7 +1,7 @@
 """What reading the token arrays for the table's flags costs an opened recording's index.
 
 `RecordingIndex.build` reads each node's `mask`, `token_ids` and compact streams for
-its flags (`core.tokens.flags`). Prints, for the same training-shaped recording
+its flags (`tracewatch.core.tokens.flags`). Prints, for the same training-shaped recording
 (`bench.recording`'s stream: tool results and assistant turns with ids, masks and
 logprobs), the index's CPU time against two baselines measured in the same run, in
 alternated rounds: the index of the same records with every token array left out,
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import core.recordings.index as index_module
+import tracewatch.core.recordings.index as index_module
 from bench.recording import make_stream, write_recorder
-from core.recordings.index import RecordingIndex
+from tracewatch.core.recordings.index import RecordingIndex
 
 TOKEN_FIELDS = ("token_ids", "mask", "is_content", "logprobs", "routed_experts")
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import msgpack
 
 from bench.live import capture
-from core.recordings.recorder import Recorder
-from core.session.store import RolloutStore
-from core.wire.protocol import unpack_delta
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.wire.protocol import unpack_delta
 
 
 def interleaved(path: Path) -> list[tuple[int, bytes]]:

@@ -17,7 +17,7 @@ Reported: deltas/s (against verifiers' and against the bare floor), the client's
 seconds, keypress-to-repaint latency p50/p95/max
 (under load and idle), repaints/s, table staleness (a delta's arrival to its row being
 drawn, rows on screen), peak RSS growth / bytes received and the RSS growth once the
-stream has ended (finished rollouts may have left memory: `core.recordings.eviction`),
+stream has ended (finished rollouts may have left memory: `tracewatch.core.recordings.eviction`),
 the longest GC pause (wall time) and the most CPU a collection took. On a loaded box
 read the CPU columns: a client's CPU per delta, and the bare loop's CPU over its own
 (wall time there is mostly waiting for a core); `--rounds N` measures every client N
@@ -46,9 +46,9 @@ from typing import Any
 import msgpack
 import zmq
 
-from core.ports import free_address
-from core.session.store import percentile
-from core.wire.protocol import (
+from tracewatch.core.ports import free_address
+from tracewatch.core.session.store import percentile
+from tracewatch.core.wire.protocol import (
     ClientConfig,
     HealthRequest,
     RunRequest,
@@ -76,7 +76,7 @@ def scale_task(index: int, turns: int, tokens: int) -> dict:
 def capture(path: Path, rollouts: int, turns: int, tokens: int) -> None:
     address = free_address()
     demo = subprocess.Popen(
-        [sys.executable, "-m", "core.demo", "--address", address, "--log-level", "WARNING"],
+        [sys.executable, "-m", "tracewatch.core.demo", "--address", address, "--log-level", "WARNING"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
     )
@@ -248,9 +248,9 @@ def write_config(address: str, rollouts: int, turns: int, tokens: int, directory
 
 
 def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: Path, concurrent: int | None = None) -> Any:
-    from core.engine.live import Engine
-    from core.recordings.recorder import Recorder
-    from core.session.config import load_config
+    from tracewatch.core.engine.live import Engine
+    from tracewatch.core.recordings.recorder import Recorder
+    from tracewatch.core.session.config import load_config
 
     config = write_config(address, rollouts, turns, tokens, directory, concurrent)
     recorder = Recorder(directory / "bench.twrec")
@@ -326,7 +326,7 @@ async def measure_headless(address: str, rollouts: int, turns: int, tokens: int,
 async def measure_app(address: str, rollouts: int, turns: int, tokens: int, directory: Path, concurrent: int) -> dict:
     from textual import events
 
-    from tui.app import TracewatchApp
+    from tracewatch.tui.app import TracewatchApp
 
     engine = engine_for(address, rollouts, turns, tokens, directory, concurrent)
     app = TracewatchApp(engine)
@@ -413,11 +413,11 @@ def measure(mode: str, frames: Path, rollouts: int, turns: int, tokens: int, con
     if mode == "verifiers":
         import verifiers.v1.serve  # noqa: F401 - imports are not the client's cost
     elif mode != "bare":
-        import tui.app  # noqa: F401
+        import tracewatch.tui.app  # noqa: F401
     source = Source(frames)
     gc.collect()
     if mode in ("headless", "app"):  # as tracewatch's own entry points do
-        from core.session.retention import FreezeAfterSlowCollections
+        from tracewatch.core.session.retention import FreezeAfterSlowCollections
 
         FreezeAfterSlowCollections().install()
     pauses = GcPauses()

@@ -42,10 +42,10 @@ from verifiers.v1.serve import EnvClient
 from verifiers.v1.types import SamplingConfig
 
 from bench import source
-from core.ports import free_address
-from core.wire.protocol import pack, unpack
 from tests.support.demo_launch import launch, stop
 from tests.support.repo import REPO
+from tracewatch.core.ports import free_address
+from tracewatch.core.wire.protocol import pack, unpack
 
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -172,7 +172,7 @@ class Proxy:
         self.listen = free_address()
         self.out = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads would block the view's printing
         self.app = subprocess.Popen(
-            [sys.executable, "-m", "tui.cli", "proxy", "--listen", self.listen, "--upstream", upstream, "--headless", "--no-record"],
+            [sys.executable, "-m", "tracewatch.cli", "proxy", "--listen", self.listen, "--upstream", upstream, "--headless", "--no-record"],
             stdout=self.out, stderr=subprocess.STDOUT, text=True, cwd=repo,
         )
         self.forwarder = 0

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.live import Source, capture, engine_for
-from core.session.variant import Variant
-from core.wire.client import EnvClient
+from tracewatch.core.session.variant import Variant
+from tracewatch.core.wire.client import EnvClient
 
 STEPS = {"stop variant": (Variant, "_cancel"), "close client": (EnvClient, "close")}
 """Steps timed inside the quit: the variant's stop (cancel every run over the wire, wait

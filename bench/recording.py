@@ -31,9 +31,9 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-from core.recordings.index import RecordingIndex
-from core.recordings.reader import read_recording
-from core.recordings.recorder import Recorder
+from tracewatch.core.recordings.index import RecordingIndex
+from tracewatch.core.recordings.reader import read_recording
+from tracewatch.core.recordings.recorder import Recorder
 
 CONCURRENT = 64
 TURNS = 10

@@ -45,7 +45,7 @@ from verifiers.v1.types import SamplingConfig
 
 from bench import source
 from bench.source import stretched
-from core.ports import free_address
+from tracewatch.core.ports import free_address
 from tracewatch_relay import Relay, RelayedClient
 
 VIEWER = r"""

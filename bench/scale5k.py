@@ -7,7 +7,7 @@ round-robin, for every run the app starts (all of them at once: `max_concurrent`
 the rollout count, the worst case for the screen). The baseline's rollouts are
 `BASELINE_LONGER` times as long (as many turns arrive per rollout per second, but its
 stream lasts as long as the large one's), so both streams outlast the keys. Each size
-runs in its own process, started as `tracewatch CONFIG` is (`tui.launch`: its imports,
+runs in its own process, started as `tracewatch CONFIG` is (`tracewatch.launch`: its imports,
 config, session folder, recording, retention; `$TRACEWATCH_HOME` a scratch folder),
 with Textual's `App.run` swapped for `run_test`; its source is started beforehand, and
 the bytecode is compiled first, as an installed package has it. Each reports:
@@ -60,7 +60,7 @@ KEY_NAMES = {":": "colon", " ": "space", "/": "slash"}
 async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_seconds: float, launched: float) -> dict:
     from textual import events
 
-    from tui.rollout_filter import RowFilter
+    from tracewatch.tui.table.rollout_filter import RowFilter
 
     steps["config, engine, app"] = time.time() - launched
     pauses = GcPauses()
@@ -154,16 +154,16 @@ async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_sec
 
 
 def measure(config: Path, rollouts: int, load_seconds: float, launched: float) -> dict:
-    """`tracewatch CONFIG` as the command runs it (`tui.launch`), but for `App.run`: the
+    """`tracewatch CONFIG` as the command runs it (`tracewatch.launch`), but for `App.run`: the
     real app's `run_test` instead, so keys can be sent and each repaint seen. Textual's
     App is imported first to swap that, after the collector's pause the command starts
     with (importing it there, as the command does, costs what it costs there)."""
-    from core.session.retention import pause_collection
+    from tracewatch.core.session.retention import pause_collection
 
     pause_collection()
     from textual.app import App
 
-    from tui import cli, launch  # noqa: F401 - the command's imports (but the app's own), timed as such
+    from tracewatch import cli, launch  # noqa: F401 - the command's imports (but the app's own), timed as such
 
     steps = {"imports": time.time() - launched}
     measured: dict[str, Any] = {}

@@ -13,9 +13,9 @@ import gc
 import time
 
 from bench.assembly import recorded_frames, synthetic_frames
-from core.session.store import RolloutStore
-from core.wire.assembly import EpisodeAssembly
-from core.wire.protocol import unpack
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.wire.assembly import EpisodeAssembly
+from tracewatch.core.wire.protocol import unpack
 
 
 def assemble_only(frames: list[bytes]) -> None:

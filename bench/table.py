@@ -18,10 +18,10 @@ from collections.abc import Callable
 from textual.app import App
 from textual.geometry import Region
 
-from core.session.store import RolloutStore
 from tests.support.tui_standin import TableApp, feed
-from tui.rollout_filter import RowFilter
-from tui.rollouts_table import RolloutsTable
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.table.rollout_filter import RowFilter
+from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 CHANGED = 200
 REPEATS = 15

@@ -15,11 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.engine.live import Engine
-from core.recordings.recorder import Recorder
-from core.session.config import load_config
 from tests.support.polling import until
-from tui.app import TracewatchApp
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.config import load_config
+from tracewatch.tui.app import TracewatchApp
 
 
 def write_config(folder: Path, tasks: int) -> Path:
@@ -32,7 +32,7 @@ def write_config(folder: Path, tasks: int) -> Path:
     config.write_text(
         "[[variants]]\n"
         'name = "big"\n'
-        f'command = ["{sys.executable}", "-m", "core.demo", "--address", "{{address}}", "--speed", "20"]\n'
+        f'command = ["{sys.executable}", "-m", "tracewatch.core.demo", "--address", "{{address}}", "--speed", "20"]\n'
         'tasks = "tasks.jsonl"\n'
         'model = "demo-model"\n'
         "grace_seconds = 5.0\n"

@@ -17,11 +17,11 @@ from collections.abc import Callable
 
 from textual.geometry import Region
 
-from core.session.store import RolloutStore
 from tests.support.timed_runs import timed_run
 from tests.support.tui_standin import StandInEngine, StandInVariant
-from tui.app import TracewatchApp
-from tui.timeline_view import TimelineView
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views.timeline_view import TimelineView
 
 REPEATS = 60
 NOW = 1_764_500_000.0

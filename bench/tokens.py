@@ -26,14 +26,14 @@ from textual.pilot import Pilot
 from textual.strip import Strip
 from textual.widgets import Static
 
-from core.demo import TOKENIZER
-from core.demo.content import PROBLEMS
-from core.session.store import RolloutStore, TraceState
-from core.tokens.streams import read_message
-from core.tokens.tokenizer import TokenText
-from tui.token_layout import lay_out
-from tui.token_lines import TokenLines
-from tui.token_view import TokenScreen
+from tracewatch.core.demo import TOKENIZER
+from tracewatch.core.demo.content import PROBLEMS
+from tracewatch.core.session.store import RolloutStore, TraceState
+from tracewatch.core.tokens.streams import read_message
+from tracewatch.core.tokens.tokenizer import TokenText
+from tracewatch.tui.tokens.token_layout import lay_out
+from tracewatch.tui.tokens.token_lines import TokenLines
+from tracewatch.tui.tokens.token_view import TokenScreen
 
 LONG = 32_768
 SHORT = 100
@@ -57,7 +57,7 @@ def corpus_ids(text: TokenText, count: int) -> list[int]:
 def trace_with(ids: list[int], key: str) -> TraceState:
     """One sampled node of `ids` with every stream, fed through the store as a live
     stream would (its arrays arrive packed)."""
-    from core.wire.protocol import pack, unpack_delta
+    from tracewatch.core.wire.protocol import pack, unpack_delta
 
     rng = random.Random(7)
     trained = len(ids) - 3

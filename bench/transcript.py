@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.text import Text
 from textual.app import App, ComposeResult
 
-from core.session.store import RolloutStore
-from tui.transcript import Transcript
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.trace.transcript import Transcript
 
 TURNS = 2000
 SIZE = (120, 40)

@@ -1,4 +1,4 @@
-"""What checking every delta at the boundary costs (`core.wire.delta_checks`): the
+"""What checking every delta at the boundary costs (`tracewatch.core.wire.delta_checks`): the
 client's path (decode, check, apply) against the same path with the check left out,
 with the first, straightforward check (tests/support/delta_checks_reference.py, the oracle
 the fast one is tested against) in its place, and against verifiers 0.4.0's own
@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import core.wire.assembly as assembly_module
+import tracewatch.core.wire.assembly as assembly_module
 from bench.assembly import best_of, ours_pass, over_both_streams, verifiers_pass
-from core.wire.delta_checks import check_delta
-from core.wire.protocol import unpack_delta
 from tests.support import delta_checks_reference
+from tracewatch.core.wire.delta_checks import check_delta
+from tracewatch.core.wire.protocol import unpack_delta
 
 
 def checked_by(check: Callable[[object, str], None]) -> Callable[[list[bytes]], object]:

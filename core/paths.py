@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from core.errors import TracewatchError
-from core.text import UNSAFE
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.text import UNSAFE
 
 RECORDING_SUFFIX = ".twrec"
 """What a recording's file name ends with (`tracewatch open` tells a recording from a run folder by it)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from core.errors import TracewatchError
+from tracewatch.core.errors import TracewatchError
 
 LOOPBACK = "127.0.0.1"
 

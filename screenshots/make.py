@@ -54,12 +54,12 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots/make.py`
     sys.path.insert(0, str(ROOT))
 
-from core.demo.builtin_config import demo_config  # noqa: E402
-from core.engine.live import Engine  # noqa: E402
-from core.session.compare import compare_store  # noqa: E402
-from core.session.contracts import VariantState  # noqa: E402
-from core.session.store import Rollout, Status  # noqa: E402
-from core.supervision.supervisor import process_alive  # noqa: E402
+from tracewatch.core.demo.builtin_config import demo_config  # noqa: E402
+from tracewatch.core.engine.live import Engine  # noqa: E402
+from tracewatch.core.session.compare import compare_store  # noqa: E402
+from tracewatch.core.session.contracts import VariantState  # noqa: E402
+from tracewatch.core.session.store import Rollout, Status  # noqa: E402
+from tracewatch.core.supervision.supervisor import process_alive  # noqa: E402
 
 SIZE = (200, 60)
 SMALL = (80, 24)
@@ -116,8 +116,8 @@ class Shooter:
     async def side_by_side(self, task: tuple[int, str]) -> None:
         """Move the Compare tab's cursor to the task, open its traces side by side and
         wait for both to be drawn."""
-        from tui.compare_view import CompareView
-        from tui.side_by_side import SideBySideScreen
+        from tracewatch.tui.run_views.compare_view import CompareView
+        from tracewatch.tui.run_views.side_by_side import SideBySideScreen
 
         app, view = self.app, self.app.query_one(CompareView)
         view.focus()
@@ -164,8 +164,8 @@ def side_by_side_task(store) -> tuple[int, str]:
 
 def parts_ways(store, task: tuple[int, str]) -> bool:
     """Whether the first two variants' first rollouts of the task differ at some turn."""
-    from core.session.divergence import TurnPairs
-    from tui.side_by_side import task_rollouts
+    from tracewatch.core.session.divergence import TurnPairs
+    from tracewatch.tui.run_views.side_by_side import task_rollouts
 
     traces = [store.rollouts[keys[0]].primary for name in store.variants if (keys := task_rollouts(store, name, task))][:2]
     if len(traces) < 2 or None in traces:
@@ -185,8 +185,8 @@ def by_scenario(engine: Engine, variant: str, scenario: str) -> Rollout:
 
 def worst_mismatch(trace) -> tuple[int, int] | None:
     """The node and token where the trainer's logprob is furthest from the sampler's."""
-    from core.tokens.streams import read_message
-    from core.tokens.summary import summarize
+    from tracewatch.core.tokens.streams import read_message
+    from tracewatch.core.tokens.summary import summarize
 
     found = [(abs(worst.value), index, worst.index) for index in range(len(trace.nodes))
              if (worst := summarize(read_message(trace.nodes[index])).worst_mismatch) is not None]
@@ -211,10 +211,10 @@ def server_pid(variant) -> int | None:
 
 
 async def session(speed: float, out: Path) -> list[Path]:
-    from tui.app import TracewatchApp
-    from tui.screens import ConfirmScreen
-    from tui.side_by_side import SideBySideScreen
-    from tui.token_view import TokenScreen
+    from tracewatch.tui.app import TracewatchApp
+    from tracewatch.tui.chrome.screens import ConfirmScreen
+    from tracewatch.tui.run_views.side_by_side import SideBySideScreen
+    from tracewatch.tui.tokens.token_view import TokenScreen
 
     engine = Engine(demo_config(sys.executable, speed=speed))
     app = TracewatchApp(engine)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from core.engine.live import Engine
-from core.session.config import load_config
 from tests.support.demo_sessions import write_config
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.session.config import load_config
 
 # hypothesis's default 200 ms deadline per example, and its too_slow check on how long
 # generating examples takes, fail a test when a loaded machine stalls it, not when the

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import TracewatchError
+from tracewatch.core.errors import TracewatchError
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACEWATCH = Path(sys.executable).with_name("tracewatch")
@@ -23,7 +23,7 @@ def _core_modules() -> list[str]:
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         if parts[-1] != "__main__":
-            names.append(name)
+            names.append(f"tracewatch.{name}")
     return names
 
 

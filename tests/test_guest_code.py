@@ -1,8 +1,9 @@
 """The guest code (`tracewatch_guest`, and `tracewatch_relay` that users import) runs in
 someone else's interpreter: it imports only the standard library and what its host is
-known to have, never tracewatch's `core` or `tui`, textual or pydantic, even through
-another module; the injected tap loads the framing where tracewatch is not installed,
-without putting `core` or `tui` on the host's path; and the framing reads any frames."""
+known to have, never `tracewatch` (nor anything named `core` or `tui`), textual or
+pydantic, even through another module; the injected tap loads the framing where
+tracewatch is not installed, without putting `tracewatch` on the host's path; and the
+framing reads any frames."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tracewatch_guest.framing import Message, decode, encode
 
 ROOT = Path(__file__).resolve().parent.parent
 GUEST = ROOT / "tracewatch_guest"
-NEVER = {"core", "tui", "textual", "pydantic"}
+NEVER = {"tracewatch", "core", "tui", "textual", "pydantic"}
 
 ALLOWED = {
     "__init__.py": set(),
@@ -102,8 +103,8 @@ framing = sys.modules.get("tracewatch_guest.framing")
 print(json.dumps({
     "framing": framing.__file__ if framing else None,
     "tapping": any(type(finder).__name__ == "_Finder" for finder in sys.meta_path),
-    "found": {name: getattr(importlib.util.find_spec(name), "origin", None) for name in ("core", "tui")},
-    "loaded": sorted({name.split(".")[0] for name in sys.modules} & {"core", "tui", "textual", "pydantic"}),
+    "found": {name: getattr(importlib.util.find_spec(name), "origin", None) for name in ("core", "tracewatch")},
+    "loaded": sorted({name.split(".")[0] for name in sys.modules} & {"tracewatch", "core", "tui", "textual", "pydantic"}),
 }))
 """
 
@@ -120,7 +121,7 @@ def test_the_injected_tap_loads_the_framing_in_an_interpreter_without_tracewatch
     assert done.returncode == 0 and done.stderr == "", done.stderr
     seen = json.loads(done.stdout)
     assert seen["framing"] == str(GUEST / "framing.py") and seen["tapping"]
-    assert seen["found"] == {"core": str(tmp_path / "core" / "__init__.py"), "tui": None}  # tracewatch's are not on the path
+    assert seen["found"] == {"core": str(tmp_path / "core" / "__init__.py"), "tracewatch": None}  # not on the path
     assert seen["loaded"] == []
 
 

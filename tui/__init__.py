@@ -1,1 +1,2 @@
-"""The Textual app. Talks to `core` only; never imports zmq or subprocess."""
+"""The screen: the Textual app and its rooms. Talks to `tracewatch.core` only; never
+imports zmq, subprocess or signal."""

@@ -25,30 +25,30 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
-from core.demo import TOKENIZERS as DEMO_TOKENIZERS
-from core.session.alerts import Alert, AlertSettings, AlertWatch, terminal_notification
-from core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
-from core.session.retention import freeze_startup
-from core.session.store import Rollout, Status
-from core.tokens.tokenizer import Tokenizers
-from tui.compare_view import CompareView
-from tui.filter_field import FilterField
-from tui.footer import SteadyFooter
-from tui.keys import KEYS, bindings, hide_writes
-from tui.literal import safe
-from tui.logs_view import LogsView
-from tui.numbers import clock
-from tui.palette import Palette
-from tui.rollout_filter import RowFilter
-from tui.rollouts_table import RolloutsTable
-from tui.screens import ConfirmScreen, HelpScreen, QuitScreen
-from tui.side_by_side import SideBySideScreen
-from tui.timeline_view import TimelineView
-from tui.timing_view import TimingView
-from tui.trace_pane import TracePane
-from tui.transcript import Transcript
-from tui.trends_view import TrendsView
-from tui.variants_panel import VariantCard, VariantsPanel
+from tracewatch.core.demo import TOKENIZERS as DEMO_TOKENIZERS
+from tracewatch.core.session.alerts import Alert, AlertSettings, AlertWatch, terminal_notification
+from tracewatch.core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
+from tracewatch.core.session.retention import freeze_startup
+from tracewatch.core.session.store import Rollout, Status
+from tracewatch.core.tokens.tokenizer import Tokenizers
+from tracewatch.tui.chrome.footer import SteadyFooter
+from tracewatch.tui.chrome.keys import KEYS, bindings, hide_writes
+from tracewatch.tui.chrome.screens import ConfirmScreen, HelpScreen, QuitScreen
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.numbers import clock
+from tracewatch.tui.drawing.palette import Palette
+from tracewatch.tui.run_views.compare_view import CompareView
+from tracewatch.tui.run_views.logs_view import LogsView
+from tracewatch.tui.run_views.side_by_side import SideBySideScreen
+from tracewatch.tui.run_views.timeline_view import TimelineView
+from tracewatch.tui.run_views.timing_view import TimingView
+from tracewatch.tui.run_views.trends_view import TrendsView
+from tracewatch.tui.run_views.variants_panel import VariantCard, VariantsPanel
+from tracewatch.tui.table.filter_field import FilterField
+from tracewatch.tui.table.rollout_filter import RowFilter
+from tracewatch.tui.table.rollouts_table import RolloutsTable
+from tracewatch.tui.trace.trace_pane import TracePane
+from tracewatch.tui.trace.transcript import Transcript
 
 TICK = 1 / 30
 NARROW_STATUS = 140
@@ -636,7 +636,7 @@ class TracewatchApp(App[None]):
         if state is None or node is None or rollout is None:
             self.notify("Open a trace with messages first.", severity="warning")
             return
-        from tui.token_view import TokenScreen  # numpy with it: not at every start
+        from tracewatch.tui.tokens.token_view import TokenScreen  # numpy with it: not at every start
 
         variant = self.engine.variants.get(rollout.variant)
         text, note = self.tokenizers.for_variant(rollout.variant, variant.model if variant is not None else None)

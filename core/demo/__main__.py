@@ -1,4 +1,4 @@
-"""`python -m core.demo`: serve demo rollouts on the verifiers wire, no model and no
+"""`python -m tracewatch.core.demo`: serve demo rollouts on the verifiers wire, no model and no
 network. The bound address is the first line on stdout; logs go to stderr."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import sys
 
 import zmq
 
-from core.demo.server import DemoServer
-from core.demo.tasks import DEFAULT_TASKS
+from tracewatch.core.demo.server import DemoServer
+from tracewatch.core.demo.tasks import DEFAULT_TASKS
 
-logger = logging.getLogger("core.demo")
+logger = logging.getLogger("tracewatch.core.demo")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m core.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tracewatch.core.demo", description=__doc__)
     parser.add_argument("--address", default="tcp://127.0.0.1:0",
                         help="ZMQ endpoint to bind; port 0 picks a free one (default: %(default)s)")
     parser.add_argument("--speed", type=float, default=1.0,

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core.demo.content import Step, ToolRun
-from core.demo.trace import LiveTrace, error, node
+from tracewatch.core.demo.content import Step, ToolRun
+from tracewatch.core.demo.trace import LiveTrace, error, node
 
 MODEL_SECONDS = (1.0, 4.0)
 TOOL_SECONDS = (0.3, 2.0)

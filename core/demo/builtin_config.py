@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.demo import MODEL, TOKENIZER
-from core.demo.tasks import DEFAULT_TASKS
-from core.session.config import Config, build_config
-from core.session.config_errors import ConfigError, Problem
+from tracewatch.core.demo import MODEL, TOKENIZER
+from tracewatch.core.demo.tasks import DEFAULT_TASKS
+from tracewatch.core.session.config import Config, build_config
+from tracewatch.core.session.config_errors import ConfigError, Problem
 
 
 def demo_config(python: str, speed: float = 1.0) -> Config:
@@ -20,7 +20,7 @@ def demo_config(python: str, speed: float = 1.0) -> Config:
         {
             "name": name,
             "command": [
-                python, "-m", "core.demo", "--address", "{address}",
+                python, "-m", "tracewatch.core.demo", "--address", "{address}",
                 "--seed", str(seed), "--speed", repr(float(speed)),
             ],
             "tasks": DEFAULT_TASKS,

@@ -11,17 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.demo.agent import TOOL_SECONDS, Agent, Pace, Tokens
-from core.demo.content import (
+from tracewatch.core.demo.agent import TOOL_SECONDS, Agent, Pace, Tokens
+from tracewatch.core.demo.content import (
     HARNESS_PROMPTS,
     PROVIDER_ERRORS,
     SANDBOX_CRASH,
     TOOLS,
     judge_steps,
 )
-from core.demo.tasks import DemoTask
-from core.demo.trace import LiveEpisode, LiveTrace, error
-from core.demo.training import TrainingTokens
+from tracewatch.core.demo.tasks import DemoTask
+from tracewatch.core.demo.trace import LiveEpisode, LiveTrace, error
+from tracewatch.core.demo.training import TrainingTokens
 
 SLOW_MODEL_SECONDS = (8.0, 20.0)
 RETRY_BACKOFF = (0.5, 1.5)

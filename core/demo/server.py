@@ -17,12 +17,12 @@ import time
 import zmq
 import zmq.asyncio
 
-from core.demo.agent import Pace
-from core.demo.scenarios import Run, play
-from core.demo.streamer import DeltaStreamer
-from core.demo.tasks import parse
-from core.demo.trace import LiveEpisode
-from core.wire.protocol import (
+from tracewatch.core.demo.agent import Pace
+from tracewatch.core.demo.scenarios import Run, play
+from tracewatch.core.demo.streamer import DeltaStreamer
+from tracewatch.core.demo.tasks import parse
+from tracewatch.core.demo.trace import LiveEpisode
+from tracewatch.core.wire.protocol import (
     ABORTED_ERROR,
     KIND_DELTA,
     KIND_REPLY,

@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-from core.demo.trace import LiveTrace
-from core.wire.protocol import LIST_FIELDS, pack
+from tracewatch.core.demo.trace import LiveTrace
+from tracewatch.core.wire.protocol import LIST_FIELDS, pack
 
 logger = logging.getLogger(__name__)
 

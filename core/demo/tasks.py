@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from core.demo.content import PROBLEMS, Problem
-from core.errors import TracewatchError
+from tracewatch.core.demo.content import PROBLEMS, Problem
+from tracewatch.core.errors import TracewatchError
 
 SCENARIOS = ("normal", "slow", "failing", "transient", "stuck", "retried", "multi-agent", "training", "scale")
 

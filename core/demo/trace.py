@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from core.wire.protocol import AGENT_PARTS, LIST_FIELDS, PHASES
+from tracewatch.core.wire.protocol import AGENT_PARTS, LIST_FIELDS, PHASES
 
 TRACE_VERSION = 1
 VERIFIERS = {"version": "0.4.0", "commit": None}

@@ -18,8 +18,8 @@ import random
 from functools import cache
 from typing import Any
 
-from core.demo import vocabulary
-from core.tokens.tokenizer import TokenText
+from tracewatch.core.demo import vocabulary
+from tracewatch.core.tokens.tokenizer import TokenText
 
 ANNOTATED_FROM = 2
 """The first model turn whose node carries the trainer's streams."""

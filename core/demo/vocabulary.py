@@ -1,7 +1,7 @@
 """The demo's own tokenizer: a small byte-level BPE trained on the demo's text, so the
 demo and the tests show real token text with no download.
 
-`python -m core.demo.vocabulary` trains it again and writes `tokenizer.json` beside
+`python -m tracewatch.core.demo.vocabulary` trains it again and writes `tokenizer.json` beside
 this file (the committed one); training is deterministic, so the file only changes
 when the demo's text or these settings do.
 """
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from core.demo import TOKENIZER
-from core.demo.content import HARNESS_PROMPTS, PROBLEMS, PROVIDER_ERRORS, SANDBOX_CRASH, TOOLS, judge_steps
+from tracewatch.core.demo import TOKENIZER
+from tracewatch.core.demo.content import HARNESS_PROMPTS, PROBLEMS, PROVIDER_ERRORS, SANDBOX_CRASH, TOOLS, judge_steps
 
 PATH = TOKENIZER
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

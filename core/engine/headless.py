@@ -16,10 +16,10 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from core.session.contracts import SessionView, VariantState, VariantView
-from core.session.stall_cancels import StallCancels
-from core.session.store import Rollout, Status
-from core.text import visible
+from tracewatch.core.session.contracts import SessionView, VariantState, VariantView
+from tracewatch.core.session.stall_cancels import StallCancels
+from tracewatch.core.session.store import Rollout, Status
+from tracewatch.core.text import visible
 
 POLL_SECONDS = 0.2
 

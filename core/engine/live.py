@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.engine.variant_kinds import variant_for
-from core.paths import new_session_dir, prune_sessions, sessions_root
-from core.recordings.eviction import GIVE_BACK_AFTER, Eviction, give_back_freed_memory
-from core.session.config import Config
-from core.session.contracts import LiveVariant, VariantState
-from core.session.session import Session
-from core.session.store import Rollout, RolloutStore
+from tracewatch.core.engine.variant_kinds import variant_for
+from tracewatch.core.paths import new_session_dir, prune_sessions, sessions_root
+from tracewatch.core.recordings.eviction import GIVE_BACK_AFTER, Eviction, give_back_freed_memory
+from tracewatch.core.session.config import Config
+from tracewatch.core.session.contracts import LiveVariant, VariantState
+from tracewatch.core.session.session import Session
+from tracewatch.core.session.store import Rollout, RolloutStore
 
 EVICT_EVERY = 0.5
 """Seconds between looks for finished rollouts whose traces may leave memory."""
@@ -44,7 +44,7 @@ class Engine(Session):
             variant.name: variant_for(variant, self.store, self.session_dir, recorder) for variant in config.variants
         }
         self.eviction = Eviction(self.store, recorder) if recorder is not None else None
-        """Finished rollouts leave memory while recorded (`core.recordings.eviction`)."""
+        """Finished rollouts leave memory while recorded (`tracewatch.core.recordings.eviction`)."""
         self._evicting: asyncio.Task[None] | None = None
 
     @property

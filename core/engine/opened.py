@@ -12,16 +12,22 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from core.paths import new_session_dir
-from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record, recorded_task_key, run_of
-from core.recordings.export import ORIGIN_KEY
-from core.recordings.index import RecordingIndex, RolloutSummary
-from core.recordings.load_episodes import TaskNumbers, load_episode
-from core.recordings.prime_rl_dir import ROLLOUTS, open_prime_rl, rollouts_dir
-from core.recordings.run_dir import open_run
-from core.session.contracts import VariantState
-from core.session.session import Session
-from core.session.store import RolloutStore
+from tracewatch.core.paths import new_session_dir
+from tracewatch.core.recordings.apply_records import (
+    RecordedVariant,
+    ReplayClock,
+    apply_record,
+    recorded_task_key,
+    run_of,
+)
+from tracewatch.core.recordings.export import ORIGIN_KEY
+from tracewatch.core.recordings.index import RecordingIndex, RolloutSummary
+from tracewatch.core.recordings.load_episodes import TaskNumbers, load_episode
+from tracewatch.core.recordings.prime_rl_dir import ROLLOUTS, open_prime_rl, rollouts_dir
+from tracewatch.core.recordings.run_dir import open_run
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.session import Session
+from tracewatch.core.session.store import RolloutStore
 
 SLICE_SECONDS = 0.02
 """How long the index reads between hand-backs of the loop while a recording opens

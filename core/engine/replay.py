@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from core.paths import new_session_dir
-from core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record
-from core.recordings.file_format import Damage, RecordingError
-from core.recordings.reader import read_recording, recording_span
-from core.session.contracts import ReplayPosition
-from core.session.session import Session
-from core.session.store import RolloutStore
+from tracewatch.core.paths import new_session_dir
+from tracewatch.core.recordings.apply_records import RecordedVariant, ReplayClock, apply_record
+from tracewatch.core.recordings.file_format import Damage, RecordingError
+from tracewatch.core.recordings.reader import read_recording, recording_span
+from tracewatch.core.session.contracts import ReplayPosition
+from tracewatch.core.session.session import Session
+from tracewatch.core.session.store import RolloutStore
 
 MAX_GAP = 60.0
 """The longest silence a replay waits out at its recorded pace (times `speed`): a

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.session.config import AnyVariantConfig, VariantConfig
-from core.session.contracts import LiveVariant
-from core.session.store import RolloutStore
-from core.session.variant import Variant
-from core.taps.eval_variant import EvalVariant
-from core.taps.proxy_variant import ProxyVariant
-from core.taps.relay_viewer import RelayViewer
+from tracewatch.core.session.config import AnyVariantConfig, VariantConfig
+from tracewatch.core.session.contracts import LiveVariant
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.variant import Variant
+from tracewatch.core.taps.eval_variant import EvalVariant
+from tracewatch.core.taps.proxy_variant import ProxyVariant
+from tracewatch.core.taps.relay_viewer import RelayViewer
 
 
 def variant_for(config: AnyVariantConfig, store: RolloutStore, session_dir: Path, recorder: Any = None) -> LiveVariant:

@@ -1,17 +1,17 @@
 """A recording's records applied to a store exactly as the live engine put them there:
 what a replay, an opened recording and a rollout read back after it left memory
-(`core.recordings.eviction`) all share."""
+(`tracewatch.core.recordings.eviction`) all share."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from core.recordings.ending import VIEW_INCOMPLETE, recorded_ending
-from core.session.contracts import Escalation, VariantState
-from core.session.store import RolloutStore, Status
-from core.wire.assembly import AssemblyError
-from core.wire.protocol import delta_failure
+from tracewatch.core.recordings.ending import VIEW_INCOMPLETE, recorded_ending
+from tracewatch.core.session.contracts import Escalation, VariantState
+from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.wire.assembly import AssemblyError
+from tracewatch.core.wire.protocol import delta_failure
 
 
 class RecordedVariant:

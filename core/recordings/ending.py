@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.session.store import Ending, Status, episode_ending
-from core.wire.protocol import is_aborted
+from tracewatch.core.session.store import Ending, Status, episode_ending
+from tracewatch.core.wire.protocol import is_aborted
 
 LEGACY_CANCELLED = ("cancelled before it started", "cancelled with the variant")
 """With the server's abort and "cancelled here; ...", the reasons a recording made

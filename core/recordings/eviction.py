@@ -19,13 +19,13 @@ import ctypes
 from collections.abc import Callable, Collection
 from typing import cast
 
-from core.errors import TracewatchError
-from core.recordings.apply_records import RecordedVariant, apply_record
-from core.recordings.file_format import Damage
-from core.recordings.index import read_records
-from core.recordings.recorder import Recorder
-from core.session.store import Rollout, RolloutStore
-from core.wire.packed_list import PackedList
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.recordings.apply_records import RecordedVariant, apply_record
+from tracewatch.core.recordings.file_format import Damage
+from tracewatch.core.recordings.index import read_records
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.wire.packed_list import PackedList
 
 HELD_BYTES = 32 << 20
 """The packed traces of finished rollouts kept in memory, newest first, besides those in

@@ -1,5 +1,5 @@
 """Recordings out as JSON lines: every record, or one episode per rollout (the shape
-of a verifiers `traces.jsonl`), encoded as `core.wire.episode_json` writes wire values.
+of a verifiers `traces.jsonl`), encoded as `tracewatch.core.wire.episode_json` writes wire values.
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.paths import private_output
-from core.recordings.ending import end_field, recorded_ending
-from core.recordings.index import RecordingIndex
-from core.recordings.reader import read_recording
-from core.session.store import Ending, Status
-from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.episode_json import json_line, partial_episode
+from tracewatch.core.paths import private_output
+from tracewatch.core.recordings.ending import end_field, recorded_ending
+from tracewatch.core.recordings.index import RecordingIndex
+from tracewatch.core.recordings.reader import read_recording
+from tracewatch.core.session.store import Ending, Status
+from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.episode_json import json_line, partial_episode
 
 ORIGIN_KEY = "tracewatch"
 """An exported episode's own key for where it came from: rollout id, variant, task

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgpack
 
-from core.errors import TracewatchError
-from core.wire.protocol import UNPACK_OPTIONS
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.wire.protocol import UNPACK_OPTIONS
 
 FORMAT = "tracewatch-recording"
 VERSION = 1

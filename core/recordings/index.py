@@ -12,13 +12,20 @@ from typing import Any
 
 import msgpack
 
-from core.recordings.ending import recorded_ending
-from core.recordings.file_format import Damage
-from core.recordings.reader import Scan, read_header
-from core.session.store import ERROR_WORDS_LIMIT, Ending, RolloutFacts, Status, add_error_words, rollout_facts
-from core.tokens.flags import COMPACT_STREAMS, NO_FLAGS, node_flags
-from core.wire.delta_checks import DeltaValueError, check_scalars
-from core.wire.protocol import unpack_record
+from tracewatch.core.recordings.ending import recorded_ending
+from tracewatch.core.recordings.file_format import Damage
+from tracewatch.core.recordings.reader import Scan, read_header
+from tracewatch.core.session.store import (
+    ERROR_WORDS_LIMIT,
+    Ending,
+    RolloutFacts,
+    Status,
+    add_error_words,
+    rollout_facts,
+)
+from tracewatch.core.tokens.flags import COMPACT_STREAMS, NO_FLAGS, node_flags
+from tracewatch.core.wire.delta_checks import DeltaValueError, check_scalars
+from tracewatch.core.wire.protocol import unpack_record
 
 
 class _TraceCounts:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.recordings.apply_records import run_of
-from core.recordings.export import ORIGIN_KEY
-from core.session.store import RolloutStore
-from core.session.task_identity import episode_task_key, task_identity
-from core.wire.assembly import AssemblyError
-from core.wire.protocol import LIST_FIELDS
+from tracewatch.core.recordings.apply_records import run_of
+from tracewatch.core.recordings.export import ORIGIN_KEY
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.task_identity import episode_task_key, task_identity
+from tracewatch.core.wire.assembly import AssemblyError
+from tracewatch.core.wire.protocol import LIST_FIELDS
 
 
 class TaskNumbers:

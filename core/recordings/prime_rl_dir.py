@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import TracewatchError
+from tracewatch.core.errors import TracewatchError
 
 ROLLOUTS = "rollouts"
 KINDS = ("train", "eval")

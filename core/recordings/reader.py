@@ -11,8 +11,8 @@ from typing import Any, BinaryIO, NamedTuple
 
 import msgpack
 
-from core.recordings.file_format import FORMAT, MAGIC, VERSION, RecordingError, open_unpacker
-from core.text import short_repr
+from tracewatch.core.recordings.file_format import FORMAT, MAGIC, VERSION, RecordingError, open_unpacker
+from tracewatch.core.text import short_repr
 
 
 class Header(NamedTuple):

@@ -14,11 +14,11 @@ from typing import Any
 
 import msgpack
 
-from core.paths import make_private_dirs
-from core.recordings.ending import end_field
-from core.recordings.file_format import FORMAT, ROLLOUT_KINDS, VERSION
-from core.session.store import Ending
-from core.wire.protocol import packable
+from tracewatch.core.paths import make_private_dirs
+from tracewatch.core.recordings.ending import end_field
+from tracewatch.core.recordings.file_format import FORMAT, ROLLOUT_KINDS, VERSION
+from tracewatch.core.session.store import Ending
+from tracewatch.core.wire.protocol import packable
 
 _DELTA_HEAD = msgpack.Packer().pack_map_header(4) + b"".join(map(msgpack.packb, ("k", "delta", "t")))
 """A delta record's first bytes, the same in every one: a map of four, its kind, and
@@ -29,7 +29,7 @@ _ID_KEY, _FRAME_KEY = msgpack.packb("id"), msgpack.packb("d")
 class RolloutSpans:
     """Where one rollout's records are in the file (offset and length of each, 12
     bytes a record), kept as they are appended so its traces can be read back after
-    they left memory (`core.recordings.eviction`) without indexing the file."""
+    they left memory (`tracewatch.core.recordings.eviction`) without indexing the file."""
 
     __slots__ = ("offsets", "lengths", "replied")
 
@@ -140,7 +140,7 @@ class Recorder:
             self._append_bytes(_DELTA_HEAD, pack(_now(t)), _ID_KEY, pack(id), _FRAME_KEY, frame, id=id)
 
     def reply(self, id: str, reply: Mapping[str, Any], ending: Ending | None = None, t: float | None = None) -> None:
-        """The run's reply and how the rollout ended (see `core.recordings.ending`)."""
+        """The run's reply and how the rollout ended (see `tracewatch.core.recordings.ending`)."""
         record: dict[str, Any] = {"k": "reply", "t": _now(t), "id": id, "r": reply}
         if ending is not None:
             record["end"] = end_field(ending)

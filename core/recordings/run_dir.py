@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import TracewatchError
+from tracewatch.core.errors import TracewatchError
 
 TRACES_FILE = "traces.jsonl"
 RESOLVED_CONFIGS = Path("configs") / "resolved"

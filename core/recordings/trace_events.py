@@ -18,11 +18,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from core.paths import private_output
-from core.recordings.apply_records import RecordedVariant, apply_record
-from core.recordings.index import RecordingIndex
-from core.session.store import Rollout, RolloutStore
-from core.wire.episode_json import json_line
+from tracewatch.core.paths import private_output
+from tracewatch.core.recordings.apply_records import RecordedVariant, apply_record
+from tracewatch.core.recordings.index import RecordingIndex
+from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.wire.episode_json import json_line
 
 MICROSECONDS = 1e6
 

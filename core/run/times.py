@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.wire.protocol import AGENT_PARTS, PHASES
+from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES
 
 SEGMENTS = ("waiting", "boot", "setup", "model", "harness", "finalize", "scoring")
 """What a timeline colours a rollout's bar by, in the order its time passes: waiting
@@ -64,7 +64,7 @@ class RolloutTimes:
 
     def durations(self) -> dict[str, float]:
         """Seconds in each ended span, and the agent's model and harness parts, as
-        `core.session.store.phase_durations` reads them from a trace's timing."""
+        `tracewatch.core.session.store.phase_durations` reads them from a trace's timing."""
         durations = {span.phase: span.end - span.start for span in self.spans if span.end is not None}
         durations.update((part, seconds) for part, seconds in (("model", self.model), ("harness", self.harness)) if seconds)
         return durations

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.run.series import Bucket, Column
+from tracewatch.core.run.series import Bucket, Column
 
 ROLLING = 5
 """Columns a value looks back over (the column itself and the four before): a column

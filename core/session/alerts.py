@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.session.contracts import SessionView, VariantState
-from core.session.stall_cancels import StallCancels
-from core.session.store import Status
+from tracewatch.core.session.contracts import SessionView, VariantState
+from tracewatch.core.session.stall_cancels import StallCancels
+from tracewatch.core.session.store import Status
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 variant's mean reward with its standard error, and the tasks where they disagree.
 
 Rollouts are matched across variants and sources by task: verifiers' task key, else
-the task's data (`core.session.task_identity`). Only finished rollouts count. The mean,
+the task's data (`tracewatch.core.session.task_identity`). Only finished rollouts count. The mean,
 pass@k, turns, tokens and time are over the *scored* ones: done with a reward. A
 rollout that failed (a provider error, a crashed server, no reward) or was cancelled
 says nothing about the variant's answers, so it is not averaged in as reward 0
@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from core.session.store import Rollout, RolloutStore, Status
+from tracewatch.core.session.store import Rollout, RolloutStore, Status
 
 PASS = 1.0
 """A rollout passes when its reward reaches this (verifiers' binary rewards)."""

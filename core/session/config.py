@@ -30,17 +30,17 @@ from pydantic import (
     model_validator,
 )
 
-from core.paths import DEFAULT_KEEP_SESSIONS
-from core.ports import LOOPBACK
-from core.session.config_errors import ConfigError, Problem, field_path, problems_of, suggest
-from core.session.secrets import find_secrets
-from core.text import UNSAFE, short_repr
-from core.wire.protocol import ClientConfig, SamplingConfig
+from tracewatch.core.paths import DEFAULT_KEEP_SESSIONS
+from tracewatch.core.ports import LOOPBACK
+from tracewatch.core.session.config_errors import ConfigError, Problem, field_path, problems_of, suggest
+from tracewatch.core.session.secrets import find_secrets
+from tracewatch.core.text import UNSAFE, short_repr
+from tracewatch.core.wire.protocol import ClientConfig, SamplingConfig
 
 PLACEHOLDERS = ("address", "port", "python")
 """What a server argv may mention: `{port}` is a free port the app picked,
 `{address}` is `tcp://127.0.0.1:{port}`, and `{python}` is the interpreter running
-tracewatch (so a config needs no path to the venv that has `core.demo`)."""
+tracewatch (so a config needs no path to the venv that has `tracewatch.core.demo`)."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -293,7 +293,7 @@ class VariantConfig(_VariantFields):
             got = "both" if self.command is not None else "neither"
             raise ValueError(
                 "expected exactly one of command (a server the app starts, e.g. "
-                '["python", "-m", "core.demo", "--address", "{address}"]) or attach '
+                '["python", "-m", "tracewatch.core.demo", "--address", "{address}"]) or attach '
                 f"(tcp://host:port of a server that already runs); got {got}"
             )
         return self

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple, get_args
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from core.errors import TracewatchError
-from core.text import short_repr
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.text import short_repr
 
 
 class Problem(NamedTuple):

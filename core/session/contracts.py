@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.session.store import RolloutStore
+from tracewatch.core.session.store import RolloutStore
 
 
 class VariantState(StrEnum):

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Protocol
 
-from core.wire.protocol import WireNode
+from tracewatch.core.wire.protocol import WireNode
 
 
 class Difference(StrEnum):

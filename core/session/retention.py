@@ -75,7 +75,7 @@ class FreezeAfterSlowCollections:
 
 
 def pause_collection() -> None:
-    """Called first by the `tracewatch` command (`tui.launch`): the modules, the config,
+    """Called first by the `tracewatch` command (`tracewatch.launch`): the modules, the config,
     the engine, the queued rollouts and the app's widgets it makes before its first
     screen live as long as the program, and collections walking them as they were made
     are a noticeable share of its launch (a full collection among them). The app turns

@@ -1,4 +1,4 @@
-"""What every kind of session shares (core.engine has them all: live servers, a
+"""What every kind of session shares (tracewatch.core.engine has them all: live servers, a
 replayed recording, a finished run or a recording opened offline): the store, the
 selection and what a second screen shows, exporting an episode, and the session
 folder's lock."""
@@ -9,14 +9,14 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from core.paths import claim_session, file_name, private_dir, write_private
-from core.session.contracts import ReplayControls, VariantView
-from core.session.store import Rollout, RolloutStore
-from core.wire.episode_json import episode_json, partial_episode
+from tracewatch.core.paths import claim_session, file_name, private_dir, write_private
+from tracewatch.core.session.contracts import ReplayControls, VariantView
+from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.wire.episode_json import episode_json, partial_episode
 
 
 class Session:
-    """The common part of every `SessionView` (core.session.contracts): live servers,
+    """The common part of every `SessionView` (tracewatch.core.session.contracts): live servers,
     a replayed recording, or a finished run opened offline."""
 
     readonly_reason: str | None = None

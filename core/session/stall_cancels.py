@@ -5,8 +5,8 @@ cancel once. Each caller words what happened its own way."""
 
 from __future__ import annotations
 
-from core.session.contracts import SessionView
-from core.session.store import Rollout, Status
+from tracewatch.core.session.contracts import SessionView
+from tracewatch.core.session.store import Rollout, Status
 
 
 class StallCancels:

@@ -18,13 +18,13 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, Protocol, cast
 
-from core.run.series import Occupancy, Outcome, RunSeries
-from core.run.times import RolloutTimes, call_interval, times_of
-from core.session.tallies import Counted, SortedPhases, Tally
-from core.session.task_identity import task_identity
-from core.tokens.flags import NO_FLAGS, node_flags
-from core.wire.assembly import EpisodeAssembly
-from core.wire.protocol import (
+from tracewatch.core.run.series import Occupancy, Outcome, RunSeries
+from tracewatch.core.run.times import RolloutTimes, call_interval, times_of
+from tracewatch.core.session.tallies import Counted, SortedPhases, Tally
+from tracewatch.core.session.task_identity import task_identity
+from tracewatch.core.tokens.flags import NO_FLAGS, node_flags
+from tracewatch.core.wire.assembly import EpisodeAssembly
+from tracewatch.core.wire.protocol import (
     AGENT_PARTS,
     PHASES,
     WireError,
@@ -235,7 +235,7 @@ class RolloutFacts:
     times: RolloutTimes | None = None
     """Its first trace's timing spans and model calls (None: no trace opened)."""
     flags: frozenset[str] = NO_FLAGS
-    """What is wrong with its traces' training tokens (`core.tokens.flags`)."""
+    """What is wrong with its traces' training tokens (`tracewatch.core.tokens.flags`)."""
 
 
 ERROR_WORDS_LIMIT = 4096
@@ -348,7 +348,7 @@ class Rollout:
 
     @cached_property
     def task_identity(self) -> str:
-        """Which task it ran, the same from any source (`core.session.task_identity`)."""
+        """Which task it ran, the same from any source (`tracewatch.core.session.task_identity`)."""
         return task_identity(self.task_key, self.task_data)
 
     @property
@@ -561,7 +561,7 @@ class VariantStats:
     phases: dict[str, tuple[float, float]]
     """Per phase (and model/harness), p50 and p95 seconds over finished rollouts."""
     flagged: dict[str, int] = field(default_factory=dict)
-    """Per flag (`core.tokens.flags`), how many rollouts raise it."""
+    """Per flag (`tracewatch.core.tokens.flags`), how many rollouts raise it."""
 
 
 @dataclass
@@ -598,7 +598,7 @@ class RolloutStore:
         key: a rollout read again (an opened recording loads it) replaces its own."""
         self._tallies: dict[tuple[str, int | None], Tally] = {}
         """Per variant and per (variant, run), what `stats` counts, kept as rollouts
-        change (`core.session.tallies`)."""
+        change (`tracewatch.core.session.tallies`)."""
         self._changes = Changes()
         self.partial: str | None = None
         """Why the store holds only part of its source yet (an opened recording still

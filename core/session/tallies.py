@@ -20,7 +20,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from core.session.store import Status
+    from tracewatch.core.session.store import Status
 
 Counted = tuple["Status", frozenset[str], float | None]
 """A rollout as a card counts it: status as shown, flags, reward if it is scored."""

@@ -20,19 +20,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core.errors import TracewatchError
-from core.paths import file_name, private_dir
-from core.ports import LOOPBACK, PORT_ATTEMPTS, PortsTaken, free_port, port_taken
-from core.session.config import VariantConfig
-from core.session.contracts import VariantState
-from core.session.store import RolloutStore, Status
-from core.session.variant_life import CapturedChild
-from core.supervision.capture import tail_lines
-from core.supervision.child import ChildError, ChildOutcome, SupervisedChild
-from core.wire.assembly import AssemblyError
-from core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
-from core.wire.probe import probe
-from core.wire.protocol import MalformedReply
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.paths import file_name, private_dir
+from tracewatch.core.ports import LOOPBACK, PORT_ATTEMPTS, PortsTaken, free_port, port_taken
+from tracewatch.core.session.config import VariantConfig
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.variant_life import CapturedChild
+from tracewatch.core.supervision.capture import tail_lines
+from tracewatch.core.supervision.child import ChildError, ChildOutcome, SupervisedChild
+from tracewatch.core.wire.assembly import AssemblyError
+from tracewatch.core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
+from tracewatch.core.wire.probe import probe
+from tracewatch.core.wire.protocol import MalformedReply
 
 logger = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.session.contracts import Escalation, VariantState
-from core.session.store import RolloutStore
-from core.supervision.capture import tail_lines
-from core.supervision.child import ChildError, SupervisedChild
+from tracewatch.core.session.contracts import Escalation, VariantState
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.supervision.capture import tail_lines
+from tracewatch.core.supervision.child import ChildError, SupervisedChild
 
 
 class VariantLife:

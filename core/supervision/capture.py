@@ -16,7 +16,7 @@ import stat
 from datetime import datetime
 from pathlib import Path
 
-from core.errors import TracewatchError
+from tracewatch.core.errors import TracewatchError
 
 _CHUNK = 1 << 20
 

@@ -1,7 +1,7 @@
 """One supervised child process as the app sees it: start it, watch it, cancel it,
 and account for how it ended.
 
-The process this class starts is `core.supervision.supervisor`, not the command: the supervisor
+The process this class starts is `tracewatch.core.supervision.supervisor`, not the command: the supervisor
 holds the read end of a pipe whose write end only this object holds, so when the app
 dies, even by SIGKILL, the supervisor reads end-of-file and stops the command. The
 command's stdout/stderr go straight to private capture files and never through the
@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from core.errors import TracewatchError
-from core.paths import private_dir
-from core.supervision import capture, supervisor
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.paths import private_dir
+from tracewatch.core.supervision import capture, supervisor
 
 APP_GRACE_MARGIN_SECONDS = 5.0
 """How much longer than the supervisor's grace `terminate()` waits by default before
@@ -72,7 +72,7 @@ class ChildOutcome:
 
     `exit_code` is shell-style (128+signal when a signal ended it); `signal` names
     that signal. `killed` means SIGKILL was needed, by the supervisor or the app.
-    `reason` is why the supervisor stopped it (see core.supervision.supervisor), None if unknown.
+    `reason` is why the supervisor stopped it (see tracewatch.core.supervision.supervisor), None if unknown.
     """
 
     label: str

@@ -21,15 +21,15 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from core.paths import file_name, private_dir
-from core.session.contracts import VariantState
-from core.session.store import RolloutStore
-from core.session.variant_life import CapturedChild
-from core.supervision.capture import tail_lines
-from core.supervision.child import ChildError, SupervisedChild
-from core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
-from core.taps.tap_variant import TapVariant
-from core.wire.protocol import unpack
+from tracewatch.core.paths import file_name, private_dir
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.variant_life import CapturedChild
+from tracewatch.core.supervision.capture import tail_lines
+from tracewatch.core.supervision.child import ChildError, SupervisedChild
+from tracewatch.core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
+from tracewatch.core.taps.tap_variant import TapVariant
+from tracewatch.core.wire.protocol import unpack
 from tracewatch_guest import inject
 from tracewatch_guest.framing import ADDRESS_VAR, RUN_DIR, TAPPED, decode
 

@@ -1,4 +1,4 @@
-"""The proxy's forwarding, in a process of its own: `python -m core.taps.forward_process
+"""The proxy's forwarding, in a process of its own: `python -m tracewatch.core.taps.forward_process
 --listen L --upstream U --copies ADDRESS [--copy-bytes N]`.
 
 In the app's interpreter the forwarding thread has to take the GIL from the view and
@@ -33,9 +33,18 @@ from typing import TextIO
 import msgpack
 import zmq
 
-from core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy, Forwarder, ForwarderError, Leg, Link, raise_descriptor_limit
-from core.taps.zmtp import ZmtpStream, second_frame
-from core.wire.protocol import KIND_REPLY
+from tracewatch.core.taps.forwarder import (
+    TO_DRIVER,
+    TO_SERVER,
+    Copy,
+    Forwarder,
+    ForwarderError,
+    Leg,
+    Link,
+    raise_descriptor_limit,
+)
+from tracewatch.core.taps.zmtp import ZmtpStream, second_frame
+from tracewatch.core.wire.protocol import KIND_REPLY
 
 COPY_BYTES = 64 << 20
 """Copies the app may have not yet taken, in bytes, before copies are dropped. Past
@@ -266,7 +275,7 @@ def end_on_thread_error(args: threading.ExceptHookArgs) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.taps.forward_process")
+    parser = argparse.ArgumentParser(prog="python -m tracewatch.core.taps.forward_process")
     parser.add_argument("--listen", required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--copies", required=True, help="where the app pulls the copies from")
@@ -353,7 +362,7 @@ class ForwardingProcess:
         """Spawn the process and wait for its listen address; a refusal (the address
         is in use) is a `ForwarderError` with the process's own words."""
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "core.taps.forward_process", "--listen", self.listen, "--upstream", self.upstream, "--copies", self._copies,
+            [sys.executable, "-m", "tracewatch.core.taps.forward_process", "--listen", self.listen, "--upstream", self.upstream, "--copies", self._copies,
              "--copy-bytes", str(self.copy_bytes)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             start_new_session=True,  # the terminal's Ctrl-C is the app's to act on, not ours

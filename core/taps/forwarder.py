@@ -32,9 +32,9 @@ from typing import Any
 
 import zmq
 
-from core.errors import TracewatchError
-from core.taps.zmtp import ZmtpStream, encode_message
-from core.wire.protocol import KIND_REPLY, CancelRequest, HealthRequest, pack, request_payload, unpack
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.taps.zmtp import ZmtpStream, encode_message
+from tracewatch.core.wire.protocol import KIND_REPLY, CancelRequest, HealthRequest, pack, request_payload, unpack
 
 COPY_CAPACITY = 100_000
 """Messages the watcher may fall behind by before copies are dropped."""

@@ -17,12 +17,12 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
-from core.recordings.ending import VIEW_INCOMPLETE
-from core.session.store import Ending, RolloutStore, Status, episode_ending
-from core.session.task_identity import task_identity
-from core.text import short_repr
-from core.wire.assembly import AssemblyError, streamed_counts
-from core.wire.protocol import RunResponse, is_aborted, unpack, unpack_delta
+from tracewatch.core.recordings.ending import VIEW_INCOMPLETE
+from tracewatch.core.session.store import Ending, RolloutStore, Status, episode_ending
+from tracewatch.core.session.task_identity import task_identity
+from tracewatch.core.text import short_repr
+from tracewatch.core.wire.assembly import AssemblyError, streamed_counts
+from tracewatch.core.wire.protocol import RunResponse, is_aborted, unpack, unpack_delta
 from tracewatch_guest.framing import BEGIN, DELTA, REPLY, SLOT
 
 
@@ -221,7 +221,7 @@ class ObservedRuns:
 
     def _record_reply(self, key: str, reply: dict[str, Any]) -> None:
         """The reply with the store's word on how the rollout ended (see
-        core.recordings.ending), as a variant of our own records it."""
+        tracewatch.core.recordings.ending), as a variant of our own records it."""
         if self.recorder is not None:
             self.recorder.reply(key, reply, self.store.rollouts[key].ending)
 

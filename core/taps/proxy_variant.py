@@ -1,7 +1,7 @@
 """A variant that is a wire proxy: drivers point at our listen address, their frames
 go on to the env server unchanged, and every run that passes through is shown.
 
-Forwarding runs in a process of its own (`core.taps.forward_process`) and never
+Forwarding runs in a process of its own (`tracewatch.core.taps.forward_process`) and never
 waits for us; here, on the app's loop, copies of the frames are read a slice of time
 at a time and fed to the same assembly, store and recording as a run we dispatch. The
 server is not ours, so the variant offers no cancel; a rollout's cancel is a real
@@ -23,14 +23,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.session.contracts import VariantState
-from core.session.store import RolloutStore, Status
-from core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread, read_for, read_until
-from core.taps.forward_process import COPY_BYTES, ForwardingProcess
-from core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
-from core.taps.tap_variant import TapVariant
-from core.taps.view_priority import SPAWNER, yield_view
-from core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack, unpack_delta
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread, read_for, read_until
+from tracewatch.core.taps.forward_process import COPY_BYTES, ForwardingProcess
+from tracewatch.core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
+from tracewatch.core.taps.tap_variant import TapVariant
+from tracewatch.core.taps.view_priority import SPAWNER, yield_view
+from tracewatch.core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack, unpack_delta
 
 TURN_COPIES = 2000
 """Copies counted (not read) at a time when a stop leaves some unread."""

@@ -19,11 +19,11 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from core.errors import TracewatchError
-from core.session.contracts import VariantState
-from core.session.store import RolloutStore
-from core.taps.drain import STOP_SECONDS, SocketQueue, left_unread, read_until
-from core.taps.tap_variant import TapVariant
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.taps.drain import STOP_SECONDS, SocketQueue, left_unread, read_until
+from tracewatch.core.taps.tap_variant import TapVariant
 from tracewatch_guest.framing import BATCH, BYE, HELLO, WELCOME, decode
 
 WELCOME_TIMEOUT = 5.0

@@ -8,9 +8,9 @@ import collections
 import time
 from typing import Any
 
-from core.session.store import RolloutStore
-from core.session.variant_life import VariantLife
-from core.taps.observed import ObservedRuns
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.variant_life import VariantLife
+from tracewatch.core.taps.observed import ObservedRuns
 
 LOG_LINES = 500
 

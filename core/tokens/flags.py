@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.wire.protocol import Packed
+from tracewatch.core.wire.protocol import Packed
 
 TOOL_TRAINED = "tool-trained"
 MISALIGNED = "misaligned"

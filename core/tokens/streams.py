@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from core.text import short_repr
-from core.tokens.flags import COMPACT_STREAMS
-from core.wire.protocol import Packed
+from tracewatch.core.text import short_repr
+from tracewatch.core.tokens.flags import COMPACT_STREAMS
+from tracewatch.core.wire.protocol import Packed
 
 Floats = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from core.tokens.streams import Flags, Floats, MessageTokens
+from tracewatch.core.tokens.streams import Flags, Floats, MessageTokens
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.errors import TracewatchError
+from tracewatch.core.errors import TracewatchError
 
 if TYPE_CHECKING:  # the library loads when a tokenizer does, not at every start
     from tokenizers import Tokenizer

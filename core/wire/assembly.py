@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from core.errors import TracewatchError
-from core.text import short_repr
-from core.wire.delta_checks import DeltaValueError, check_delta
-from core.wire.packed_list import PackedList, pack_node
-from core.wire.protocol import LIST_FIELDS, KeptItems, pack
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.text import short_repr
+from tracewatch.core.wire.delta_checks import DeltaValueError, check_delta
+from tracewatch.core.wire.packed_list import PackedList, pack_node
+from tracewatch.core.wire.protocol import LIST_FIELDS, KeptItems, pack
 
 _OTHER_LISTS = tuple(field for field in LIST_FIELDS if field not in ("nodes", "calls"))
 _STRUCTURAL = frozenset({"links", "routing_repairs", *LIST_FIELDS})

@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 import zmq
 import zmq.asyncio
 
-from core.errors import TracewatchError
-from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.delta_checks import DeltaValueError, check_nesting
-from core.wire.protocol import (
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.delta_checks import DeltaValueError, check_nesting
+from tracewatch.core.wire.protocol import (
     KIND_DELTA,
     KIND_REPLY,
     CancelRequest,
@@ -41,7 +41,7 @@ from core.wire.protocol import (
     unpack,
     unpack_delta,
 )
-from core.wire.run_payload import RunPayloads
+from tracewatch.core.wire.run_payload import RunPayloads
 
 logger = logging.getLogger(__name__)
 V = TypeVar("V")

@@ -23,9 +23,9 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from core.errors import TracewatchError
-from core.text import short_repr
-from core.wire.protocol import AGENT_PARTS, LIST_FIELDS, PACKED_FIELDS, PHASES, KeptItems, Packed
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.text import short_repr
+from tracewatch.core.wire.protocol import AGENT_PARTS, LIST_FIELDS, PACKED_FIELDS, PHASES, KeptItems, Packed
 
 MAX_DEPTH = 64
 """Containers inside containers, counted from the delta itself; real deltas stay

@@ -16,8 +16,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from core.wire.packed_list import PackedList
-from core.wire.protocol import Packed
+from tracewatch.core.wire.packed_list import PackedList
+from tracewatch.core.wire.protocol import Packed
 
 BYTES_MARKER = "__base64__"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
-from core.wire.protocol import PACKED_FIELDS, Packed, pack, unpack_node
+from tracewatch.core.wire.protocol import PACKED_FIELDS, Packed, pack, unpack_node
 
 _PACKED_KEYS = {key: pack(key) for key in PACKED_FIELDS}
 _MAP_HEADER_SIZE = {0xDE: 3, 0xDF: 5}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from core.text import short_repr
+from tracewatch.core.text import short_repr
 
 SIGNATURE = b"\xff" + b"\x00" * 8 + b"\x7f"
 

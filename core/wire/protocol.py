@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.errors import TracewatchError
-from core.text import short_repr
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.text import short_repr
 from tracewatch_guest.framing import ABORTED_ERROR as ABORTED_ERROR  # verifiers' words, which guest code sends too
 
 KIND_DELTA = b"delta"

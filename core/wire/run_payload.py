@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 from pydantic import BaseModel
 
-from core.wire.protocol import ClientConfig, RunRequest, SamplingConfig, pack, request_payload
+from tracewatch.core.wire.protocol import ClientConfig, RunRequest, SamplingConfig, pack, request_payload
 
 PLAIN_DEPTH = 32
 """A task nested deeper than this is left to pydantic's dump."""

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
-from core.engine.live import Engine
-from core.session.alerts import AlertSettings
-from core.session.contracts import VariantState
-from core.session.store import Ending, RolloutStore, Status
 from tests.support.polling import until
 from tests.support.scripted_server import ScriptedServer, attached, header
 from tests.support.tui_standin import StandInEngine, StandInVariant
-from tui.app import TracewatchApp
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.session.alerts import AlertSettings
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Ending, RolloutStore, Status
+from tracewatch.tui.app import TracewatchApp
 
 
 class Clock:

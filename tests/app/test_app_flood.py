@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from core.engine.live import Engine
-from core.session import variant
-from core.session.config import load_config
-from core.session.store import RolloutStore, Status
 from tests.support.flooding_server import FloodingServer
 from tests.support.polling import eventually, until
-from tui.app import TracewatchApp
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.session import variant
+from tracewatch.core.session.config import load_config
+from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.tui.app import TracewatchApp
 
 
 def write_config(tmp_path: Path, address: str) -> Path:

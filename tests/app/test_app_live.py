@@ -16,21 +16,21 @@ from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from core.engine.live import Engine
-from core.session import variant as variant_module
-from core.session.config import load_config
-from core.session.contracts import VariantState
-from core.session.store import Rollout, Status
 from tests.support.demo_launch import launch, stop
 from tests.support.demo_sessions import SPEED as ENGINE_SPEED
 from tests.support.demo_sessions import demo_variant, server_pids, write_config
 from tests.support.polling import alive, until
 from tests.support.scripted_server import ScriptedServer, attached
-from tui.app import TracewatchApp
-from tui.numbers import reward_text
-from tui.screens import ConfirmScreen, QuitScreen
-from tui.transcript import FOLLOW_SLACK, Transcript
-from tui.variants_panel import _STEP as STEP_LABELS
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.session import variant as variant_module
+from tracewatch.core.session.config import load_config
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Rollout, Status
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.chrome.screens import ConfirmScreen, QuitScreen
+from tracewatch.tui.drawing.numbers import reward_text
+from tracewatch.tui.run_views.variants_panel import _STEP as STEP_LABELS
+from tracewatch.tui.trace.transcript import FOLLOW_SLACK, Transcript
 
 TIMEOUT = 30.0
 """Generous: a loaded 2-core machine starts Python servers slowly. Waits end as soon

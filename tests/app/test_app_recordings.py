@@ -9,14 +9,14 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Button, Static
 
-from core.engine.opened import OpenedRecording
-from core.engine.replay import ReplaySession
 from tests.support.app_screen import screen_text
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine, write_many_runs, write_recording
-from tui.app import TracewatchApp
-from tui.logs_view import LogLines, LogsView
-from tui.variants_panel import VariantCard
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views.logs_view import LogLines, LogsView
+from tracewatch.tui.run_views.variants_panel import VariantCard
 
 
 def card_text(card: VariantCard) -> str:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from core.recordings.recorder import Recorder
 from tests.support.polling import MARGIN, until
 from tests.support.tui_standin import make_engine
-from tui.app import TracewatchApp
-from tui.rollouts_table import RolloutsTable
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 
 async def test_ticks_and_logs_leave_removed_widgets_alone() -> None:
@@ -51,7 +51,7 @@ def test_a_crash_exits_non_zero_and_leaves_the_terminal_clean(tmp_path: Path) ->
     word on each, in what reached the terminal, is "off" (the cursor: "shown")."""
     recording = tmp_path / "empty.twrec"
     Recorder(recording).close()
-    plant = "import sys; from tui.app import TracewatchApp as A; A._second = lambda self: 1 / 0; from tui.cli import main; sys.exit(main())"
+    plant = "import sys; from tracewatch.tui.app import TracewatchApp as A; A._second = lambda self: 1 / 0; from tracewatch.cli import main; sys.exit(main())"
     command = shlex.join(["env", f"TRACEWATCH_HOME={tmp_path / 'home'}", sys.executable, "-c", plant, "replay", str(recording)])
     log = tmp_path / "terminal.log"
     done = subprocess.run(["script", "-q", "-e", "-c", command, str(log)], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)

@@ -10,17 +10,17 @@ import pytest
 from rich.console import Console
 from textual.widgets import Static
 
-from core.session.compare import compare, compare_lines, compare_store
-from core.session.store import RolloutStore
 from tests.support.app_screen import open_side_by_side
 from tests.support.polling import until
 from tests.support.tui_standin import StandInEngine, StandInVariant, make_engine, write_recording
-from tui import compare_view
-from tui.app import TracewatchApp
-from tui.cli import main
-from tui.compare_view import CompareView
-from tui.side_by_side import Side, SideBySideScreen
-from tui.transcript import Transcript
+from tracewatch.cli import main
+from tracewatch.core.session.compare import compare, compare_lines, compare_store
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views import compare_view
+from tracewatch.tui.run_views.compare_view import CompareView
+from tracewatch.tui.run_views.side_by_side import Side, SideBySideScreen
+from tracewatch.tui.trace.transcript import Transcript
 
 
 def scored(store: RolloutStore, variant: str, task: int, rewards: list[float | None | str]) -> None:

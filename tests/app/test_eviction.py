@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
-from core.engine.headless import summary_lines
-from core.engine.live import Engine
-from core.recordings import recorder as recorder_module
-from core.recordings.eviction import TracesUnavailable
-from core.recordings.recorder import Recorder
-from core.session.compare import compare_store
-from core.session.config import load_config
-from core.session.store import Rollout
 from tests.support.app_screen import notices, open_side_by_side, screen_text, select
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import until
-from tui.app import TracewatchApp
-from tui.rollouts_table import COLUMN_KEYS
+from tracewatch.core.engine.headless import summary_lines
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.recordings import recorder as recorder_module
+from tracewatch.core.recordings.eviction import TracesUnavailable
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.compare import compare_store
+from tracewatch.core.session.config import load_config
+from tracewatch.core.session.store import Rollout
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.table.rollouts_table import COLUMN_KEYS
 
 LIVE = 90.0
 """How long the demo servers may take to play every rollout on a loaded machine."""

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.session.store import Rollout, RolloutStore, Status
 from tests.support.filter_reference import reference_matches
 from tests.support.tui_standin import TableApp, queued_and_running
-from tui.rollout_filter import RowFilter
-from tui.rollouts_table import RolloutsTable
+from tracewatch.core.session.store import Rollout, RolloutStore, Status
+from tracewatch.tui.table.rollout_filter import RowFilter
+from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 STALL_SECONDS = 10.0
 PIECES = (

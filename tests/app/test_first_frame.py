@@ -13,10 +13,10 @@ from rich.console import Console
 from textual.geometry import Region
 from textual.screen import Screen
 
-import tui.app
+import tracewatch.tui.app
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine
-from tui.app import TracewatchApp
+from tracewatch.tui.app import TracewatchApp
 
 NOW = 1_764_500_000.0
 """A frozen clock: nothing on screen changes by itself once drawn."""
@@ -26,7 +26,7 @@ class FirstFrameApp(TracewatchApp):
     """The app, noting what its first frame put on screen: the text and where each part
     of the layout was as it was painted."""
 
-    CSS_PATH = str(Path(tui.app.__file__).with_name("app.tcss"))
+    CSS_PATH = str(Path(tracewatch.tui.app.__file__).with_name("app.tcss"))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

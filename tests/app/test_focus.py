@@ -8,9 +8,9 @@ from textual.widgets import Static
 from tests.support.app_screen import select
 from tests.support.polling import until
 from tests.support.tui_standin import T0, make_engine
-from tui.app import TracewatchApp
-from tui.compare_view import CompareView
-from tui.side_by_side import SideBySideScreen
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views.compare_view import CompareView
+from tracewatch.tui.run_views.side_by_side import SideBySideScreen
 
 
 async def test_escape_from_the_transcript_returns_to_the_table() -> None:

@@ -13,11 +13,11 @@ from textual.binding import Binding
 from textual.widgets import Input, Static
 from textual.widgets._footer import FooterKey
 
-from core.engine.replay import ReplaySession
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine, write_recording
-from tui.app import TracewatchApp
-from tui.footer import SteadyFooter
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.chrome.footer import SteadyFooter
 
 
 def footer_labels(app: App) -> list[str]:

@@ -1,4 +1,4 @@
-"""One table of keys (`tui.keys.KEYS`) behind the bindings, the command palette, the
+"""One table of keys (`tracewatch.tui.chrome.keys.KEYS`) behind the bindings, the command palette, the
 help screen and docs/keys.md; each checked against it here."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from textual.widgets import Static
 from tests.support.polling import until
 from tests.support.repo import REPO
 from tests.support.tui_standin import make_engine
-from tui import keys_doc
-from tui.app import TracewatchApp
-from tui.compare_view import CompareView
-from tui.keys import KEYS, WHERE
-from tui.rollouts_table import RolloutsTable
-from tui.screens import HelpScreen
-from tui.side_by_side import SideBySideScreen
-from tui.timeline_view import TimelineView
-from tui.token_lines import TokenLines
-from tui.transcript import Transcript
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.chrome import keys_doc
+from tracewatch.tui.chrome.keys import KEYS, WHERE
+from tracewatch.tui.chrome.screens import HelpScreen
+from tracewatch.tui.run_views.compare_view import CompareView
+from tracewatch.tui.run_views.side_by_side import SideBySideScreen
+from tracewatch.tui.run_views.timeline_view import TimelineView
+from tracewatch.tui.table.rollouts_table import RolloutsTable
+from tracewatch.tui.tokens.token_lines import TokenLines
+from tracewatch.tui.trace.transcript import Transcript
 
 KEYS_PAGE = REPO / "docs" / "keys.md"
 WIDGETS = {
@@ -53,7 +53,7 @@ def test_every_binding_is_in_the_table() -> None:
 
 
 def test_the_keys_page_is_generated_from_the_key_table() -> None:
-    assert KEYS_PAGE.read_text() == keys_doc.render(), "docs/keys.md is stale: run `python -m tui.keys_doc > docs/keys.md`"
+    assert KEYS_PAGE.read_text() == keys_doc.render(), "docs/keys.md is stale: run `python -m tracewatch.tui.chrome.keys_doc > docs/keys.md`"
 
 
 def test_the_keys_page_lists_every_key_under_its_place() -> None:

@@ -17,10 +17,10 @@ PROGRAM = """
 import asyncio, json, sys
 from pathlib import Path
 
-import tui.cli  # what the command imports before it knows which session it runs
-from core.engine.opened import OpenedRecording
+import tracewatch.cli  # what the command imports before it knows which session it runs
+from tracewatch.core.engine.opened import OpenedRecording
 from tests.support.polling import until
-from tui.app import TracewatchApp
+from tracewatch.tui.app import TracewatchApp
 
 HEAVY = ("numpy", "tokenizers")
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from core.demo import vocabulary
-from core.engine.opened import open_folder
-from core.tokens.streams import read_message, token_values
-from core.tokens.tokenizer import Tokenizers
 from tests.support.polling import until
 from tests.support.prime_rl_run import credited, log_episodes, renamed, verifiers_agent
 from tests.support.training_session import training_episode
-from tui.app import TracewatchApp
-from tui.token_view import TokenScreen
+from tracewatch.core.demo import vocabulary
+from tracewatch.core.engine.opened import open_folder
+from tracewatch.core.tokens.streams import read_message, token_values
+from tracewatch.core.tokens.tokenizer import Tokenizers
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.tokens.token_view import TokenScreen
 
 TOKENIZER = Tokenizers(by_variant={"train": str(vocabulary.PATH)})
 

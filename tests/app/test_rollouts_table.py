@@ -8,11 +8,11 @@ from collections.abc import Callable
 import pytest
 from textual.strip import Strip
 
-from core.session.store import RolloutStore
 from tests.support.polling import until
 from tests.support.tui_standin import TableApp, feed, queued_and_running
-from tui.rollout_filter import RowFilter
-from tui.rollouts_table import RolloutsTable
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.table.rollout_filter import RowFilter
+from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 
 def instrument(table: RolloutsTable) -> list[str]:

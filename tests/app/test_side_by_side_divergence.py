@@ -9,9 +9,9 @@ from typing import Any
 from tests.support.app_screen import notices, open_side_by_side
 from tests.support.diverging_traces import Scripted, diverged, step
 from tests.support.polling import until
-from tui.app import TracewatchApp
-from tui.side_by_side import Side
-from tui.transcript import Transcript
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views.side_by_side import Side
+from tracewatch.tui.trace.transcript import Transcript
 
 
 def lines(transcript: Transcript) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine
-from tui.app import TracewatchApp
+from tracewatch.tui.app import TracewatchApp
 
 
 async def test_at_60_columns_the_columns_that_tell_rows_apart_stay() -> None:

@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from core.engine.opened import OpenedRecording
-from core.engine.replay import ReplaySession
 from tests.support.app_screen import open_side_by_side
 from tests.support.diverging_traces import diverged
 from tests.support.polling import until
 from tests.support.tui_standin import StandInEngine, make_engine, write_recording
-from tui.app import TracewatchApp
-from tui.compare_view import CompareView
-from tui.logs_view import LogLines
-from tui.screens import HelpScreen
-from tui.side_by_side import SideBySideScreen
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.chrome.screens import HelpScreen
+from tracewatch.tui.run_views.compare_view import CompareView
+from tracewatch.tui.run_views.logs_view import LogLines
+from tracewatch.tui.run_views.side_by_side import SideBySideScreen
 
 NOW = 1_764_500_000.0
 """The frozen clock: every elapsed, idle and uptime is measured against it."""

@@ -4,12 +4,12 @@ zooms and pans, draws only the rows on screen, and its cursor is the table's."""
 
 from __future__ import annotations
 
-from core.run.times import RolloutTimes, Span, bar_segments
-from core.session.store import Status
 from tests.support.polling import until
 from tests.support.timed_runs import NOW, timed_engine
-from tui.app import TracewatchApp
-from tui.timeline_view import ENDS, TimelineView
+from tracewatch.core.run.times import RolloutTimes, Span, bar_segments
+from tracewatch.core.session.store import Status
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views.timeline_view import ENDS, TimelineView
 
 
 def line_text(view: TimelineView, y: int) -> str:

@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.cells import cell_len
 
-from core.wire.protocol import AGENT_PARTS, PHASES
 from tests.support.app_screen import screen_text, select
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine
-from tui.app import TracewatchApp
-from tui.timing_view import seconds_text, waterfall
+from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views.timing_view import seconds_text, waterfall
 
 
 @pytest.mark.parametrize("size", [(200, 50), (80, 24)])

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.opened import OpenedRecording
-from core.tokens.flags import MISALIGNED, TOOL_TRAINED
 from tests.support.polling import until
 from tests.support.training_session import KEY, TASK, training_deltas, training_engine, write_training_recording
-from tui.app import TracewatchApp
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.tokens.flags import MISALIGNED, TOOL_TRAINED
+from tracewatch.tui.app import TracewatchApp
 
 CLEAN = "trainer/1"
 

@@ -9,13 +9,13 @@ import asyncio
 
 import pytest
 
-from core.demo import vocabulary
-from core.tokens.tokenizer import Tokenizers
 from tests.support.polling import until
 from tests.support.repo import REPO
 from tests.support.training_session import KEY, training_deltas, training_engine
-from tui.app import TracewatchApp
-from tui.token_view import TokenScreen
+from tracewatch.core.demo import vocabulary
+from tracewatch.core.tokens.tokenizer import Tokenizers
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.tokens.token_view import TokenScreen
 
 NOW = 1_764_500_000.0
 

@@ -11,15 +11,15 @@ import pytest
 from rich.text import Text
 from textual.widgets import Static
 
-from core.demo import vocabulary
-from core.engine.opened import OpenedRecording
-from core.tokens.streams import read_message, token_values
-from core.tokens.tokenizer import Tokenizers
 from tests.support.polling import until
 from tests.support.training_session import KEY, training_deltas, training_engine, write_training_recording
-from tui.app import TracewatchApp
-from tui.token_lines import TokenLines
-from tui.token_view import TokenScreen
+from tracewatch.core.demo import vocabulary
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.tokens.streams import read_message, token_values
+from tracewatch.core.tokens.tokenizer import Tokenizers
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.tokens.token_lines import TokenLines
+from tracewatch.tui.tokens.token_view import TokenScreen
 
 DEMO_TOKENIZER = Tokenizers(by_variant={"trainer": str(vocabulary.PATH)})
 """Named by the variant, as a config does (the app's default finds it by the demo's model)."""
@@ -96,8 +96,8 @@ async def test_t_opens_the_newest_message_and_each_key_does_what_it_says(deltas:
 
 
 def _head_of(trace, index: int) -> str:
-    from core.tokens.summary import summarize
-    from tui.token_view import summary_text
+    from tracewatch.core.tokens.summary import summarize
+    from tracewatch.tui.tokens.token_view import summary_text
 
     return summary_text(summarize(read_message(trace.nodes[index]))).plain
 

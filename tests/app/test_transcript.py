@@ -11,10 +11,10 @@ from contextlib import asynccontextmanager
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
-from core.session.store import RolloutStore, TraceState
 from tests.support.polling import until
 from tests.support.repo import FIXTURE as RECORDED
-from tui.transcript import Transcript
+from tracewatch.core.session.store import RolloutStore, TraceState
+from tracewatch.tui.trace.transcript import Transcript
 
 FIXTURE = RECORDED / "deltas.jsonl"
 SIZE = (100, 30)

@@ -3,11 +3,11 @@ charts, one per metric and variant, with value and time axes."""
 
 from __future__ import annotations
 
-from core.run.trends import METRICS
 from tests.support.polling import until
 from tests.support.timed_runs import timed_engine
-from tui.app import TracewatchApp
-from tui.trends_view import run_window
+from tracewatch.core.run.trends import METRICS
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views.trends_view import run_window
 
 
 async def test_cards_carry_sparklines_and_the_tab_charts_every_metric_per_variant():

@@ -1,7 +1,7 @@
 """Damaged recordings: a record that cannot be read, or reads as something the app
 never writes, is skipped and counted, and the rest replays; no byte flipped anywhere
 in a recording makes `replay`, `open` or `export` raise. Driven through the command
-itself (`tui.cli.main`, headless), on a recording of a real session."""
+itself (`tracewatch.cli.main`, headless), on a recording of a real session."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.recordings.file_format import RecordingError
-from core.recordings.index import RecordingIndex
-from core.recordings.reader import Scan, read_header, read_recording
 from tests.support.scripted_server import ScriptedServer, endings, good_run, header, replay, run_live
-from tui.cli import main
+from tracewatch.cli import main
+from tracewatch.core.recordings.file_format import RecordingError
+from tracewatch.core.recordings.index import RecordingIndex
+from tracewatch.core.recordings.reader import Scan, read_header, read_recording
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import signal
 
 import pytest
 
-from core.engine.live import Engine
-from core.session import variant as variant_module
-from core.session.store import Status
-from core.session.variant import VariantState
 from tests.support.demo_sessions import WAIT, demo_variant, server_pids
 from tests.support.polling import alive, eventually
 from tests.support.scripted_server import ScriptedServer, attached, header
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.session import variant as variant_module
+from tracewatch.core.session.store import Status
+from tracewatch.core.session.variant import VariantState
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from verifiers.v1.serve.delta import TraceSummary
 from verifiers.v1.task import WireTaskData
 from verifiers.v1.types import SamplingConfig
 
-from core.demo.tasks import DEFAULT_TASKS
-from core.wire.client import EnvClient
-from core.wire.episode_json import episode_json
-from core.wire.packed_list import PackedList
-from core.wire.protocol import Packed, plain
 from tests.support.demo_launch import launch, stop
+from tracewatch.core.demo.tasks import DEFAULT_TASKS
+from tracewatch.core.wire.client import EnvClient
+from tracewatch.core.wire.episode_json import episode_json
+from tracewatch.core.wire.packed_list import PackedList
+from tracewatch.core.wire.protocol import Packed, plain
 
 SPEED = 100.0
 DEADLINE = 90.0

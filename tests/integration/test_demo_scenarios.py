@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from core.demo.tasks import DEFAULT_TASKS
-from core.wire.client import EnvClient
 from tests.support.demo_launch import launch, stop
+from tracewatch.core.demo.tasks import DEFAULT_TASKS
+from tracewatch.core.wire.client import EnvClient
 
 SPEED = 100.0
 DEADLINE = 60.0
@@ -184,8 +184,8 @@ async def test_training_streams_what_a_trainer_sees(address) -> None:
     """Every node's tokens are its message through the demo's template and tokenizer;
     the sampler's streams come with each sampled node, the trainer's from the second
     turn on; one tool result is trained on, and its message says what is missing."""
-    from core.demo.training import ANNOTATED_FROM, demo_tokenizer
-    from core.tokens.streams import read_message
+    from tracewatch.core.demo.training import ANNOTATED_FROM, demo_tokenizer
+    from tracewatch.core.tokens.streams import read_message
 
     ((record, deltas),) = await play(address, TASKS["training"])
     (trace,) = record["traces"]

@@ -16,10 +16,10 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from core.demo.tasks import DEFAULT_TASKS, SCENARIOS
-from core.wire.client import EnvClient, RunFailed, new_request_id
-from core.wire.protocol import ABORTED_ERROR, pack, unpack
 from tests.support.demo_launch import launch, stop
+from tracewatch.core.demo.tasks import DEFAULT_TASKS, SCENARIOS
+from tracewatch.core.wire.client import EnvClient, RunFailed, new_request_id
+from tracewatch.core.wire.protocol import ABORTED_ERROR, pack, unpack
 
 SPEED = 100.0
 DEADLINE = 30.0
@@ -172,7 +172,7 @@ async def test_a_signal_shuts_down_cleanly_and_aborts_runs_in_flight(sig: signal
 
 def test_print_tasks_lists_every_scenario_a_human_watches() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "core.demo", "--print-tasks"], capture_output=True, text=True, timeout=DEADLINE, check=True
+        [sys.executable, "-m", "tracewatch.core.demo", "--print-tasks"], capture_output=True, text=True, timeout=DEADLINE, check=True
     ).stdout
     tasks = [json.loads(line) for line in out.splitlines()]
     assert tasks == DEFAULT_TASKS

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.live import Engine
-from core.recordings.reader import read_recording
-from core.recordings.recorder import Recorder
-from core.session.config import load_config
-from core.session.store import Status
 from tests.support.demo_sessions import WAIT, demo_variant, write_config
 from tests.support.polling import until
 from tests.support.repo import REPO
-from tui.app import TracewatchApp
-from tui.cli import where_things_went
+from tracewatch.cli import where_things_went
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.recordings.reader import read_recording
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.config import load_config
+from tracewatch.core.session.store import Status
+from tracewatch.tui.app import TracewatchApp
 
 FREE = 24 << 10
 """Room left on the disk: the header and the first records fit, the run does not."""
@@ -54,7 +54,7 @@ def test_headless_says_at_once_where_the_recording_stopped_and_exits_1(tmp_path,
     config = write_config(tmp_path, [demo_variant("full", tasks(12))])
     env = {**os.environ, "TRACEWATCH_HOME": str(tmp_path / "home")}
     done = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--headless", str(config), "--record", str(recording)],
+        [sys.executable, "-m", "tracewatch.cli", "--headless", str(config), "--record", str(recording)],
         capture_output=True, text=True, timeout=300, cwd=REPO, env=env,
     )  # fmt: skip
 

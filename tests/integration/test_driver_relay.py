@@ -16,21 +16,21 @@ from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording
-from core.engine.replay import ReplaySession
-from core.ports import free_address
-from core.recordings.recorder import Recorder
-from core.session.config import Config
-from core.session.contracts import VariantState
-from core.session.store import Status
-from core.taps.relay_viewer import RelayViewer
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import eventually, until
 from tests.support.tap_checks import assert_read_in_order_or_counted
 from tests.support.tether import TetheredProcess, run_tethered
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.core.ports import free_address
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.config import Config
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Status
+from tracewatch.core.taps.relay_viewer import RelayViewer
+from tracewatch.tui.app import TracewatchApp
 from tracewatch_relay import Relay, RelayedClient
-from tui.app import TracewatchApp
 
 WAIT = 60.0
 SAMPLING = SamplingConfig(temperature=0.5)
@@ -115,7 +115,7 @@ async def test_a_full_queue_drops_and_counts_and_never_blocks_the_caller() -> No
 def test_a_relay_address_nobody_serves_is_a_clear_error() -> None:
     address = free_address()
     result = run_tethered(
-        [sys.executable, "-m", "tui.cli", "tap", address, "--headless", "--no-record"], capture_output=True, text=True, timeout=WAIT
+        [sys.executable, "-m", "tracewatch.cli", "tap", address, "--headless", "--no-record"], capture_output=True, text=True, timeout=WAIT
     )
     assert result.returncode == 2
     assert f"nothing serves a relay at {address}" in result.stderr
@@ -178,7 +178,7 @@ async def test_sigterm_stops_a_headless_tap_behind_a_backlog_with_its_summary() 
         for i in range(BACKLOG):
             on_delta({"trace": "t", "set": {"i": i, "text": "x" * 200}})
         tap = TetheredProcess(
-            [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
+            [sys.executable, "-m", "tracewatch.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert tap.stdout is not None
@@ -288,7 +288,7 @@ async def test_a_viewer_says_when_the_relay_went_away_and_picks_up_when_one_is_b
 async def test_headless_tap_says_the_relay_went_away_and_so_does_its_summary() -> None:
     relay = Relay("tcp://127.0.0.1:0")
     tap = TetheredProcess(
-        [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
+        [sys.executable, "-m", "tracewatch.cli", "tap", relay.address, "--name", "v", "--headless", "--no-record"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -314,7 +314,7 @@ async def test_headless_tap_says_the_relay_went_away_and_so_does_its_summary() -
 def test_cancel_stalled_on_a_relay_viewer_is_refused_with_the_reason(headless: bool) -> None:
     relay = Relay("tcp://127.0.0.1:0")
     try:
-        argv = [sys.executable, "-m", "tui.cli", "tap", relay.address, "--name", "v", "--no-record", "--cancel-stalled", "5"]
+        argv = [sys.executable, "-m", "tracewatch.cli", "tap", relay.address, "--name", "v", "--no-record", "--cancel-stalled", "5"]
         result = run_tethered(argv + (["--headless"] if headless else []), capture_output=True, text=True, timeout=WAIT, stdin=subprocess.DEVNULL)
     finally:
         relay.close()

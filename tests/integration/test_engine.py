@@ -12,17 +12,17 @@ import threading
 import time
 from datetime import datetime
 
-from core import ports
-from core.engine.live import Engine
-from core.recordings.recorder import Recorder
-from core.session import variant as variant_module
-from core.session.contracts import VariantState
-from core.session.store import Status
-from core.session.variant import QUEUE_CHUNK, START_CHUNK
-from core.supervision import capture
 from tests.support.demo_sessions import WAIT, attached_variant, demo_variant, server_pids
 from tests.support.polling import alive, eventually
 from tests.support.scripted_server import ScriptedServer, attached
+from tracewatch.core import ports
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session import variant as variant_module
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Status
+from tracewatch.core.session.variant import QUEUE_CHUNK, START_CHUNK
+from tracewatch.core.supervision import capture
 
 
 async def test_two_variants_run_to_done(engine_for):

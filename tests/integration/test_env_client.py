@@ -12,10 +12,10 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from core.ports import free_address
-from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
 from tests.support.polling import eventually
+from tracewatch.core.ports import free_address
+from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
 
 CLIENT = {"base_url": "http://127.0.0.1:9/v1", "api_key_var": "NONE"}
 DEADLINE = 10.0

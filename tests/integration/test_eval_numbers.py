@@ -15,21 +15,21 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording, OpenedRun
-from core.session.compare import compare
-from core.session.config import Config, build_config
-from core.session.contracts import VariantState
-from core.session.store import Status, percentile
-from core.supervision.child import SupervisedChild
 from tests.app.test_app_recordings import card_text
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import until
 from tests.support.repo import INTEROP
 from tests.support.tether import run_tethered
-from tui.app import TracewatchApp
-from tui.logs_view import LogLines, LogsView
-from tui.screens import ConfirmScreen
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
+from tracewatch.core.session.compare import compare
+from tracewatch.core.session.config import Config, build_config
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Status, percentile
+from tracewatch.core.supervision.child import SupervisedChild
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.chrome.screens import ConfirmScreen
+from tracewatch.tui.run_views.logs_view import LogLines, LogsView
 
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 WAIT = 180.0
@@ -79,7 +79,7 @@ def eval_run(tmp_path_factory) -> EvalRun:
     recording = home / "eval.twrec"
     with FakeModel() as model:
         result = run_tethered(
-            [sys.executable, "-m", "tui.cli", "eval", "--headless", "--name", "ev", "--record", str(recording), "--", *vf_eval(model, home / "out")],
+            [sys.executable, "-m", "tracewatch.cli", "eval", "--headless", "--name", "ev", "--record", str(recording), "--", *vf_eval(model, home / "out")],
             capture_output=True, text=True, timeout=WAIT, env=eval_env(home),
         )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -130,7 +130,7 @@ def test_a_run_directory_groups_rollouts_by_task_and_matches_the_live_recording(
     assert sorted(map(sorted, by_task.values())) == [list(range(ROLLOUTS))] * TASKS, "each task's rollouts numbered 0..k-1"
 
     result = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "compare", str(eval_run.recording), str(eval_run.run_dir)],
+        [sys.executable, "-m", "tracewatch.cli", "compare", str(eval_run.recording), str(eval_run.run_dir)],
         capture_output=True, text=True, timeout=WAIT,
     )
     assert result.returncode == 0, result.stderr
@@ -153,7 +153,7 @@ def test_a_run_directory_with_no_episodes_says_so(tmp_path) -> None:
     session = OpenedRun(run_dir)
     assert session.readonly_reason and "no episodes" in session.readonly_reason
     result = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "open", "--headless", str(run_dir)], capture_output=True, text=True, timeout=WAIT
+        [sys.executable, "-m", "tracewatch.cli", "open", "--headless", str(run_dir)], capture_output=True, text=True, timeout=WAIT
     )
     assert f"no episodes: {run_dir / 'traces.jsonl'} holds none yet" in result.stdout, result.stdout + result.stderr
 

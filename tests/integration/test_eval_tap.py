@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording, OpenedRun
-from core.session.config import Config, build_config
-from core.session.contracts import VariantState
-from core.session.store import Status
-from core.supervision.supervisor import group_alive
-from core.taps.eval_variant import INJECT_DIR, EvalVariant
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import eventually, wait_until
 from tests.support.repo import INTEROP
 from tests.support.tap_checks import assert_read_in_order_or_counted
 from tests.support.tether import TetheredProcess, run_tethered
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
+from tracewatch.core.session.config import Config, build_config
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Status
+from tracewatch.core.supervision.supervisor import group_alive
+from tracewatch.core.taps.eval_variant import INJECT_DIR, EvalVariant
 
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 WAIT = 120.0
@@ -58,7 +58,7 @@ def vf_eval(model: FakeModel, out: Path, rollouts: int = 2) -> list[str]:
 def test_headless_eval_prints_each_rollout_records_it_and_links_the_run_dir(model, eval_env) -> None:
     recording = eval_env / "eval.twrec"
     result = run_tethered(
-        [sys.executable, "-m", "tui.cli", "eval", "--headless", "--record", str(recording), "--", *vf_eval(model, eval_env / "out")],
+        [sys.executable, "-m", "tracewatch.cli", "eval", "--headless", "--record", str(recording), "--", *vf_eval(model, eval_env / "out")],
         capture_output=True, text=True, timeout=WAIT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -147,7 +147,7 @@ async def test_vf_evals_runner_cancels_every_rollout_when_one_is_cancelled() -> 
 
 def cli_eval(*argv: str) -> subprocess.CompletedProcess:
     return run_tethered(
-        [sys.executable, "-m", "tui.cli", "eval", "--headless", "--no-record", "--", *argv],
+        [sys.executable, "-m", "tracewatch.cli", "eval", "--headless", "--no-record", "--", *argv],
         capture_output=True, text=True, timeout=WAIT,
     )
 
@@ -294,7 +294,7 @@ def test_with_finish_an_eval_outlives_a_killed_viewer_and_its_results_open(model
         f'[[variants]]\nname = "ev"\neval = {json.dumps(vf_eval(model, eval_env / "out", rollouts=1))}\n'
         'on_viewer_exit = "finish"\n'
     )
-    viewer = TetheredProcess([sys.executable, "-m", "tui.cli", "--headless", "--no-record", str(config)],
+    viewer = TetheredProcess([sys.executable, "-m", "tracewatch.cli", "--headless", "--no-record", str(config)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         assert model.hanging.wait(WAIT), "the scripted model call never hung"

@@ -17,18 +17,18 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.engine.headless import rollout_line, run_headless, summary_lines
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording
-from core.recordings.recorder import Recorder
-from core.session import variant as variant_module
-from core.session.store import RolloutStore, Status
-from core.wire.assembly import AssemblyError
-from core.wire.episode_json import json_safe
-from core.wire.protocol import unpack_delta
 from tests.support.scripted_server import OK, ScriptedServer, attached, endings, header, replay
-from tui.timing_view import waterfall
-from tui.transcript_lines import (
+from tracewatch.core.engine.headless import rollout_line, run_headless, summary_lines
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session import variant as variant_module
+from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.wire.assembly import AssemblyError
+from tracewatch.core.wire.episode_json import json_safe
+from tracewatch.core.wire.protocol import unpack_delta
+from tracewatch.tui.run_views.timing_view import waterfall
+from tracewatch.tui.trace.transcript_lines import (
     error_lines,
     failed_lines,
     node_body,
@@ -198,7 +198,7 @@ def read_everything(store: RolloutStore, now: float) -> None:
 
 
 class _Palette:
-    """Enough of tui.palette.Palette for a waterfall off screen."""
+    """Enough of tracewatch.tui.drawing.palette.Palette for a waterfall off screen."""
 
     def __getattr__(self, name: str) -> str:
         return ""

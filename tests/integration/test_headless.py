@@ -10,14 +10,14 @@ import os
 import signal
 import sys
 
-from core.engine import headless
-from core.engine.live import Engine
-from core.session.config import load_config
 from tests.support.demo_sessions import WAIT, demo_variant, write_config
 from tests.support.polling import MARGIN, alive, wait_until
 from tests.support.repo import REPO
 from tests.support.tether import TetheredProcess
-from tui.launch import main as launch
+from tracewatch.core.engine import headless
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.session.config import load_config
+from tracewatch.launch import main as launch
 
 
 def test_a_variant_settles_after_its_rollouts_lines(tmp_path, monkeypatch):
@@ -46,7 +46,7 @@ def test_ctrl_c_cancels_prints_the_summary_and_exits_130(tmp_path):
     env = {**os.environ, "TRACEWATCH_HOME": str(tmp_path / "home")}
     with open(out_path, "w") as out, open(err_path, "w") as err:
         process = TetheredProcess(
-            [sys.executable, "-m", "tui.cli", str(config), "--headless", "--no-record"],
+            [sys.executable, "-m", "tracewatch.cli", str(config), "--headless", "--no-record"],
             stdout=out, stderr=err, env=env, cwd=REPO,
         )  # fmt: skip
         try:

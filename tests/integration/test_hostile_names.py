@@ -16,21 +16,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.engine.headless import run_headless
-from core.engine.live import Engine
-from core.paths import file_name
-from core.session.config import load_config
-from core.session.config_errors import ConfigError
-from core.text import ESCAPES
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.repo import REPO
+from tracewatch.core.engine.headless import run_headless
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.paths import file_name
+from tracewatch.core.session.config import load_config
+from tracewatch.core.session.config_errors import ConfigError
+from tracewatch.core.text import ESCAPES
 
 DIRECTION = "\u202e\u2066\u200f\u061c\u200b"
 
 
 def tracewatch(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TRACEWATCH_HOME": str(cwd / "home"), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+    return subprocess.run([sys.executable, "-m", "tracewatch.cli", *argv], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
 
 
 def toml_string(text: str) -> str:

@@ -14,20 +14,20 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from core.engine.headless import run_headless, summary_lines
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording
-from core.engine.replay import ReplaySession
-from core.recordings.export import export_recording
-from core.recordings.recorder import Recorder
-from core.session.store import Status
-from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.delta_checks import MAX_DEPTH
 from tests.support.polling import until
 from tests.support.scripted_server import DEADLINE, ScriptedServer, attached, endings, good_run, header, replay
-from tui.app import TracewatchApp
-from tui.rollouts_table import RolloutsTable
-from tui.trace_pane import TracePane
+from tracewatch.core.engine.headless import run_headless, summary_lines
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.core.recordings.export import export_recording
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import Status
+from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.delta_checks import MAX_DEPTH
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.table.rollouts_table import RolloutsTable
+from tracewatch.tui.trace.trace_pane import TracePane
 
 
 def deep_content(levels: int) -> bytes:

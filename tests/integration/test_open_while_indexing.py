@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from core.engine import opened
-from core.engine.headless import run_headless
-from core.engine.opened import OpenedRecording
-from core.recordings.recorder import Recorder
-from core.session.store import RolloutStore
 from tests.support.polling import eventually
 from tests.support.tui_standin import T0, load_fixture, write_many_runs
+from tracewatch.core.engine import opened
+from tracewatch.core.engine.headless import run_headless
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import RolloutStore
 
 COPIES = 60
 """4,620 records: dozens of slices of the index."""

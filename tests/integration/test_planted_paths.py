@@ -22,7 +22,7 @@ VICTIM_TEXT = "someone else's file\n"
 
 def tracewatch(*argv: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TRACEWATCH_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    return subprocess.run([sys.executable, "-m", "tracewatch.cli", *argv], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
 
 
 def plant_victim(tmp_path: Path) -> Path:

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.headless import run_headless
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording
-from core.paths import default_recording_path
-from core.recordings.recorder import Recorder
-from core.session.config import load_config
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import until
-from tui.app import TracewatchApp
+from tracewatch.core.engine.headless import run_headless
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.paths import default_recording_path
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.config import load_config
+from tracewatch.tui.app import TracewatchApp
 
 
 @pytest.fixture

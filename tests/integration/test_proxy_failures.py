@@ -21,15 +21,15 @@ from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
-from core.engine.live import Engine
-from core.ports import PORT_ATTEMPTS, free_address
-from core.session.config import Config
-from core.session.contracts import VariantState
-from core.session.store import Status
-from core.taps.proxy_variant import ProxyVariant
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import alive, children, eventually, pid_gone, wait_until
 from tests.support.tether import TetheredProcess
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.ports import PORT_ATTEMPTS, free_address
+from tracewatch.core.session.config import Config
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Status
+from tracewatch.core.taps.proxy_variant import ProxyVariant
 
 WAIT = 60.0
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
@@ -49,7 +49,7 @@ def upstream():
 async def test_a_killed_app_leaves_the_forwarder_forwarding_until_its_driver_disconnects(upstream) -> None:
     listen = free_address()
     app = TetheredProcess(
-        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
+        [sys.executable, "-m", "tracewatch.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     client = VerifiersClient(listen)
@@ -160,7 +160,7 @@ async def test_the_forwarder_raises_a_low_soft_descriptor_limit_so_idle_connecti
         pytest.skip("the hard descriptor limit leaves no room above 256")
     listen = free_address()
     app = TetheredProcess(
-        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
+        [sys.executable, "-m", "tracewatch.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=low_soft_limit,
     )
     idle: list[socket.socket] = []

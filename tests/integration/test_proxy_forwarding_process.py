@@ -17,12 +17,12 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.taps.forward_process import ForwardingProcess
-from core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy
-from core.taps.zmtp import ZmtpStream
-from core.wire.protocol import pack
 from tests.support.polling import wait_until
 from tests.support.tether import TetheredProcess
+from tracewatch.core.taps.forward_process import ForwardingProcess
+from tracewatch.core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy
+from tracewatch.core.taps.zmtp import ZmtpStream
+from tracewatch.core.wire.protocol import pack
 
 WAIT = 60.0
 
@@ -343,7 +343,7 @@ def test_a_lost_copy_names_its_run_even_when_the_forwarder_read_its_request_id_i
 
 BROKEN_COPY = """
 import sys
-from core.taps import forward_process
+from tracewatch.core.taps import forward_process
 
 def broken(self, leg, data):
     raise RuntimeError("a fault planted in the copy side")

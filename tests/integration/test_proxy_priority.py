@@ -16,11 +16,11 @@ from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
-from core.ports import free_address
-from core.taps.view_priority import VIEW_NICENESS
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import children, pid_gone, wait_until
 from tests.support.tether import TetheredProcess
+from tracewatch.core.ports import free_address
+from tracewatch.core.taps.view_priority import VIEW_NICENESS
 
 WAIT = 60.0
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
@@ -66,7 +66,7 @@ async def test_a_headless_proxys_view_runs_below_its_forwarders_the_first_and_a_
     base = os.getpriority(os.PRIO_PROCESS, 0)
     listen = free_address()
     app = TetheredProcess(
-        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
+        [sys.executable, "-m", "tracewatch.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:

@@ -23,18 +23,18 @@ from verifiers.v1.episode import WireEpisode
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording
-from core.ports import PORT_ATTEMPTS, free_address
-from core.session.config import Config
-from core.session.contracts import VariantState
-from core.session.store import Status
-from core.taps.forwarder import TO_DRIVER, TO_SERVER, Forwarder
-from core.taps.proxy_variant import ProxyVariant
-from core.wire.client import EnvClient
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import alive, children, eventually, pid_gone, wait_until
 from tests.support.tether import TetheredProcess, run_tethered
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.ports import PORT_ATTEMPTS, free_address
+from tracewatch.core.session.config import Config
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Status
+from tracewatch.core.taps.forwarder import TO_DRIVER, TO_SERVER, Forwarder
+from tracewatch.core.taps.proxy_variant import ProxyVariant
+from tracewatch.core.wire.client import EnvClient
 
 SPEED = 60.0
 WAIT = 60.0
@@ -138,7 +138,7 @@ def test_every_frame_passes_byte_for_byte_in_order_both_ways(requests, replies) 
 async def test_verifiers_client_through_the_proxy_gets_what_it_gets_direct_and_the_store_shows_each_run(
     proxy_engine, upstream, tmp_path
 ) -> None:
-    from core.recordings.recorder import Recorder
+    from tracewatch.core.recordings.recorder import Recorder
 
     recording = tmp_path / "proxy.twrec"
     engine, variant = await proxy_engine(Recorder(recording, meta={}))
@@ -233,7 +233,7 @@ def test_a_view_that_falls_behind_drops_copies_never_frames(upstream) -> None:
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return run_tethered(
-        [sys.executable, "-m", "tui.cli", "proxy", *args, "--headless", "--no-record"],
+        [sys.executable, "-m", "tracewatch.cli", "proxy", *args, "--headless", "--no-record"],
         capture_output=True, text=True, timeout=WAIT,
     )
 
@@ -257,7 +257,7 @@ def test_an_upstream_that_is_not_an_env_server_is_a_clear_error() -> None:
 
 
 def test_the_config_form_builds_a_proxy_variant(tmp_path) -> None:
-    from core.session.config import TapVariantConfig, load_config
+    from tracewatch.core.session.config import TapVariantConfig, load_config
 
     path = tmp_path / "p.toml"
     path.write_text(
@@ -272,8 +272,8 @@ def test_the_config_form_builds_a_proxy_variant(tmp_path) -> None:
 
 
 def test_the_config_forms_of_the_eval_and_the_relay_and_one_tap_per_variant(tmp_path) -> None:
-    from core.session.config import TapVariantConfig, load_config
-    from core.session.config_errors import ConfigError
+    from tracewatch.core.session.config import TapVariantConfig, load_config
+    from tracewatch.core.session.config_errors import ConfigError
 
     path = tmp_path / "taps.toml"
     path.write_text(
@@ -316,7 +316,7 @@ def test_the_forwarding_process_ends_when_the_app_dies_even_by_sigkill(upstream)
 
 APP_THAT_DIES = """
 import sys, time
-from core.taps.forward_process import ForwardingProcess
+from tracewatch.core.taps.forward_process import ForwardingProcess
 forwarder = ForwardingProcess("tcp://127.0.0.1:0", sys.argv[1])
 forwarder.start()
 print(forwarder.pid, flush=True)
@@ -328,7 +328,7 @@ async def test_headless_proxy_prints_the_same_rollout_lines_as_attach_and_record
     listen = free_address()
     recording = tmp_path / "px.twrec"
     proxy = TetheredProcess(
-        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--name", "px", "--headless", "--record", str(recording)],
+        [sys.executable, "-m", "tracewatch.cli", "proxy", "--listen", listen, "--upstream", upstream, "--name", "px", "--headless", "--record", str(recording)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -356,7 +356,7 @@ async def test_sigterm_stops_a_headless_proxy_mid_stream_and_leaves_no_process(u
     while deltas stream through it, and its forwarding process goes with it."""
     listen = free_address()
     proxy = TetheredProcess(
-        [sys.executable, "-m", "tui.cli", "proxy", "--listen", listen, "--upstream", upstream, "--name", "px", "--headless", "--no-record"],
+        [sys.executable, "-m", "tracewatch.cli", "proxy", "--listen", listen, "--upstream", upstream, "--name", "px", "--headless", "--no-record"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     client = EnvClient(listen)

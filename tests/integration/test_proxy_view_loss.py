@@ -25,19 +25,19 @@ from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient as VerifiersClient
 from verifiers.v1.types import SamplingConfig
 
-from core.engine.headless import summary_lines
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording
-from core.ports import free_address
-from core.recordings.recorder import Recorder
-from core.session.config import Config
-from core.session.contracts import VariantState
-from core.session.store import Status
-from core.taps.proxy_variant import ProxyVariant
-from core.wire.protocol import pack, unpack
 from tests.support.polling import children, eventually, pid_gone, wait_until
 from tests.support.repo import FIXTURE
 from tests.support.tether import TetheredProcess
+from tracewatch.core.engine.headless import summary_lines
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.ports import free_address
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.config import Config
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Status
+from tracewatch.core.taps.proxy_variant import ProxyVariant
+from tracewatch.core.wire.protocol import pack, unpack
 
 WAIT = 60.0
 RUNS = 4
@@ -282,8 +282,8 @@ async def test_when_the_view_must_drop_it_sheds_the_runs_already_incomplete_so_t
 
 
 STOPPED_APP = (
-    f"import sys; from core.taps.proxy_variant import ProxyVariant; ProxyVariant.copy_bytes = {COPY_BYTES}; "
-    "from tui.cli import main; sys.exit(main(sys.argv[1:]))"
+    f"import sys; from tracewatch.core.taps.proxy_variant import ProxyVariant; ProxyVariant.copy_bytes = {COPY_BYTES}; "
+    "from tracewatch.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 """The headless app, with the small copy bound above."""
 

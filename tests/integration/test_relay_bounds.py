@@ -20,11 +20,11 @@ from verifiers.v1.configs.client import EvalClientConfig
 from verifiers.v1.serve import EnvClient
 from verifiers.v1.types import SamplingConfig
 
-from core.taps.relay_viewer import unbatch
 from tests.support.polling import eventually, wait_until
 from tests.support.repo import FIXTURE
 from tests.support.scripted_server import ScriptedServer
 from tests.support.tether import TetheredProcess
+from tracewatch.core.taps.relay_viewer import unbatch
 from tracewatch_guest.framing import BATCH, DELTA, HELLO, REPLY, WELCOME
 from tracewatch_relay import Relay, RelayedClient
 
@@ -114,7 +114,7 @@ def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() ->
         assert driver.stdout is not None and driver.stdin is not None
         address = driver.stdout.readline().strip()
         viewer = TetheredProcess(
-            [sys.executable, "-m", "tui.cli", "tap", address, "--name", "v", "--headless", "--no-record"],
+            [sys.executable, "-m", "tracewatch.cli", "tap", address, "--name", "v", "--headless", "--no-record"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         assert viewer.stdout is not None

@@ -13,19 +13,19 @@ from verifiers.v1.configs.cli.eval import EvalConfig
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.utils.trace_store import write_episode
 
-from core.engine.headless import run_headless
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording, OpenedRun
-from core.engine.replay import ReplaySession
-from core.recordings.file_format import RecordingError
-from core.recordings.index import RecordingIndex
-from core.recordings.recorder import Recorder
-from core.session.config import load_config
-from core.session.store import RolloutStore, Status
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import eventually, wait_until
 from tests.support.tui_standin import fixture_episodes
-from tui.rollout_filter import RowFilter
+from tracewatch.core.engine.headless import run_headless
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.core.recordings.file_format import RecordingError
+from tracewatch.core.recordings.index import RecordingIndex
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.config import load_config
+from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.tui.table.rollout_filter import RowFilter
 
 
 def snapshot(store: RolloutStore) -> dict:

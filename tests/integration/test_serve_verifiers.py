@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from core.wire.client import EnvClient
 from tests.support.repo import INTEROP, REPO
 from tests.support.tether import Tether, run_tethered
+from tracewatch.core.wire.client import EnvClient
 
 ENV_TOML = """
 [env.taskset]

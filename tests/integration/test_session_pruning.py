@@ -18,7 +18,7 @@ from tests.support.tether import TetheredProcess
 def tracewatch(*args: str, home: Path, **kwargs: object) -> TetheredProcess:
     env = {**os.environ, "TRACEWATCH_HOME": str(home)}
     return TetheredProcess(
-        [sys.executable, "-m", "tui.cli", *args, "--headless", "--no-record"],
+        [sys.executable, "-m", "tracewatch.cli", *args, "--headless", "--no-record"],
         env=env, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs,
     )  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""core.supervision.child.SupervisedChild and core.supervision.capture with real processes and signals."""
+"""tracewatch.core.supervision.child.SupervisedChild and tracewatch.core.supervision.capture with real processes and signals."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from core.paths import private_dir
-from core.supervision.capture import tail_lines
-from core.supervision.child import ChildError
 from tests.support.child_helpers import make_child, program, reported_pids
 from tests.support.polling import MARGIN, pid_gone, wait_until
+from tracewatch.core.paths import private_dir
+from tracewatch.core.supervision.capture import tail_lines
+from tracewatch.core.supervision.child import ChildError
 
 
 class Events:

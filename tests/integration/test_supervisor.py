@@ -1,4 +1,4 @@
-"""core.supervision.supervisor with real processes and real signals: what stops the command,
+"""tracewatch.core.supervision.supervisor with real processes and real signals: what stops the command,
 how it escalates, and that nothing is left behind, even when the app is SIGKILLed."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.supervision.supervisor import START_FAILED_EXIT, argv_digest, group_alive
 from tests.support.child_helpers import HOLDER, child_kwargs, program, reported_pids
 from tests.support.polling import MARGIN, pid_gone, wait_until
+from tracewatch.core.supervision.supervisor import START_FAILED_EXIT, argv_digest, group_alive
 
 GRACE = 0.5
 
@@ -27,7 +27,7 @@ class Launched:
         read_end, self.write_end = os.pipe()
         with open(self.stdout_path, "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "core.supervision.supervisor", "--parent-fd", str(read_end),
+                [sys.executable, "-m", "tracewatch.core.supervision.supervisor", "--parent-fd", str(read_end),
                  "--record", str(self.record_path), "--deadline-seconds", str(deadline),
                  "--grace-seconds", str(grace), "--on-parent-gone", on_parent_gone, "--", *argv],
                 stdout=out,

@@ -9,7 +9,7 @@ import math
 import zmq
 import zmq.asyncio
 
-from core.taps.drain import SocketQueue
+from tracewatch.core.taps.drain import SocketQueue
 
 SENT = 200_000
 """More than any machine reads in one turn (100 ns a message)."""

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from verifiers.v1.graph import MessageNode
 from verifiers.v1.trace import Branch
 
-from core.tokens.streams import read_message
-from core.wire.packed_list import pack_node
-from core.wire.protocol import pack, unpack, unpack_node
+from tracewatch.core.tokens.streams import read_message
+from tracewatch.core.wire.packed_list import pack_node
+from tracewatch.core.wire.protocol import pack, unpack, unpack_node
 
 FLOATS = st.floats(-30.0, 0.0, allow_nan=False)
 

@@ -15,11 +15,11 @@ from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.types import RunResponse
 from verifiers.v1.types import SamplingConfig as VerifiersSampling
 
-from core.wire.assembly import EpisodeAssembly
-from core.wire.client import EnvClient, RunFailed, new_request_id
 from tests.support.interop import tw_calc
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.interop.servers import API_KEY_VAR, ServerProcess
+from tracewatch.core.wire.assembly import EpisodeAssembly
+from tracewatch.core.wire.client import EnvClient, RunFailed, new_request_id
 
 DEADLINE = 60.0
 SAMPLING = {"temperature": 0.0, "max_tokens": 256}

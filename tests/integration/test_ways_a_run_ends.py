@@ -5,12 +5,12 @@ runner; what was recorded replays to the same ending."""
 
 from __future__ import annotations
 
-from core.engine.live import Engine
-from core.recordings.reader import read_recording
-from core.recordings.recorder import Recorder
-from core.session.store import Status
 from tests.support.polling import eventually
 from tests.support.scripted_server import ScriptedServer, attached, endings, good_run, header, replay, run_live
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.recordings.reader import read_recording
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import Status
 
 
 async def test_a_failure_reply_with_a_non_text_error_fails_its_rollout(tmp_path):

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.engine.live import Engine
-from core.engine.opened import OpenedRecording
-from core.engine.replay import ReplaySession
-from core.recordings.recorder import Recorder
-from core.recordings.trace_events import write_trace_events
-from core.session.config import load_config
-from core.session.store import RolloutStore
 from tests.support.demo_sessions import demo_variant, write_config
-from tui.cli import main
+from tracewatch.cli import main
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.recordings.trace_events import write_trace_events
+from tracewatch.core.session.config import load_config
+from tracewatch.core.session.store import RolloutStore
 
 T0 = 1_700_000_000.0
 

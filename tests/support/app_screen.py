@@ -8,10 +8,10 @@ from typing import Any
 from textual.pilot import Pilot
 
 from tests.support.polling import until
-from tui.app import TracewatchApp
-from tui.compare_view import CompareView
-from tui.rollouts_table import RolloutsTable
-from tui.side_by_side import Side, SideBySideScreen
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.run_views.compare_view import CompareView
+from tracewatch.tui.run_views.side_by_side import Side, SideBySideScreen
+from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 
 def table(app: TracewatchApp) -> RolloutsTable:

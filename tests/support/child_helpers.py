@@ -6,8 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-from core.supervision.child import SupervisedChild
 from tests.support.polling import wait_until
+from tracewatch.core.supervision.child import SupervisedChild
 
 HERE = Path(__file__).parent
 PROGRAM = HERE / "child_program.py"

@@ -8,7 +8,7 @@ import json
 import signal
 import sys
 
-from core.supervision.child import SupervisedChild
+from tracewatch.core.supervision.child import SupervisedChild
 
 child = SupervisedChild(**json.loads(sys.argv[1]))
 print(json.dumps({"supervisor": child.start()}), flush=True)

@@ -1,4 +1,4 @@
-"""The boundary check as first written (`core.wire.delta_checks` before its fast
+"""The boundary check as first written (`tracewatch.core.wire.delta_checks` before its fast
 rewrite): a typed pass over what readers use, then a separate walk of every container
 for depth. Kept only as the oracle the fast check is held to (tests/unit/wire/test_delta_checks.py):
 both must reject exactly the same deltas."""
@@ -9,9 +9,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from core.text import short_repr
-from core.wire.delta_checks import ARRAY_FIELDS, MAX_DEPTH, MAX_SECONDS, NOT_SCALARS, TOKEN_COUNTS, DeltaValueError
-from core.wire.protocol import AGENT_PARTS, PHASES, Packed
+from tracewatch.core.text import short_repr
+from tracewatch.core.wire.delta_checks import (
+    ARRAY_FIELDS,
+    MAX_DEPTH,
+    MAX_SECONDS,
+    NOT_SCALARS,
+    TOKEN_COUNTS,
+    DeltaValueError,
+)
+from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES, Packed
 
 
 def check_delta(delta: Mapping[str, Any], trace_id: str) -> None:

@@ -22,9 +22,9 @@ def launch(
     timeout: float = 30.0,
     stderr: int | None = None,
 ) -> tuple[TetheredProcess, str]:
-    """`python -m core.demo` with these flags; returns the process and the address it
+    """`python -m tracewatch.core.demo` with these flags; returns the process and the address it
     printed as its first stdout line. `stderr` is passed to Popen (None: inherited)."""
-    argv = [sys.executable, "-m", "core.demo", "--address", address, "--speed", repr(speed), "--seed", str(seed)]
+    argv = [sys.executable, "-m", "tracewatch.core.demo", "--address", address, "--speed", repr(speed), "--seed", str(seed)]
     proc = TetheredProcess(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL)
     try:
         return proc, _first_line(proc, timeout)

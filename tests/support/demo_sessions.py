@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from core.engine.live import Engine
+from tracewatch.core.engine.live import Engine
 
 SPEED = 40
 WAIT = 30.0
@@ -29,7 +29,7 @@ def demo_variant(name: str, scenarios: list[str], **extra: object) -> str:
     lines = [
         "[[variants]]",
         f'name = "{name}"',
-        f'command = ["{sys.executable}", "-m", "core.demo", "--address", "{{address}}", "--speed", "{SPEED}"]',
+        f'command = ["{sys.executable}", "-m", "tracewatch.core.demo", "--address", "{{address}}", "--speed", "{SPEED}"]',
         f"tasks = [{tasks}]",
         'model = "demo-model"',
     ]

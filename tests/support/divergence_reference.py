@@ -1,5 +1,5 @@
 """Where two traces diverge, defined plainly: both traces whole, split into turns from
-scratch and every pair judged, facet by facet: what `core.session.divergence.TurnPairs`
+scratch and every pair judged, facet by facet: what `tracewatch.core.session.divergence.TurnPairs`
 (which reads only what landed since its last look) must agree with."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.session.divergence import Difference
+from tracewatch.core.session.divergence import Difference
 
 
 def split_turns(nodes: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], bool]]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.session.store import RolloutStore
 from tests.support.tui_standin import StandInEngine, StandInVariant
+from tracewatch.core.session.store import RolloutStore
 
 OUTPUT = "\n".join(f"line {n}: [b]text[/b] of the file" for n in range(12))
 """A tall tool result, so that a trace runs past the screen (and markup-like: drawn literally)."""

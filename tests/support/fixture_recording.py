@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.recordings.recorder import Recorder
 from tests.support.repo import FIXTURE
+from tracewatch.core.recordings.recorder import Recorder
 
 
 def fixture_stream() -> tuple[list[dict], list[dict], list[dict]]:

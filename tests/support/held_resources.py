@@ -13,12 +13,12 @@ import sys
 import uuid
 from pathlib import Path
 
-from core.ports import free_address
 from tests.support.demo_launch import launch
 from tests.support.interop.servers import ServerProcess
 from tests.support.polling import children, wait_until
 from tests.support.terminal import Terminal, tracewatch
 from tests.support.tether import TetheredProcess
+from tracewatch.core.ports import free_address
 
 READY = "TW_HELD_READY"
 """The file each test writes what it started to, once it is all up."""
@@ -50,7 +50,7 @@ def test_proxy_held(tmp_path: Path) -> None:
     """A headless proxy and its forwarding process in front of the demo server, as the
     proxy tests start them."""
     demo, upstream = launch()
-    argv = [sys.executable, "-m", "tui.cli", "proxy", "--listen", free_address(), "--upstream", upstream, "--headless", "--no-record"]
+    argv = [sys.executable, "-m", "tracewatch.cli", "proxy", "--listen", free_address(), "--upstream", upstream, "--headless", "--no-record"]
     proxy = TetheredProcess(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     (forwarding,) = wait_until(lambda: children(proxy.pid), 60, "the forwarding process")
     ready(demo.pid, proxy.pid, forwarding)

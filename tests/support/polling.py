@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from core.supervision.supervisor import process_alive as alive
+from tracewatch.core.supervision.supervisor import process_alive as alive
 
 T = TypeVar("T")
 

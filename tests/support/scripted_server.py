@@ -14,13 +14,13 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from core.engine.headless import run_headless
-from core.engine.live import Engine
-from core.engine.replay import ReplaySession
-from core.recordings.recorder import Recorder
-from core.session.config import Config, build_config
-from core.session.store import RolloutStore, Status
-from core.wire.protocol import ABORTED_ERROR
+from tracewatch.core.engine.headless import run_headless
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.config import Config, build_config
+from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.wire.protocol import ABORTED_ERROR
 
 DEADLINE = 30.0
 """A run that has not ended by then never would."""

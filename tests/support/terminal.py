@@ -21,7 +21,7 @@ machine needs the slack. Waits end as soon as their condition holds."""
 def tracewatch() -> list[str]:
     """The console script next to this interpreter, else the module: works from any venv."""
     script = Path(sys.executable).with_name("tracewatch")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tui.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tracewatch.cli"]
 
 
 class Terminal:

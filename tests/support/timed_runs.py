@@ -9,8 +9,8 @@ import hashlib
 import heapq
 import random
 
-from core.session.store import Ending, RolloutStore, Status
 from tests.support.tui_standin import StandInEngine, StandInVariant
+from tracewatch.core.session.store import Ending, RolloutStore, Status
 
 NOW = 1_764_500_000.0
 """The frozen clock of `timed_engine`."""

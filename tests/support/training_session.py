@@ -9,17 +9,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.demo.agent import Pace
-from core.demo.scenarios import Run, play
-from core.demo.streamer import DeltaStreamer
-from core.demo.tasks import DEFAULT_TASKS, parse
-from core.demo.trace import LiveEpisode
-from core.recordings.recorder import Recorder
-from core.session.store import RolloutStore
-from core.wire.assembly import EpisodeAssembly
-from core.wire.episode_json import episode_json
-from core.wire.protocol import unpack_delta
 from tests.support.tui_standin import StandInEngine, StandInVariant
+from tracewatch.core.demo.agent import Pace
+from tracewatch.core.demo.scenarios import Run, play
+from tracewatch.core.demo.streamer import DeltaStreamer
+from tracewatch.core.demo.tasks import DEFAULT_TASKS, parse
+from tracewatch.core.demo.trace import LiveEpisode
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.wire.assembly import EpisodeAssembly
+from tracewatch.core.wire.episode_json import episode_json
+from tracewatch.core.wire.protocol import unpack_delta
 
 TASK = next(task for task in DEFAULT_TASKS if task["scenario"] == "training")
 KEY = "trainer/0"
@@ -31,7 +31,7 @@ async def training_deltas(seed: int = 1) -> list[dict]:
 
 async def training_episode(seed: int = 1) -> dict[str, Any]:
     """The training rollout's finished episode, as verifiers' client assembles it from
-    the deltas and the reply's head, in JSON's terms (`core.wire.episode_json`)."""
+    the deltas and the reply's head, in JSON's terms (`tracewatch.core.wire.episode_json`)."""
     episode, deltas = await _played(seed)
     assembly = EpisodeAssembly()
     for delta in deltas:

@@ -1,4 +1,4 @@
-"""A stand-in for `core.engine.live.Engine` over a real RolloutStore fed with the recorded
+"""A stand-in for `tracewatch.core.engine.live.Engine` over a real RolloutStore fed with the recorded
 verifiers 0.4.0 deltas, recording what the app asks of it (start, cancel, shutdown)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 
 from textual.app import App, ComposeResult
 
-from core.recordings.recorder import Recorder
-from core.session.contracts import Escalation, VariantState
-from core.session.session import Session
-from core.session.store import RolloutStore
 from tests.support.repo import FIXTURE
-from tui.rollouts_table import RolloutsTable
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.contracts import Escalation, VariantState
+from tracewatch.core.session.session import Session
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 
 def load_fixture() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from core.demo.builtin_config import demo_config
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import alive, wait_until
 from tests.support.terminal import TIMEOUT, Terminal, our_processes, tracewatch
+from tracewatch.core.demo.builtin_config import demo_config
 
 
 def run_cli(*args: str, home: Path, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -36,7 +36,7 @@ def still_ours(pid: int, marker: str) -> bool:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return False
-    return marker in args or "core.demo" in args
+    return marker in args or "tracewatch.core.demo" in args
 
 
 def session_pids(home: Path) -> set[int]:

@@ -11,8 +11,9 @@ Each process that taps `Env` says so (`TAPPED`), so tracewatch can tell an eval 
 Env it never saw from one that ran no rollout.
 
 It runs inside someone else's program, so: only the standard library, pyzmq and
-msgpack (without pyzmq it says so on stderr and does nothing); nothing named `core`
-or `tui` is imported (the user's project may have such packages); an existing
+msgpack (without pyzmq it says so on stderr and does nothing); nothing of `tracewatch`
+is imported, nor anything named `core` or `tui` (the user's project may have such
+packages); an existing
 `sitecustomize` still runs; sending never blocks (a full queue drops the
 message and counts it); and nothing here ever raises into the eval.
 """
@@ -67,8 +68,8 @@ def _chain() -> None:
 
 def _load_framing() -> Any:
     """`tracewatch_guest.framing`, from the package this file belongs to. The folder
-    that holds the package holds tracewatch's `core` and `tui` too, so it cannot go on
-    the eval's path: the package is imported from its own file, its folder alone its path."""
+    that holds the package holds `tracewatch` too (and, in a clone, `core` and `tui`), so
+    it cannot go on the eval's path: the package is imported from its own file, its folder alone its path."""
     if GUEST_PACKAGE not in sys.modules:
         spec = importlib.util.spec_from_file_location(
             GUEST_PACKAGE, os.path.join(_GUEST, "__init__.py"), submodule_search_locations=[_GUEST]

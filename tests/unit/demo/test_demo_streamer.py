@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from core.demo.streamer import DeltaStreamer
-from core.demo.trace import LiveTrace, node
-from core.wire.protocol import unpack
+from tracewatch.core.demo.streamer import DeltaStreamer
+from tracewatch.core.demo.trace import LiveTrace, node
+from tracewatch.core.wire.protocol import unpack
 
 TASK = {"type": "DemoTask", "data": {"id": "t"}, "key": "k", "hash": "k"}
 

@@ -13,21 +13,21 @@ import msgpack
 import pytest
 from verifiers.v1.episode import WireEpisode
 
-from core.engine.live import Engine
-from core.engine.opened import OpenedRun
-from core.recordings.export import ORIGIN_KEY, export_recording, rebuild_episodes
-from core.recordings.reader import read_recording
-from core.recordings.recorder import Recorder
-from core.recordings.run_dir import open_run
-from core.session.config import load_config
-from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.episode_json import BYTES_MARKER, episode_json
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.fixture_recording import fixture_stream, record_fixture
 from tests.support.polling import eventually
 from tests.support.repo import FIXTURE
-from tui.cli import main
-from tui.launch import main as launch
+from tracewatch.cli import main
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.opened import OpenedRun
+from tracewatch.core.recordings.export import ORIGIN_KEY, export_recording, rebuild_episodes
+from tracewatch.core.recordings.reader import read_recording
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.recordings.run_dir import open_run
+from tracewatch.core.session.config import load_config
+from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.episode_json import BYTES_MARKER, episode_json
+from tracewatch.launch import main as launch
 
 
 def assembled_directly() -> dict[str, dict]:

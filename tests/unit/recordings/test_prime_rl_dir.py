@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from core.engine.opened import OpenedRun, OpenedTrainingRun, open_folder
-from core.recordings.prime_rl_dir import PrimeRlDirError, open_prime_rl, rollouts_dir
-from core.tokens.streams import read_message
 from tests.support.prime_rl_run import credited, log_episodes, renamed, verifiers_agent, with_judge
 from tests.support.training_session import training_episode
+from tracewatch.core.engine.opened import OpenedRun, OpenedTrainingRun, open_folder
+from tracewatch.core.recordings.prime_rl_dir import PrimeRlDirError, open_prime_rl, rollouts_dir
+from tracewatch.core.tokens.streams import read_message
 
 
 @pytest.fixture(scope="module")

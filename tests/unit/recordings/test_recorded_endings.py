@@ -12,12 +12,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.engine.opened import OpenedRecording
-from core.engine.replay import ReplaySession
-from core.recordings.export import export_recording
-from core.recordings.recorder import Recorder
-from core.session.store import Ending, Status
-from core.wire.protocol import ABORTED_ERROR
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.core.recordings.export import export_recording
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import Ending, Status
+from tracewatch.core.wire.protocol import ABORTED_ERROR
 
 KEY = "v/0"
 EPISODE = {"success": True, "error": None, "head": {"ok": True}, "traces": []}

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from core.paths import default_recording_path
-from core.recordings import recorder as recording
-from core.recordings.file_format import RecordingError
-from core.recordings.index import RecordingIndex
-from core.recordings.reader import read_recording
-from core.recordings.recorder import Recorder
-from core.session.store import ERROR_WORDS_LIMIT, RolloutStore, Status
+from tracewatch.core.paths import default_recording_path
+from tracewatch.core.recordings import recorder as recording
+from tracewatch.core.recordings.file_format import RecordingError
+from tracewatch.core.recordings.index import RecordingIndex
+from tracewatch.core.recordings.reader import read_recording
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import ERROR_WORDS_LIMIT, RolloutStore, Status
 
 ND = {"__nd__": True, "dtype": "uint8", "shape": [2, 2], "data": bytes([0, 1, 255, 7])}
 

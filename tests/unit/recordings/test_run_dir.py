@@ -12,9 +12,9 @@ from verifiers.v1.configs.cli.eval import EvalConfig
 from verifiers.v1.episode import WireEpisode
 from verifiers.v1.utils.trace_store import write_episode
 
-from core.recordings.recorder import Recorder
-from core.recordings.run_dir import RunDirError, open_run
 from tests.support.tui_standin import fixture_episodes
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.recordings.run_dir import RunDirError, open_run
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.run.series import Occupancy, Outcome, RunSeries, agent_bin, bin_seconds
-from core.run.times import times_of
-from core.session.store import Ending, RolloutStore, Status
-from core.taps.observed import ObservedRuns
+from tracewatch.core.run.series import Occupancy, Outcome, RunSeries, agent_bin, bin_seconds
+from tracewatch.core.run.times import times_of
+from tracewatch.core.session.store import Ending, RolloutStore, Status
+from tracewatch.core.taps.observed import ObservedRuns
 
 T0 = 1_700_000_000.0
 

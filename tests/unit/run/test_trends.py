@@ -3,9 +3,9 @@ columns, the run's overall reward, and the charts' text."""
 
 from __future__ import annotations
 
-from core.run.series import Occupancy, Outcome, RunSeries
-from core.run.trends import BY_KEY, ROLLING
-from tui.trends_view import bars, sparkline
+from tracewatch.core.run.series import Occupancy, Outcome, RunSeries
+from tracewatch.core.run.trends import BY_KEY, ROLLING
+from tracewatch.tui.run_views.trends_view import bars, sparkline
 
 T0 = 1_700_000_000.0
 

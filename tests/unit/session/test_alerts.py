@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import io
 
-from core.engine import headless
-from core.session.alerts import Alert, AlertWatch, terminal_notification
-from core.session.contracts import VariantState
-from core.session.store import Ending, RolloutStore, Status
 from tests.support.tui_standin import StandInEngine, StandInVariant
+from tracewatch.core.engine import headless
+from tracewatch.core.session.alerts import Alert, AlertWatch, terminal_notification
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.store import Ending, RolloutStore, Status
 
 T0 = 1_700_000_000.0
 

@@ -15,16 +15,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.demo.builtin_config import demo_config
-from core.session import config as config_module
-from core.session.config import Config, load_config
-from core.session.config_errors import ConfigError
-from core.wire.protocol import ClientConfig
 from tests.support.repo import REPO
+from tracewatch.core.demo.builtin_config import demo_config
+from tracewatch.core.session import config as config_module
+from tracewatch.core.session.config import Config, load_config
+from tracewatch.core.session.config_errors import ConfigError
+from tracewatch.core.wire.protocol import ClientConfig
 
 EXAMPLES = REPO / "examples"
 
-SERVER = 'command = ["python", "-m", "core.demo", "--address", "{address}"]'
+SERVER = 'command = ["python", "-m", "tracewatch.core.demo", "--address", "{address}"]'
 
 
 def write(tmp_path: Path, text: str, tasks: str | None = '{"prompt": "a"}\n{"prompt": "b"}\n') -> Path:
@@ -55,7 +55,7 @@ def test_two_variants_example_loads():
     assert baseline.task_list() is candidate.task_list()  # one shared file, read once
     assert [task["id"] for task in baseline.task_list()][:2] == ["ex-coding", "ex-math"]
     assert baseline.server_argv(5001) == [
-        sys.executable, "-m", "core.demo", "--address", "tcp://127.0.0.1:5001", "--seed", "1",
+        sys.executable, "-m", "tracewatch.core.demo", "--address", "tcp://127.0.0.1:5001", "--seed", "1",
     ]
 
 
@@ -171,8 +171,8 @@ def test_environment_passes_named_variables_through_and_never_stores_them(tmp_pa
         (variant(name=""), "variants[0].name", "expected a non-empty name"),
         (variant(name="a") + variant(name="a"), "variants[1].name",
          "expected a unique name; 'a' is also the name of variants[0]"),
-        (variant(server='command = "python -m core.demo --address {address}"'), "variants[0].command",
-         'not one string: command = ["python", "-m", "core.demo", "--address", "{address}"]'),
+        (variant(server='command = "python -m tracewatch.core.demo --address {address}"'), "variants[0].command",
+         'not one string: command = ["python", "-m", "tracewatch.core.demo", "--address", "{address}"]'),
         (variant(server='command = ["srv", "--address", "{adress}"]'), "variants[0].command",
          "unknown placeholder {adress}; did you mean {address}?"),
         (variant(server='command = ["srv", "--port", "5000"]'), "variants[0].command",
@@ -342,14 +342,14 @@ def test_from_attach_builds_one_validated_variant(tmp_path, monkeypatch):
 
 
 def test_demo_config_starts_two_demo_servers_on_the_demo_tasks():
-    from core.demo.tasks import DEFAULT_TASKS
+    from tracewatch.core.demo.tasks import DEFAULT_TASKS
 
     config = demo_config("/opt/py/bin/python", speed=2.0)
     baseline, candidate = config.variants
     assert (baseline.name, candidate.name) == ("baseline", "candidate")
     assert baseline.task_list() == candidate.task_list() == DEFAULT_TASKS
     assert baseline.server_argv(5002) == [
-        "/opt/py/bin/python", "-m", "core.demo", "--address", "tcp://127.0.0.1:5002", "--seed", "1", "--speed", "2.0",
+        "/opt/py/bin/python", "-m", "tracewatch.core.demo", "--address", "tcp://127.0.0.1:5002", "--seed", "1", "--speed", "2.0",
     ]
     assert candidate.server_argv(5003)[-4:] == ["--seed", "2", "--speed", "2.0"]
     with pytest.raises(ConfigError, match="built-in demo: speed: expected more than 0"):
@@ -358,14 +358,14 @@ def test_demo_config_starts_two_demo_servers_on_the_demo_tasks():
 
 def test_demo_tasks_are_what_the_demo_server_prints():
     printed = subprocess.run(
-        [sys.executable, "-m", "core.demo", "--print-tasks"], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-m", "tracewatch.core.demo", "--print-tasks"], capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert demo_config(sys.executable).variants[0].task_list() == [json.loads(line) for line in printed.splitlines()]
 
 
 def test_core_config_and_the_launcher_import_neither_textual_nor_verifiers():
     code = (
-        "import sys, core.session.config, tracewatch_guest.serve_verifiers;"
+        "import sys, tracewatch.core.session.config, tracewatch_guest.serve_verifiers;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'verifiers')))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -429,7 +429,7 @@ def test_generated_credentials_anywhere_are_refused_and_never_repeated(secret, p
 
 
 def test_attach_flags_are_checked_the_same_way(tmp_path, capsys):
-    from tui.cli import main
+    from tracewatch.cli import main
 
     (tmp_path / "tasks.jsonl").write_text('{"prompt": "a"}\n')
     argv = ["attach", "tcp://127.0.0.1:5000", "--tasks", str(tmp_path / "tasks.jsonl"), "--headless",
@@ -451,7 +451,7 @@ def test_a_tasks_file_that_is_not_a_file_is_refused_at_once(tmp_path, kind):
     config = write(tmp_path, variant().replace('tasks = "tasks.jsonl"', f"tasks = {json.dumps(str(tasks))}"), tasks=None)
     for argv in (["--headless", str(config)], ["attach", "tcp://127.0.0.1:9", "--tasks", str(tasks), "--headless"]):
         done = subprocess.run(
-            [sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=60, cwd=REPO
+            [sys.executable, "-m", "tracewatch.cli", *argv], capture_output=True, text=True, timeout=60, cwd=REPO
         )
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr
@@ -532,7 +532,7 @@ def test_the_attach_command_refuses_a_key_in_the_base_urls_query(tmp_path):
     (tmp_path / "tasks.jsonl").write_text('{"prompt": "a"}\n')
     argv = ["attach", "tcp://127.0.0.1:9", "--tasks", str(tmp_path / "tasks.jsonl"), "--headless",
             "--base-url", "https://llm.example/v1?api_key=QUERYSECRET1"]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=60, cwd=REPO)
+    done = subprocess.run([sys.executable, "-m", "tracewatch.cli", *argv], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2
     assert "argument --base-url: holds what looks like a URL with a credential in its query" in done.stderr
     assert "QUERYSECRET1" not in done.stderr + done.stdout

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.session.divergence import Difference, TurnPairs, turn_starts
-from core.session.store import RolloutStore, TraceState
 from tests.support.divergence_reference import reference_kinds
+from tracewatch.core.session.divergence import Difference, TurnPairs, turn_starts
+from tracewatch.core.session.store import RolloutStore, TraceState
 
 ARGUMENTS = ('{"k": 1}', '{"k":1}', '{"k": 2}', '{"j": 1, "k": 1}', '{"k": 1, "j": 1}', "not json", "")
 

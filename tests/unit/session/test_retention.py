@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import gc
 
-from core.session.retention import FreezeAfterSlowCollections, freeze_startup, pause_collection, resume_collection
+from tracewatch.core.session.retention import (
+    FreezeAfterSlowCollections,
+    freeze_startup,
+    pause_collection,
+    resume_collection,
+)
 
 
 def test_what_survives_a_slow_full_collection_is_frozen() -> None:

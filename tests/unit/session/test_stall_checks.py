@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.session.store import RolloutStore, Status
 from tests.unit.session.test_tallies import CountedReads
+from tracewatch.core.session.store import RolloutStore, Status
 
 STALL = 10.0
 

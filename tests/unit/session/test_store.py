@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.session.store import (
+from tracewatch.core.session.store import (
     DURATION_KEYS,
     Ending,
     RolloutStore,

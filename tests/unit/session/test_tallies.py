@@ -1,4 +1,4 @@
-"""A variant's stats are kept counted as its rollouts change (`core.session.tallies`):
+"""A variant's stats are kept counted as its rollouts change (`tracewatch.core.session.tallies`):
 reading them after one rollout changed looks at no other rollout, and what they say is
 exactly what a count over every rollout says, through any mix of starts, traces,
 flags, endings, records, rollouts read again and a second run."""
@@ -10,7 +10,15 @@ from fractions import Fraction
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from core.session.store import DURATION_KEYS, Rollout, RolloutStore, Status, VariantStats, percentile, phase_durations
+from tracewatch.core.session.store import (
+    DURATION_KEYS,
+    Rollout,
+    RolloutStore,
+    Status,
+    VariantStats,
+    percentile,
+    phase_durations,
+)
 
 VARIANTS = ("alpha", "beta")
 TRAINED_TOOL = {"message": {"role": "tool", "content": "x"}, "token_ids": [1], "mask": [True], "semantic_parents": []}

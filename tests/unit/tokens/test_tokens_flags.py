@@ -12,12 +12,12 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.recordings.index import RecordingIndex
-from core.recordings.recorder import Recorder
-from core.session.store import RolloutStore
-from core.tokens.flags import COMPACT_STREAMS, MISALIGNED, TOOL_TRAINED, node_flags
-from core.tokens.streams import read_message
-from core.wire.protocol import Packed, pack, plain, unpack_delta
+from tracewatch.core.recordings.index import RecordingIndex
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.tokens.flags import COMPACT_STREAMS, MISALIGNED, TOOL_TRAINED, node_flags
+from tracewatch.core.tokens.streams import read_message
+from tracewatch.core.wire.protocol import Packed, pack, plain, unpack_delta
 
 FLAG_ITEMS = st.one_of(st.booleans(), st.integers(-2, 3), st.sampled_from([0.0, 1.0, 0.5]), st.none(), st.text(max_size=2))
 FLOATS = st.floats(allow_nan=True, allow_infinity=True)

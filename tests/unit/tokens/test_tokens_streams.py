@@ -13,10 +13,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.tokens.streams import COMPACT_STREAMS, NO_ID, read_message, streams_of, token_values
-from core.tokens.summary import summarize
-from core.wire.packed_list import pack_node
-from core.wire.protocol import unpack_node
+from tracewatch.core.tokens.streams import COMPACT_STREAMS, NO_ID, read_message, streams_of, token_values
+from tracewatch.core.tokens.summary import summarize
+from tracewatch.core.wire.packed_list import pack_node
+from tracewatch.core.wire.protocol import unpack_node
 
 VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**63), 2**64 - 1))
 """msgpack holds integers in this range; larger ones are the plain-list test's."""

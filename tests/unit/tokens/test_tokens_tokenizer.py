@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from core.demo import vocabulary
-from core.session.config import build_config
-from core.tokens.tokenizer import TokenizerNotFound, TokenText, find_tokenizer
+from tracewatch.core.demo import vocabulary
+from tracewatch.core.session.config import build_config
+from tracewatch.core.tokens.tokenizer import TokenizerNotFound, TokenText, find_tokenizer
 
 
 def test_the_committed_demo_tokenizer_is_what_training_makes() -> None:

@@ -7,7 +7,7 @@ from importlib.metadata import version
 import pytest
 
 from tests.support.tui_standin import make_engine
-from tui.cli import _live_config, attach_parser, main, where_things_went
+from tracewatch.cli import _live_config, attach_parser, main, where_things_went
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

@@ -2,7 +2,7 @@
 
 from rich.cells import cell_len
 
-from tui.literal import safe, safe_lines, wrap
+from tracewatch.tui.drawing.literal import safe, safe_lines, wrap
 
 HOSTILE = (
     "[bold red]x[/] [link=http://e]y[/link] [@click=app.quit]z[/] "

@@ -1,4 +1,4 @@
-"""The parts of Textual's private API that tui/virtual_size.py and tui/footer.py rely on.
+"""The parts of Textual's private API that tui/drawing/virtual_size.py and tui/chrome/footer.py rely on.
 
 pyproject.toml bounds textual to the minor release these were proven on; a Textual that
 renames or reshapes one of them fails here, naming it, rather than as a footer or a
@@ -23,7 +23,7 @@ def parameters(function: Callable[..., object]) -> list[str]:
 
 
 def test_a_scrolled_view_can_be_told_its_content_size_without_a_layout() -> None:
-    """tui/virtual_size.py: set the reactive quietly, clear the scrollbar memo, update the scrollbars."""
+    """tui/drawing/virtual_size.py: set the reactive quietly, clear the scrollbar memo, update the scrollbars."""
     assert isinstance(Widget.__dict__["virtual_size"], Reactive), "Widget.virtual_size is no longer a reactive"
     assert parameters(Widget.set_reactive) == ["self", "reactive", "value"]
     view = ScrollView()
@@ -34,7 +34,7 @@ def test_a_scrolled_view_can_be_told_its_content_size_without_a_layout() -> None
 
 
 def test_the_footer_keys_can_be_shown_and_hidden_in_place() -> None:
-    """tui/footer.py: the footer's key widgets, its rebuild hooks and the screen's active bindings."""
+    """tui/chrome/footer.py: the footer's key widgets, its rebuild hooks and the screen's active bindings."""
     # a private module: imported here so that its move fails this test, not the whole file
     from textual.widgets._footer import FooterKey
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from core.tokens.streams import read_message, token_values
 from tests.support.training_session import KEY, training_deltas, training_engine, write_training_recording
-from tui.cli import main
+from tracewatch.cli import main
+from tracewatch.core.tokens.streams import read_message, token_values
 
 
 @pytest.fixture(scope="module")

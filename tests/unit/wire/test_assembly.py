@@ -15,8 +15,8 @@ from verifiers.v1.episode import WireEpisode
 from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import TraceSummary
 
-from core.wire.assembly import AssemblyError, EpisodeAssembly
 from tests.support.repo import FIXTURE
+from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
 
 
 def recorded() -> list[tuple[str, dict]]:

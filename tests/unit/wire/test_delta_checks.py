@@ -1,4 +1,4 @@
-"""The boundary check (`core.wire.delta_checks`) is one fast pass that checks types
+"""The boundary check (`tracewatch.core.wire.delta_checks`) is one fast pass that checks types
 where readers look and walks for depth only what no rule names. It is held to the
 straightforward check it replaced (tests/support/delta_checks_reference.py): on real
 verifiers deltas mutated anywhere, at any depth, both reject exactly the same ones."""
@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.wire.delta_checks import MAX_DEPTH, DeltaValueError, check_delta, check_scalars
-from core.wire.protocol import KeptItems, pack, unpack_delta
 from tests.support import delta_checks_reference as reference
 from tests.support.repo import FIXTURE as RECORDED
+from tracewatch.core.wire.delta_checks import MAX_DEPTH, DeltaValueError, check_delta, check_scalars
+from tracewatch.core.wire.protocol import KeptItems, pack, unpack_delta
 
 FIXTURE = RECORDED / "deltas.msgpack"
 

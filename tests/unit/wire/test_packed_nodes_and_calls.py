@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from verifiers.v1.serve import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import TraceSummary
 
-from core.wire import assembly as assembly_module
-from core.wire.assembly import AssemblyError, EpisodeAssembly
-from core.wire.episode_json import episode_json
-from core.wire.packed_list import PackedList, pack_node
-from core.wire.protocol import KeptItems, Packed, pack, plain, unpack, unpack_delta
 from tests.support.repo import FIXTURE as RECORDED
+from tracewatch.core.wire import assembly as assembly_module
+from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.episode_json import episode_json
+from tracewatch.core.wire.packed_list import PackedList, pack_node
+from tracewatch.core.wire.protocol import KeptItems, Packed, pack, plain, unpack, unpack_delta
 
 SCALARS = st.one_of(
     st.none(),

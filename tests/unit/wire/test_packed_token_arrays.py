@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.wire.episode_json import episode_json
-from core.wire.protocol import PACKED_FIELDS, Packed, pack, plain, unpack, unpack_delta, unpack_record
+from tracewatch.core.wire.episode_json import episode_json
+from tracewatch.core.wire.protocol import PACKED_FIELDS, Packed, pack, plain, unpack, unpack_delta, unpack_record
 
 NUMBERS = st.one_of(
     st.lists(st.integers(0, 2**32), max_size=300),

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.wire.protocol import ClientConfig, RunRequest, SamplingConfig, request_payload
-from core.wire.run_payload import RunPayloads
+from tracewatch.core.wire.protocol import ClientConfig, RunRequest, SamplingConfig, request_payload
+from tracewatch.core.wire.run_payload import RunPayloads
 
 SCALARS = st.one_of(
     st.none(),

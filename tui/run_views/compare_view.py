@@ -17,11 +17,11 @@ from textual.geometry import Region
 from textual.message import Message
 from textual.widget import Widget
 
-from core.session.compare import COUNT_COLUMNS, Comparison, compare_store, count_texts, variant_cells
-from core.session.store import RolloutStore
-from tui.keys import bindings
-from tui.literal import safe
-from tui.palette import Palette
+from tracewatch.core.session.compare import COUNT_COLUMNS, Comparison, compare_store, count_texts, variant_cells
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.chrome.keys import bindings
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.palette import Palette
 
 Task = tuple[int, str]
 HEADER_ROWS = 1

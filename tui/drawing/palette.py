@@ -6,8 +6,8 @@ from __future__ import annotations
 from rich.style import Style
 from textual.widget import Widget
 
-from core.session.store import ROLLOUT_PHASES
-from core.wire.protocol import AGENT_PARTS
+from tracewatch.core.session.store import ROLLOUT_PHASES
+from tracewatch.core.wire.protocol import AGENT_PARTS
 
 PHASE_NAMES = (*ROLLOUT_PHASES, *AGENT_PARTS, "stalled")
 """Everything drawn in a phase's colour: the phases, the agent's two parts, and how a

@@ -5,7 +5,7 @@ character reaches the terminal: each is shown visibly instead. C0 controls (ESC,
 backspace, carriage return, ...) become their Unicode control pictures ("\\x1b" shows as
 "␛"), DEL shows as "␡"; C1 controls, bidi controls, zero-width and other invisible
 format characters, line separators and lone surrogates, which have no picture, show as
-a literal escape ("\\x9b", "\\u202e", "\\u200b"), as `core.text` spells them. Tabs are
+a literal escape ("\\x9b", "\\u202e", "\\u200b"), as `tracewatch.core.text` spells them. Tabs are
 expanded.
 
 The common case (plain text) costs one regex search; only text that holds something
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from rich.cells import cell_len, split_graphemes
 
-from core.text import ESCAPES, UNSAFE_BUT_NEWLINE, visible
+from tracewatch.core.text import ESCAPES, UNSAFE_BUT_NEWLINE, visible
 
 TAB_SIZE = 4
 

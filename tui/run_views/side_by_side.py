@@ -19,13 +19,13 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Static
 
-from core.session.divergence import TurnPairs
-from core.session.store import Rollout, RolloutStore
-from tui.columns import rollout_number
-from tui.keys import bindings
-from tui.literal import safe
-from tui.numbers import rollout_reward_text
-from tui.transcript import Transcript
+from tracewatch.core.session.divergence import TurnPairs
+from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.tui.chrome.keys import bindings
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.numbers import rollout_reward_text
+from tracewatch.tui.table.columns import rollout_number
+from tracewatch.tui.trace.transcript import Transcript
 
 Task = tuple[int, str]
 REFRESH = 0.25

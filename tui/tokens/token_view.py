@@ -12,13 +12,13 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Static
 
-from core.session.store import TraceState
-from core.tokens.streams import MessageTokens, Stream, read_message, streams_of, token_values
-from core.tokens.summary import Summary, summarize
-from core.tokens.tokenizer import Piece, TokenText
-from tui.literal import safe
-from tui.token_layout import id_piece
-from tui.token_lines import TokenLines
+from tracewatch.core.session.store import TraceState
+from tracewatch.core.tokens.streams import MessageTokens, Stream, read_message, streams_of, token_values
+from tracewatch.core.tokens.summary import Summary, summarize
+from tracewatch.core.tokens.tokenizer import Piece, TokenText
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.tokens.token_layout import id_piece
+from tracewatch.tui.tokens.token_lines import TokenLines
 
 REFRESH = 0.25
 """How often the view looks for new messages in the trace it shows."""

@@ -18,10 +18,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Select
 
-from core.session.contracts import VariantView
-from tui.literal import safe, wrap
-from tui.numbers import size_text
-from tui.virtual_size import set_virtual_size
+from tracewatch.core.session.contracts import VariantView
+from tracewatch.tui.drawing.literal import safe, wrap
+from tracewatch.tui.drawing.numbers import size_text
+from tracewatch.tui.drawing.virtual_size import set_virtual_size
 
 TAIL_LINES = 300
 

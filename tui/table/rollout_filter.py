@@ -8,7 +8,7 @@ means equal), alternatives again comma-separated; a rollout without the number (
 reward yet) matches none. `error:TEXT` looks in why a rollout failed or was cancelled
 and in its errors' types and messages.
 `flag:tool-trained` and `flag:misaligned` pick the rollouts whose training tokens are
-wrong that way (`core.tokens.flags`).
+wrong that way (`tracewatch.core.tokens.flags`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
-from core.tokens.flags import FLAGS
-from tui.columns import COLUMNS
+from tracewatch.core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
+from tracewatch.core.tokens.flags import FLAGS
+from tracewatch.tui.table.columns import COLUMNS
 
 FIELDS = (*(column.key for column in COLUMNS if column.filtered), "status")
 """The `name:VALUE` fields: the columns marked `filtered`, and a rollout's status

@@ -13,12 +13,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from tui.keys import WHERE, Key
-from tui.literal import safe
+from tracewatch.tui.chrome.keys import WHERE, Key
+from tracewatch.tui.drawing.literal import safe
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key from `tui.keys.KEYS`, by where it works; as wide as the terminal lets."""
+    """Every key from `tracewatch.tui.chrome.keys.KEYS`, by where it works; as wide as the terminal lets."""
 
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
 

@@ -18,14 +18,14 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.run.series import Column
-from core.run.times import SEGMENTS, bar_segments
-from core.session.store import Rollout, RolloutStore, Status
-from tui.keys import bindings
-from tui.literal import safe
-from tui.numbers import clock
-from tui.palette import Palette
-from tui.virtual_size import set_virtual_size
+from tracewatch.core.run.series import Column
+from tracewatch.core.run.times import SEGMENTS, bar_segments
+from tracewatch.core.session.store import Rollout, RolloutStore, Status
+from tracewatch.tui.chrome.keys import bindings
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.numbers import clock
+from tracewatch.tui.drawing.palette import Palette
+from tracewatch.tui.drawing.virtual_size import set_virtual_size
 
 LABEL_WIDTH = 16
 GLYPHS = {"waiting": "░", "harness": "▒"}

@@ -33,12 +33,13 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.session.divergence import turn_starts
-from core.session.store import TraceState
-from core.wire.protocol import WireMessage, WireModelCall, WireNode
-from tui.keys import bindings
-from tui.literal import wrap
-from tui.transcript_lines import (
+from tracewatch.core.session.divergence import turn_starts
+from tracewatch.core.session.store import TraceState
+from tracewatch.core.wire.protocol import WireMessage, WireModelCall, WireNode
+from tracewatch.tui.chrome.keys import bindings
+from tracewatch.tui.drawing.literal import wrap
+from tracewatch.tui.drawing.virtual_size import set_virtual_size
+from tracewatch.tui.trace.transcript_lines import (
     ROLES,
     Logical,
     Seg,
@@ -53,7 +54,6 @@ from tui.transcript_lines import (
     pending_title,
     slice_segs,
 )
-from tui.virtual_size import set_virtual_size
 
 Line = tuple[tuple[Seg, ...], int, Seg, str | None]
 """A wrapped line: segments, their cell width, padding, and the block's tint."""

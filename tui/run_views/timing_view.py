@@ -10,10 +10,10 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from core.session.store import DURATION_KEYS, Rollout, RolloutStore
-from core.wire.protocol import AGENT_PARTS, PHASES, WireTiming
-from tui.literal import safe
-from tui.palette import Palette
+from tracewatch.core.session.store import DURATION_KEYS, Rollout, RolloutStore
+from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES, WireTiming
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.palette import Palette
 
 LABEL_WIDTH = 11
 NARROW = 100

@@ -10,11 +10,11 @@ from typing import Any
 
 from rich.style import Style
 
-from core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
-from core.tokens.flags import FLAGS
-from tui.literal import safe
-from tui.numbers import clock, reward_text
-from tui.palette import Palette
+from tracewatch.core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
+from tracewatch.core.tokens.flags import FLAGS
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.numbers import clock, reward_text
+from tracewatch.tui.drawing.palette import Palette
 
 Cell = tuple[str, Style]
 """A cell's text (before it is fitted to the column) and its style."""
@@ -80,7 +80,7 @@ def _errors(rollout: Rollout, now: float, palette: Palette, stalled: StallTest) 
 
 
 FLAG_MARKS = {"tool-trained": "tool", "misaligned": "align"}
-"""How the Flags column writes each flag (`core.tokens.flags`), short enough that two fit."""
+"""How the Flags column writes each flag (`tracewatch.core.tokens.flags`), short enough that two fit."""
 
 
 def _flags(rollout: Rollout, now: float, palette: Palette, stalled: StallTest) -> Cell:

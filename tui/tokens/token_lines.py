@@ -20,11 +20,11 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from core.tokens.streams import MessageTokens, Stream
-from core.tokens.tokenizer import Piece
-from tui.keys import bindings
-from tui.token_layout import CHUNK, Layout
-from tui.virtual_size import set_virtual_size
+from tracewatch.core.tokens.streams import MessageTokens, Stream
+from tracewatch.core.tokens.tokenizer import Piece
+from tracewatch.tui.chrome.keys import bindings
+from tracewatch.tui.drawing.virtual_size import set_virtual_size
+from tracewatch.tui.tokens.token_layout import CHUNK, Layout
 
 STEPS = 8
 """Colour steps on each side of a scale."""

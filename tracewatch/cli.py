@@ -10,22 +10,23 @@ import shutil
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
-from core.demo import TOKENIZERS as DEMO_TOKENIZERS
-from core.engine.live import Engine
-from core.errors import TracewatchError
-from core.paths import RECORDING_SUFFIX, default_recording_path
-from core.recordings.recorder import Recorder
-from core.session.config import Config, load_config
-from core.session.config_errors import ConfigError, Problem
-from core.session.retention import FreezeAfterSlowCollections, resume_collection
-from core.session.session import Session
-from core.session.store import Rollout
-from core.taps.forwarder import check_proxy_addresses
-from core.taps.proxy_variant import ProxyVariant
-from core.taps.relay_viewer import check_relay_address
-from core.taps.view_priority import VIEW_NICENESS
-from core.tokens.tokenizer import Tokenizers, find_tokenizer
+from tracewatch.core.demo import TOKENIZERS as DEMO_TOKENIZERS
+from tracewatch.core.engine.live import Engine
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.paths import RECORDING_SUFFIX, default_recording_path
+from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.session.config import Config, load_config
+from tracewatch.core.session.config_errors import ConfigError, Problem
+from tracewatch.core.session.retention import FreezeAfterSlowCollections, resume_collection
+from tracewatch.core.session.session import Session
+from tracewatch.core.session.store import Rollout
+from tracewatch.core.taps.forwarder import check_proxy_addresses
+from tracewatch.core.taps.proxy_variant import ProxyVariant
+from tracewatch.core.taps.relay_viewer import check_relay_address
+from tracewatch.core.taps.view_priority import VIEW_NICENESS
+from tracewatch.core.tokens.tokenizer import Tokenizers, find_tokenizer
 
 COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare", "tokens")
 
@@ -180,8 +181,8 @@ def tokens_parser() -> argparse.ArgumentParser:
 def compare_sources(args: argparse.Namespace) -> int:
     """Every source's variants side by side; a name two sources share gets its
     source's name in front."""
-    from core.engine.opened import OpenedRecording, open_folder  # offline only: not on a live start
-    from core.session.compare import compare, compare_lines
+    from tracewatch.core.engine.opened import OpenedRecording, open_folder  # offline only: not on a live start
+    from tracewatch.core.session.compare import compare, compare_lines
 
     groups: dict[str, list[Rollout]] = {}
     for path in args.sources:
@@ -195,7 +196,7 @@ def compare_sources(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    from core.recordings.export import export_recording
+    from tracewatch.core.recordings.export import export_recording
 
     if args.trace_events:
         return export_trace_events(args.recording, args.output)
@@ -216,8 +217,8 @@ def export(args: argparse.Namespace) -> int:
 def export_trace_events(source: Path, output: Path) -> int:
     """A recording is read one rollout at a time; a run directory or JSONL file is
     opened whole, as `open` does."""
-    from core.engine.opened import open_folder
-    from core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
+    from tracewatch.core.engine.opened import open_folder
+    from tracewatch.core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
 
     written = TraceEventsWritten()
     rollouts = recording_rollouts(source, written) if source.suffix == RECORDING_SUFFIX else open_folder(source).store.rollouts.values()
@@ -234,7 +235,7 @@ def _some(ids: list[str], shown: int = 5) -> str:
     return ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
-def _recorder(args: argparse.Namespace, meta: dict) -> Recorder | None:
+def _recorder(args: argparse.Namespace, meta: dict[str, Any]) -> Recorder | None:
     if args.no_record:
         return None
     return Recorder(args.record or default_recording_path(), meta=meta)
@@ -270,14 +271,14 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
         return config
     if args.config is not None:
         return load_config(args.config)
-    from core.demo.builtin_config import demo_config  # the demo only
+    from tracewatch.core.demo.builtin_config import demo_config  # the demo only
 
     return demo_config(sys.executable, speed=args.speed)
 
 
 def _offline_session(command: str, args: argparse.Namespace) -> Session:
-    from core.engine.opened import OpenedRecording, open_folder  # offline only: not on a live start
-    from core.engine.replay import ReplaySession  # offline only: not on a live start
+    from tracewatch.core.engine.opened import OpenedRecording, open_folder  # offline only: not on a live start
+    from tracewatch.core.engine.replay import ReplaySession  # offline only: not on a live start
 
     if command == "replay":
         return ReplaySession(args.file, speed=args.speed)
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "compare":
             return compare_sources(args)
         if command == "tokens":
-            from tui.tokens_command import print_tokens
+            from tracewatch.tokens_command import print_tokens
 
             return print_tokens(args)
         if args.tokenizer is not None:
@@ -318,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.export_dir is not None:
         engine.export_dir = args.export_dir
     if not args.headless:
-        from tui.app import TracewatchApp  # noqa: F401 - imported before the freeze: its modules are startup state
+        from tracewatch.tui.app import TracewatchApp  # noqa: F401 - imported before the freeze: its modules are startup state
     with FreezeAfterSlowCollections():
         return _run(engine, args, recorded=command not in ("replay", "open"), tokenizers=_tokenizers(args, config))
 
@@ -338,7 +339,7 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
                 print(f"tracewatch: --cancel-stalled cannot cancel {name}'s rollouts: {reason}", file=sys.stderr)
             return 2
     if args.headless:
-        from core.engine.headless import run_headless
+        from tracewatch.core.engine.headless import run_headless
 
         yield_to_forwarders(engine)
         resume_collection()  # no first screen to wait for: startup ends here
@@ -346,8 +347,8 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
             return asyncio.run(run_headless(engine, cancel_stalled=getattr(args, "cancel_stalled", None)))
         except KeyboardInterrupt:  # before the runner took Ctrl-C over: nothing had started
             return 130
-    from core.session.alerts import AlertSettings
-    from tui.app import TracewatchApp
+    from tracewatch.core.session.alerts import AlertSettings
+    from tracewatch.tui.app import TracewatchApp
 
     alerts = AlertSettings(
         bell=getattr(args, "bell", False), osc=getattr(args, "notify", None),

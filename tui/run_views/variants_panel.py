@@ -11,13 +11,13 @@ from textual.containers import Horizontal, HorizontalScroll, Vertical
 from textual.message import Message
 from textual.widgets import Button, Static
 
-from core.session.contracts import VariantState, VariantView
-from core.session.store import RolloutStore, Status
-from core.tokens.flags import FLAGS
-from tui.literal import safe
-from tui.numbers import clock
-from tui.palette import Palette
-from tui.trends_view import card_trends
+from tracewatch.core.session.contracts import VariantState, VariantView
+from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.tokens.flags import FLAGS
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.numbers import clock
+from tracewatch.tui.drawing.palette import Palette
+from tracewatch.tui.run_views.trends_view import card_trends
 
 _STEP = {"cancel-runs": "cancel sent to runs", "sigterm": "SIGTERM sent", "sigkill": "SIGKILL sent"}
 """A step's short label on the card; its full detail goes to the card's tooltip, so the

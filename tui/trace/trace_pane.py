@@ -14,9 +14,9 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Select, Static
 
-from core.session.store import Rollout, TraceState
-from tui.literal import safe
-from tui.transcript import Transcript
+from tracewatch.core.session.store import Rollout, TraceState
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.trace.transcript import Transcript
 
 
 def trace_label(index: int, trace: TraceState) -> str:

@@ -1,6 +1,6 @@
 """A message's tokens as lines of a given width: each token's text made visible (a
 space as `·`, a newline as `↵` then a break, a tab as `→`, every control as
-`tui.literal` shows it), special tokens kept whole, wrapped mid-token only when a token
+`tracewatch.tui.drawing.literal` shows it), special tokens kept whole, wrapped mid-token only when a token
 is wider than what is left of its line. One pass over the tokens, so a 32k-token
 message lays out in tens of milliseconds; drawing then reads one line at a time."""
 
@@ -10,8 +10,8 @@ from collections.abc import Iterator, Sequence
 
 from rich.cells import cell_len
 
-from core.tokens.tokenizer import Piece
-from tui.literal import safe
+from tracewatch.core.tokens.tokenizer import Piece
+from tracewatch.tui.drawing.literal import safe
 
 _VISIBLE = str.maketrans({" ": "·", "\t": "→"})
 EMPTY = "⌀"

@@ -1,4 +1,4 @@
-"""Trends over the run: each variant's metrics (`core.run.trends`) as sparklines on its
+"""Trends over the run: each variant's metrics (`tracewatch.core.run.trends`) as sparklines on its
 card and, in the Trends tab, as bar charts with a value axis and a time axis.
 
 Drawn with block characters in Rich text rather than a plotting library: the values
@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widget import Widget
 
-from core.run.series import Column
-from core.run.trends import METRICS, Metric
-from core.session.store import RolloutStore
-from tui.literal import safe
-from tui.numbers import clock
-from tui.palette import Palette
+from tracewatch.core.run.series import Column
+from tracewatch.core.run.trends import METRICS, Metric
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.numbers import clock
+from tracewatch.tui.drawing.palette import Palette
 
 LEVELS = "▁▂▃▄▅▆▇█"
 CHART_ROWS = 3

@@ -1,6 +1,6 @@
 """Trace data to transcript lines: pure functions from nodes, calls, errors and the
 pending preview to width-independent lines of (literal text, style key) segments.
-Every string from the trace goes through `tui.literal.safe`; the widget wraps and
+Every string from the trace goes through `tracewatch.tui.drawing.literal.safe`; the widget wraps and
 styles the result."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.wire.protocol import WireError, WireMessage, WireModelCall, WireNode, WireToolCall, WireTrace
-from tui.literal import safe, safe_lines
-from tui.numbers import clock, rollout_reward_text
+from tracewatch.core.wire.protocol import WireError, WireMessage, WireModelCall, WireNode, WireToolCall, WireTrace
+from tracewatch.tui.drawing.literal import safe, safe_lines
+from tracewatch.tui.drawing.numbers import clock, rollout_reward_text
 
 Seg = tuple[str, str]
 """Literal (already safe) text and a style key: the `transcript--<key>` component."""

@@ -1,5 +1,5 @@
 """`tracewatch tokens`: a rollout's messages token by token, for scripts and CI, with
-the values the token view shows (`core.tokens.streams.token_values`) from a recording,
+the values the token view shows (`tracewatch.core.tokens.streams.token_values`) from a recording,
 a run directory or a traces JSONL file.
 
 `table` is for a reader (token text made visible as the view shows it); `jsonl` is one
@@ -18,16 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from core.demo import TOKENIZERS as DEMO_TOKENIZERS
-from core.errors import TracewatchError
-from core.paths import RECORDING_SUFFIX
-from core.session.session import Session
-from core.session.store import TraceState
-from core.tokens.streams import MessageTokens, read_message, token_values
-from core.tokens.summary import summarize
-from core.tokens.tokenizer import Piece, Tokenizers
-from tui.literal import safe
-from tui.token_layout import id_piece
+from tracewatch.core.demo import TOKENIZERS as DEMO_TOKENIZERS
+from tracewatch.core.errors import TracewatchError
+from tracewatch.core.paths import RECORDING_SUFFIX
+from tracewatch.core.session.session import Session
+from tracewatch.core.session.store import TraceState
+from tracewatch.core.tokens.streams import MessageTokens, read_message, token_values
+from tracewatch.core.tokens.summary import summarize
+from tracewatch.core.tokens.tokenizer import Piece, Tokenizers
+from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.tokens.token_layout import id_piece
 
 
 class NoSuchRollout(TracewatchError):
@@ -35,7 +35,7 @@ class NoSuchRollout(TracewatchError):
 
 
 def open_source(path: Path) -> Session:
-    from core.engine.opened import OpenedRecording, open_folder  # offline only
+    from tracewatch.core.engine.opened import OpenedRecording, open_folder  # offline only
 
     return OpenedRecording(path) if path.suffix == RECORDING_SUFFIX else open_folder(path)
 

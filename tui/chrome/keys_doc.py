@@ -1,16 +1,16 @@
-"""docs/keys.md, written from `tui.keys.KEYS` so the page cannot drift from the bindings:
-`python -m tui.keys_doc > docs/keys.md` (a test holds the committed page to this text)."""
+"""docs/keys.md, written from `tracewatch.tui.chrome.keys.KEYS` so the page cannot drift from the bindings:
+`python -m tracewatch.tui.chrome.keys_doc > docs/keys.md` (a test holds the committed page to this text)."""
 
 from __future__ import annotations
 
-from tui.keys import KEYS, WHERE
+from tracewatch.tui.chrome.keys import KEYS, WHERE
 
 INTRO = """\
 # Keys
 
 Every key tracewatch binds, by where it works: the same table the bindings, the command
-palette (`ctrl+p`) and the help screen (`?`) are read from (`tui/keys.py`). This page is
-generated from it: `python -m tui.keys_doc > docs/keys.md`.
+palette (`ctrl+p`) and the help screen (`?`) are read from (`tui/chrome/keys.py`). This page is
+generated from it: `python -m tracewatch.tui.chrome.keys_doc > docs/keys.md`.
 
 The footer shows the main keys; below 100 columns it drops the space around them, so an
 80-column terminal shows every one. A replay or an opened recording leaves `s`, `x` and
