@@ -248,13 +248,13 @@ def write_config(address: str, rollouts: int, turns: int, tokens: int, directory
 
 
 def engine_for(address: str, rollouts: int, turns: int, tokens: int, directory: Path, concurrent: int | None = None) -> Any:
-    from tracewatch.core.engine.live import Engine
+    from tracewatch.core.engine.live import LiveSession
     from tracewatch.core.recordings.recorder import Recorder
     from tracewatch.core.session.config import load_config
 
     config = write_config(address, rollouts, turns, tokens, directory, concurrent)
     recorder = Recorder(directory / "bench.twrec")
-    return Engine(load_config(config), recorder=recorder, session_dir=directory / "session")
+    return LiveSession(load_config(config), recorder=recorder, session_dir=directory / "session")
 
 
 def measure_bare(address: str, rollouts: int, turns: int, tokens: int, concurrent: int) -> dict:

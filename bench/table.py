@@ -19,8 +19,8 @@ from textual.app import App
 from textual.geometry import Region
 
 from tests.support.tui_standin import TableApp, feed
+from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.core.session.store import RolloutStore
-from tracewatch.tui.table.rollout_filter import RowFilter
 from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 CHANGED = 200

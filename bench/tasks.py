@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tests.support.polling import until
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import load_config
 from tracewatch.tui.app import TracewatchApp
@@ -47,7 +47,7 @@ async def measure(tasks: int) -> dict[str, float]:
         config = load_config(config_path)
         loaded = time.perf_counter()
         recorder = Recorder(Path(folder) / "session.twrec")
-        engine = Engine(config, session_dir=Path(folder) / "session", recorder=recorder)
+        engine = LiveSession(config, session_dir=Path(folder) / "session", recorder=recorder)
         app = TracewatchApp(engine)
         shown_from = time.perf_counter()
         async with app.run_test(size=(120, 40)) as pilot:

@@ -2,7 +2,7 @@
 
     python screenshots/make.py [--speed 2] [--no-png]
 
-Starts `Engine(demo_config(sys.executable, speed))` (two supervised demo env servers)
+Starts `LiveSession(demo_config(sys.executable, speed))` (two supervised demo env servers)
 with a fresh TRACEWATCH_HOME in a temporary directory, drives `TracewatchApp` with
 `App.run_test(size=(200, 60))` and pilot key presses, and saves an SVG at each moment
 worth showing (each waited for with a deadline), then a PNG of each SVG:
@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout as `python screenshots
     sys.path.insert(0, str(ROOT))
 
 from tracewatch.core.demo.builtin_config import demo_config  # noqa: E402
-from tracewatch.core.engine.live import Engine  # noqa: E402
+from tracewatch.core.engine.live import LiveSession  # noqa: E402
 from tracewatch.core.session.compare import compare_store  # noqa: E402
 from tracewatch.core.session.contracts import VariantState  # noqa: E402
 from tracewatch.core.session.store import Rollout, Status  # noqa: E402
@@ -175,7 +175,7 @@ def parts_ways(store, task: tuple[int, str]) -> bool:
     return pairs.first is not None
 
 
-def by_scenario(engine: Engine, variant: str, scenario: str) -> Rollout:
+def by_scenario(engine: LiveSession, variant: str, scenario: str) -> Rollout:
     for key in engine.store.variants[variant]:
         rollout = engine.store.rollouts[key]
         if rollout.task_data.get("scenario") == scenario:
@@ -216,7 +216,7 @@ async def session(speed: float, out: Path) -> list[Path]:
     from tracewatch.tui.run_views.side_by_side import SideBySideScreen
     from tracewatch.tui.tokens.token_view import TokenScreen
 
-    engine = Engine(demo_config(sys.executable, speed=speed))
+    engine = LiveSession(demo_config(sys.executable, speed=speed))
     app = TracewatchApp(engine)
     store = engine.store
     started: set[int] = set()

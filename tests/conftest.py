@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.support.demo_sessions import write_config
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session.config import load_config
 
 # hypothesis's default 200 ms deadline per example, and its too_slow check on how long
@@ -21,13 +21,13 @@ settings.load_profile("tracewatch")
 
 
 @pytest.fixture
-def engine_for(tmp_path: Path) -> Iterator[Callable[..., Engine]]:
+def engine_for(tmp_path: Path) -> Iterator[Callable[..., LiveSession]]:
     """Engines over demo variant configs (`demo_sessions.demo_variant`); no server
     they started outlives the test."""
-    engines: list[Engine] = []
+    engines: list[LiveSession] = []
 
-    def make(*variants: str) -> Engine:
-        engine = Engine(load_config(write_config(tmp_path, list(variants))), session_dir=tmp_path / "session")
+    def make(*variants: str) -> LiveSession:
+        engine = LiveSession(load_config(write_config(tmp_path, list(variants))), session_dir=tmp_path / "session")
         engines.append(engine)
         return engine
 

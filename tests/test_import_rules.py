@@ -148,7 +148,7 @@ def test_the_floor_rule_catches_an_import_up(tmp_path: Path) -> None:
     """The check reads what it must: an upward import, a lazy one, a relative one."""
     (tmp_path / "late.py").write_text(
         "from tracewatch.core.session.store import RolloutStore\n"
-        "def f():\n    from tracewatch.core.engine.live import Engine\n"
+        "def f():\n    from tracewatch.core.engine.live import LiveSession\n"
         "from ..recordings import reader\n"
         "from tracewatch.core import taps\n"
     )

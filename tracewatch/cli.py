@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tracewatch.core.demo import TOKENIZERS as DEMO_TOKENIZERS
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.errors import TracewatchError
 from tracewatch.core.paths import RECORDING_SUFFIX, default_recording_path
 from tracewatch.core.recordings.recorder import Recorder
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             config = _live_config(command, args)
             if args.keep is not None:
                 config = config.model_copy(update={"keep_sessions": args.keep})
-            engine = Engine(config, recorder=_recorder(args, {"argv": argv}))
+            engine = LiveSession(config, recorder=_recorder(args, {"argv": argv}))
     except (TracewatchError, OSError) as error:  # a message written for the user: no traceback
         print(f"tracewatch: {error}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """The Textual app. Talks to `core` only; never imports zmq or subprocess.
 
-Deltas land in the engine's store; nothing here reacts to them directly. One tick at
+Deltas land in the session's store; nothing here reacts to them directly. One tick at
 30 Hz takes the store's changed-set and redraws only what changed (rows, cards, the
 open transcript, the timing view); a slower second tick advances clocks and logs.
 """
@@ -29,6 +29,7 @@ from tracewatch.core.demo import TOKENIZERS as DEMO_TOKENIZERS
 from tracewatch.core.session.alerts import Alert, AlertSettings, AlertWatch, terminal_notification
 from tracewatch.core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from tracewatch.core.session.retention import freeze_startup
+from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.core.session.store import Rollout, Status
 from tracewatch.core.tokens.tokenizer import Tokenizers
 from tracewatch.tui.chrome.footer import SteadyFooter
@@ -45,7 +46,6 @@ from tracewatch.tui.run_views.timing_view import TimingView
 from tracewatch.tui.run_views.trends_view import TrendsView
 from tracewatch.tui.run_views.variants_panel import VariantCard, VariantsPanel
 from tracewatch.tui.table.filter_field import FilterField
-from tracewatch.tui.table.rollout_filter import RowFilter
 from tracewatch.tui.table.rollouts_table import RolloutsTable
 from tracewatch.tui.trace.trace_pane import TracePane
 from tracewatch.tui.trace.transcript import Transcript
@@ -82,14 +82,14 @@ class TracewatchApp(App[None]):
     BINDINGS = bindings("app", "replay")
 
     def __init__(
-        self, engine: SessionView, *, title: str | None = None, tokenizers: Tokenizers | None = None, alerts: AlertSettings | None = None
+        self, session: SessionView, *, title: str | None = None, tokenizers: Tokenizers | None = None, alerts: AlertSettings | None = None
     ) -> None:
         super().__init__()
-        self.engine = engine
+        self.session = session
         self.alert_settings = alerts or AlertSettings()
-        self.alerts = AlertWatch(engine, self.alert_settings.cancel_stalled)
+        self.alerts = AlertWatch(session, self.alert_settings.cancel_stalled)
         self.tokenizers = tokenizers or Tokenizers(by_model=DEMO_TOKENIZERS)
-        self.store = engine.store
+        self.store = session.store
         self.title = title or "tracewatch"
         self.selected: str | None = None
         self._settle: Timer | None = None
@@ -106,7 +106,7 @@ class TracewatchApp(App[None]):
         self._told_recording_stopped = False
         self._side_variants: list[str] = []
         """The variants side by side showed last: the next task opens with them."""
-        if engine.readonly_reason:
+        if session.readonly_reason:
             hide_writes(self._bindings)
 
     # -- layout ------------------------------------------------------------------
@@ -126,7 +126,7 @@ class TracewatchApp(App[None]):
                     with VerticalScroll(id="timing-scroll"):
                         yield TimingView(self.store, id="timing")
                 with TabPane("Logs", id="tab-logs"):
-                    yield LogsView(self.engine.variants, id="logs")
+                    yield LogsView(self.session.variants, id="logs")
                 with TabPane("Compare", id="tab-compare"):
                     with VerticalScroll(id="compare-scroll", can_focus=False):  # the view's cursor scrolls it
                         yield CompareView(self.store, id="compare")
@@ -158,7 +158,7 @@ class TracewatchApp(App[None]):
         # tick and a layout later); a start returns at once (it queues and creates tasks). One that
         # fails leaves the app up to show why.
         try:
-            await self.engine.start()
+            await self.session.start()
         except Exception as error:
             self.notify(f"could not start: {error}", severity="error", timeout=30)
         self._first_draw()
@@ -176,16 +176,16 @@ class TracewatchApp(App[None]):
         self.screen.update_node_styles(animate=False)
 
     def _first_draw(self) -> None:
-        """Whatever the store holds before the first screen (what the engine queued as
+        """Whatever the store holds before the first screen (what the session queued as
         it started, a replay, an opened run), drawn on it."""
         self.store.take_changes()
         self.table.rebuild()
-        self._redraw_cards(self.engine.variants)
+        self._redraw_cards(self.session.variants)
         self._second()
 
     def _theme_changed(self, theme: Theme) -> None:
         self._set_palette()
-        self._redraw_cards(self.engine.variants)
+        self._redraw_cards(self.session.variants)
 
     def _set_palette(self) -> None:
         """One palette for every view that draws with one, read from the table's
@@ -206,7 +206,7 @@ class TracewatchApp(App[None]):
         if self._quitting or not (self.is_running and self.table.is_attached):
             return
         self._ticks += 1
-        if self._ticks % FAST_REPLAY_EVERY and (replay := self.engine.replay) is not None and replay.fast:
+        if self._ticks % FAST_REPLAY_EVERY and (replay := self.session.replay) is not None and replay.fast:
             return
         changes = self.store.take_changes()
         now = self.store.clock()
@@ -237,7 +237,7 @@ class TracewatchApp(App[None]):
         self._next_second = now + 1.0
         self._stalled = self.store.live_counts(now)[1]
         self.table.tick()
-        self._redraw_cards(self.engine.variants)
+        self._redraw_cards(self.session.variants)
         self._show_timing(now)
         self._draw_status()
         self._tell_recording_stopped()
@@ -252,7 +252,7 @@ class TracewatchApp(App[None]):
     def _tell_recording_stopped(self) -> None:
         """Once, as an error that stays up: what follows is not recorded, which the
         status line alone would let pass unseen."""
-        stopped = self.engine.recording_stopped
+        stopped = self.session.recording_stopped
         if stopped is not None and not self._told_recording_stopped:
             self._told_recording_stopped = True
             self.notify(safe(stopped), title="Recording stopped", severity="error", timeout=60)
@@ -282,8 +282,8 @@ class TracewatchApp(App[None]):
 
     def _cards_for(self, known: Mapping[str, VariantCard]) -> list[VariantCard]:
         """A card for each variant not in `known` (every one, as the screen is composed)."""
-        readonly = self.engine.readonly_reason is not None
-        return [VariantCard(variant, self.store, readonly) for name, variant in self.engine.variants.items() if name not in known]
+        readonly = self.session.readonly_reason is not None
+        return [VariantCard(variant, self.store, readonly) for name, variant in self.session.variants.items() if name not in known]
 
     @on(VariantCard.Focused)
     def _card_focused(self, event: VariantCard.Focused) -> None:
@@ -291,7 +291,7 @@ class TracewatchApp(App[None]):
 
     def _redraw_cards(self, names: Iterable[str]) -> None:
         now = self.store.clock()
-        if len(self.cards) != len(self.engine.variants):
+        if len(self.cards) != len(self.session.variants):
             self._add_cards()
         self.panel.compare()
         for name in list(names):
@@ -328,17 +328,17 @@ class TracewatchApp(App[None]):
             text.append(f" · {self.table.row_count} shown")
         if (partial := self.store.partial) is not None:
             text.append(f" · {safe(partial)}", style=self.palette.warning)
-        if (replay := self.engine.replay) is not None:
+        if (replay := self.session.replay) is not None:
             text.append("  ")
             text.append_text(self._replay_state(replay.position()))
-        elif self.engine.readonly_reason:
-            text.append(f"  read-only: {safe(self.engine.readonly_reason)}", style=self.palette.warning)
-        elif (note := self.engine.recording_note) is not None:
-            path = self.engine.recording_path
+        elif self.session.readonly_reason:
+            text.append(f"  read-only: {safe(self.session.readonly_reason)}", style=self.palette.warning)
+        elif (note := self.session.recording_note) is not None:
+            path = self.session.recording_path
             if path is not None and note == str(path):  # the file's name fits a narrow line; quit prints it whole
                 note = home_short(path) if self.size.width >= NARROW_STATUS else path.name
             text.append(f"  rec {safe(note)}", style=self.palette.muted)
-        if (cut := self.engine.truncated) is not None:
+        if (cut := self.session.truncated) is not None:
             text.append(f"  {safe(cut)}", style=self.palette.warning)
         self.status.update(text, layout=False)  # one line, whatever it says
 
@@ -379,7 +379,7 @@ class TracewatchApp(App[None]):
             if self.detail.active == "tab-timeline":
                 self.timeline.select(key)
             # The cursor's move reaches the screen first: reading a rollout's traces
-            # back (`engine.select`) and laying out a long transcript take tens of ms
+            # back (`session.select`) and laying out a long transcript take tens of ms
             # each, and a held arrow key must not wait on them for every row it passes.
             moved, self._moved = self._moved, time.monotonic()
             if self._moved - moved < SETTLE or self._moved - self._typed < SETTLE:
@@ -400,7 +400,7 @@ class TracewatchApp(App[None]):
     def _select_in_engine(self, key: str | None) -> None:
         """The session loads the rollout's traces (from a recording, if they left
         memory) and keeps them while it is selected; it says why if it cannot."""
-        self.engine.select(key)
+        self.session.select(key)
         if (rollout := self._rollout()) is not None and rollout.unavailable:
             self.notify(safe(rollout.unavailable), title="Its traces cannot be shown", severity="error")
 
@@ -426,7 +426,7 @@ class TracewatchApp(App[None]):
         def chosen(variants: list[str] | None) -> None:
             self._side_variants = variants or self._side_variants
 
-        self.push_screen(SideBySideScreen(self.store, event.chosen, self.engine.show, self._side_variants), chosen)
+        self.push_screen(SideBySideScreen(self.store, event.chosen, self.session.show, self._side_variants), chosen)
 
     @on(TracePane.TraceChanged)
     def _trace_changed(self) -> None:
@@ -498,7 +498,7 @@ class TracewatchApp(App[None]):
     # -- commands ----------------------------------------------------------------------
 
     def _writable(self) -> bool:
-        reason = self.engine.readonly_reason
+        reason = self.session.readonly_reason
         if reason:
             self.notify(safe(reason), title="Read-only", severity="warning")
         return not reason
@@ -511,7 +511,7 @@ class TracewatchApp(App[None]):
         if isinstance(node, VariantCard):
             return node.variant
         rollout = self._rollout()
-        return self.engine.variants.get(rollout.variant) if rollout else None
+        return self.session.variants.get(rollout.variant) if rollout else None
 
     def action_start_variant(self, variant: VariantView | None = None) -> None:
         if not self._writable():
@@ -563,7 +563,7 @@ class TracewatchApp(App[None]):
 
     @on(VariantCard.Requested)
     def _card_requested(self, event: VariantCard.Requested) -> None:
-        variant = self.engine.variants[event.name]
+        variant = self.session.variants[event.name]
         if event.action == "start":
             self.action_start_variant(variant)
         else:
@@ -579,9 +579,9 @@ class TracewatchApp(App[None]):
             self.notify(f"{safe(rollout.key)} already {rollout.status}.", severity="warning")
         elif rollout.status is Status.CANCELLING:
             self.notify(f"{safe(rollout.key)} is already cancelling.", severity="warning")
-        elif (variant := self.engine.variants.get(rollout.variant)) and variant.rollout_cancel_unavailable:
+        elif (variant := self.session.variants.get(rollout.variant)) and variant.rollout_cancel_unavailable:
             self.notify(safe(variant.rollout_cancel_unavailable), title="No rollout cancel", severity="warning")
-        elif self.engine.cancel_rollout(rollout.key):
+        elif self.session.cancel_rollout(rollout.key):
             self.notify(f"Cancelling {safe(rollout.key)}…")
         else:
             self.notify(f"Could not cancel {safe(rollout.key)}.", severity="error")
@@ -638,7 +638,7 @@ class TracewatchApp(App[None]):
             return
         from tracewatch.tui.tokens.token_view import TokenScreen  # numpy with it: not at every start
 
-        variant = self.engine.variants.get(rollout.variant)
+        variant = self.session.variants.get(rollout.variant)
         text, note = self.tokenizers.for_variant(rollout.variant, variant.model if variant is not None else None)
         self.push_screen(TokenScreen(state, node, text, note, f"{rollout.variant} · {rollout.task_label}"))
 
@@ -660,7 +660,7 @@ class TracewatchApp(App[None]):
     @work(thread=True, group="export")
     def _export(self, key: str) -> None:
         try:
-            path = self.engine.export_episode(key)
+            path = self.session.export_episode(key)
         except (OSError, ValueError) as error:  # ValueError: nested too deep for JSON
             self.call_from_thread(self.notify, f"Export failed: {error}", severity="error")
         else:
@@ -672,7 +672,7 @@ class TracewatchApp(App[None]):
     async def action_quit(self) -> None:
         if self._quitting:
             return
-        warning = self.engine.quit_warning
+        warning = self.session.quit_warning
         if warning is None:
             self._quit()
             return
@@ -685,7 +685,7 @@ class TracewatchApp(App[None]):
 
     def _quit(self) -> None:
         self._quitting = True
-        self.push_screen(QuitScreen(self.engine.shutdown))
+        self.push_screen(QuitScreen(self.session.shutdown))
 
     def notify(self, message: str, *, markup: bool = False, **kwargs: Any) -> None:
         """Notices here carry names, keys and paths from data: never read as markup."""
@@ -695,12 +695,12 @@ class TracewatchApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action.startswith("replay_"):
-            return self.engine.replay is not None
+            return self.session.replay is not None
         return True
 
     def _replay(self) -> ReplayControls:
         """The replay's controls; the replay keys exist only in a replay."""
-        replay = self.engine.replay
+        replay = self.session.replay
         if replay is None:
             raise SkipAction()
         return replay

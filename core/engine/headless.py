@@ -1,4 +1,4 @@
-"""The engine without a screen: one line per rollout event worth reading (started,
+"""The session without a screen: one line per rollout event worth reading (started,
 finished, failed, cancelled, stalled), variant state changes, and a summary.
 
 Exit status 0 only when every rollout finished without error and the recording holds
@@ -42,49 +42,49 @@ def rollout_line(rollout: Rollout, now: float) -> str:
 
 
 async def run_headless(
-    engine: SessionView, out: TextIO | None = None, cancel_stalled: float | None = None
+    session: SessionView, out: TextIO | None = None, cancel_stalled: float | None = None
 ) -> int:
     """Run every variant to the end, printing to `out` (standard output as it is at
     the call); with `cancel_stalled`, a rollout silent for that many seconds is
     cancelled rather than waited on forever."""
     out = out if out is not None else sys.stdout
-    store = engine.store
-    progress = _Progress(engine, out, StallCancels(engine, cancel_stalled))
-    interrupts = _Interrupts(engine, out)
+    store = session.store
+    progress = _Progress(session, out, StallCancels(session, cancel_stalled))
+    interrupts = _Interrupts(session, out)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, interrupts.on_signal, signum)
     stopping = loop.create_task(interrupts.stop.wait())
     settle: asyncio.Task[None] | None = None
     try:
-        await engine.start()
-        settle = loop.create_task(engine.wait())
+        await session.start()
+        settle = loop.create_task(session.wait())
         while not settle.done() and not interrupts.stop.is_set():
             progress.report()
             await asyncio.wait({settle, stopping}, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED)
         progress.report()
     finally:
-        await engine.shutdown()  # a second signal still kills while this waits
+        await session.shutdown()  # a second signal still kills while this waits
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
         for task in (settle, stopping):
             if task is not None:
                 task.cancel()
     progress.report()
-    for line in summary_lines(engine):
+    for line in summary_lines(session):
         _say(out, line)
     if interrupts.received:
         return 128 + interrupts.received[0]
     ok = store.rollouts and all(r.status in (Status.DONE, Status.UNOBSERVED) for r in store.rollouts.values())
-    return 0 if ok and engine.recording_stopped is None else 1
+    return 0 if ok and session.recording_stopped is None else 1
 
 
 class _Interrupts:
     """The first SIGINT/SIGTERM ends the session cleanly (a proxy runs until told to
     stop); a second kills what is still being stopped."""
 
-    def __init__(self, engine: SessionView, out: TextIO) -> None:
-        self.engine = engine
+    def __init__(self, session: SessionView, out: TextIO) -> None:
+        self.session = session
         self.out = out
         self.received: list[signal.Signals] = []
         self.stop = asyncio.Event()
@@ -92,12 +92,12 @@ class _Interrupts:
     def on_signal(self, signum: signal.Signals) -> None:
         if self.received:
             _say(self.out, f"{signum.name} again: killing the servers still stopping")
-            for variant in self.engine.variants.values():
+            for variant in self.session.variants.values():
                 if variant.state is VariantState.CANCELLING:
                     variant.cancel()
             return
         self.received.append(signum)
-        _say(self.out, f"{signum.name}: {stop_words(list(self.engine.variants.values()), self.engine.quit_warning)}")
+        _say(self.out, f"{signum.name}: {stop_words(list(self.session.variants.values()), self.session.quit_warning)}")
         self.stop.set()
 
 
@@ -119,8 +119,8 @@ def stop_words(variants: list[VariantView], costs: str | None) -> str:
 class _Progress:
     """What has been printed so far, so that each change is printed once."""
 
-    def __init__(self, engine: SessionView, out: TextIO, cancels: StallCancels) -> None:
-        self.engine = engine
+    def __init__(self, session: SessionView, out: TextIO, cancels: StallCancels) -> None:
+        self.session = session
         self.out = out
         self.cancels = cancels
         self.seen: dict[str, Status] = {}
@@ -133,7 +133,7 @@ class _Progress:
         """What changed since the last look, in the order it happened: a variant that
         began something (starting, cancelling) before its rollouts' lines, one that
         settled (done, cancelled, failed) after them."""
-        store = self.engine.store
+        store = self.session.store
         changes = store.take_changes()
         now = store.clock()
         self._variants(changes.variants, settled=False)
@@ -144,14 +144,14 @@ class _Progress:
         self._recording()
 
     def _recording(self) -> None:
-        stopped = self.engine.recording_stopped
+        stopped = self.session.recording_stopped
         if stopped is not None and not self.told_recording_stopped:
             self.told_recording_stopped = True
             _say(self.out, f"error: {stopped}")
 
     def _variants(self, names: set[str], settled: bool) -> None:
         for name in sorted(names):
-            variant = self.engine.variants.get(name)
+            variant = self.session.variants.get(name)
             if variant is None or self.states.get(name) == variant.state.value or variant.state.settled != settled:
                 continue
             self.states[name] = variant.state.value
@@ -161,7 +161,7 @@ class _Progress:
     def _sources(self, names: set[str]) -> None:
         """A tap's source that stopped answering said once, and again when it answers."""
         for name in sorted(names):
-            variant = self.engine.variants.get(name)
+            variant = self.session.variants.get(name)
             lost = variant.source_lost if variant is not None else None
             if lost != self.lost.get(name):
                 if lost is not None or self.lost.get(name) is not None:
@@ -170,7 +170,7 @@ class _Progress:
 
     def _rollouts(self, keys: Iterable[str], now: float) -> None:
         for key in keys:
-            rollout = self.engine.store.rollouts[key]
+            rollout = self.session.store.rollouts[key]
             if rollout.status is Status.QUEUED or rollout.waiting or self.seen.get(key) == rollout.status:
                 continue  # a rollout waiting for a slot is said to run once it begins
             self.seen[key] = rollout.status
@@ -178,7 +178,7 @@ class _Progress:
 
     def _stalled(self, now: float) -> None:
         """Each stalled rollout said once, and its cancel when `cancels` made one."""
-        for rollout in self.engine.store.stalled(now):
+        for rollout in self.session.store.stalled(now):
             idle = rollout.idle(now)
             label = f"{rollout.key} [{rollout.task_label}]"
             if rollout.key not in self.flagged:
@@ -188,24 +188,24 @@ class _Progress:
                 _say(self.out, f"{label} cancelling: silent for {idle:.0f}s")
 
 
-def summary_lines(engine: SessionView) -> list[str]:
+def summary_lines(session: SessionView) -> list[str]:
     lines = []
-    for name, variant in engine.variants.items():
-        stats = engine.store.stats(name)
+    for name, variant in session.variants.items():
+        stats = session.store.stats(name)
         counts = ", ".join(f"{count} {status}" for status, count in stats.counts.items() if count)
         reward = "n/a" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
         line = f"{name}: {variant.state.value}; {counts or 'no rollouts'}; mean reward {reward}"
         if variant.reason:
             line += f"; {variant.reason}"
         lines.append(line)
-    if (partial := engine.store.partial) is not None:  # stopped before an opened recording was read whole
+    if (partial := session.store.partial) is not None:  # stopped before an opened recording was read whole
         lines.append(f"partial: {partial}: the counts and rewards above are of what was read")
-    if engine.store.dropped_frames:
-        lines.append(f"frames dropped: {engine.store.dropped_frames} (last: {engine.store.last_drop})")
-    if engine.recording_stopped is not None:
-        lines.append(f"error: {engine.recording_stopped}")
-    elif engine.recording_path is not None:
-        lines.append(f"recording: {engine.recording_path}")
-    if engine.truncated is not None:
-        lines.append(f"note: {engine.truncated}")
+    if session.store.dropped_frames:
+        lines.append(f"frames dropped: {session.store.dropped_frames} (last: {session.store.last_drop})")
+    if session.recording_stopped is not None:
+        lines.append(f"error: {session.recording_stopped}")
+    elif session.recording_path is not None:
+        lines.append(f"recording: {session.recording_path}")
+    if session.truncated is not None:
+        lines.append(f"note: {session.truncated}")
     return lines

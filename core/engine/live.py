@@ -1,6 +1,6 @@
 """Every variant of one session, the store they feed, and the recording they leave.
 
-The app and the headless runner both drive an `Engine`; neither touches a socket or
+The app and the headless runner both drive a `LiveSession`; neither touches a socket or
 a process. `shutdown` is the one way out: it cancels every run, stops every child
 and waits for them, so quitting leaves nothing running.
 """
@@ -25,7 +25,7 @@ EVICT_EVERY = 0.5
 """Seconds between looks for finished rollouts whose traces may leave memory."""
 
 
-class Engine(Session):
+class LiveSession(Session):
     def __init__(
         self,
         config: Config,

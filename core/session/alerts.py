@@ -34,18 +34,18 @@ class Alert:
 class AlertWatch:
     """Looks at the session once a second and says what newly went wrong or ended."""
 
-    def __init__(self, engine: SessionView, cancel_stalled: float | None = None) -> None:
-        self.engine = engine
-        self.cancels = StallCancels(engine, cancel_stalled)
+    def __init__(self, session: SessionView, cancel_stalled: float | None = None) -> None:
+        self.session = session
+        self.cancels = StallCancels(session, cancel_stalled)
         self._stalled: set[str] = set()
-        self._states = {name: variant.state for name, variant in engine.variants.items()}
+        self._states = {name: variant.state for name, variant in session.variants.items()}
         self._ended = self._run_over()  # a run opened after it ended is not news
 
     def check(self, now: float) -> list[Alert]:
         return [*self._stalls(now), *self._variants(), *self._run_end()]
 
     def _stalls(self, now: float) -> list[Alert]:
-        store = self.engine.store
+        store = self.session.store
         alerts = []
         stalled = set()
         for rollout in store.stalled(now):
@@ -61,7 +61,7 @@ class AlertWatch:
 
     def _variants(self) -> list[Alert]:
         alerts = []
-        for name, variant in self.engine.variants.items():
+        for name, variant in self.session.variants.items():
             state, before = variant.state, self._states.get(name)
             self._states[name] = state
             if state == before:
@@ -80,7 +80,7 @@ class AlertWatch:
         alerts = []
         if ended and not self._ended:
             counts = dict.fromkeys(Status, 0)
-            for rollout in self.engine.store.rollouts.values():
+            for rollout in self.session.store.rollouts.values():
                 counts[rollout.status] += 1
             told = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
             severity = "error" if counts[Status.FAILED] else "information"
@@ -90,8 +90,8 @@ class AlertWatch:
 
 
     def _run_over(self) -> bool:
-        variants = self.engine.variants.values()
-        return bool(variants) and all(v.state.settled for v in variants) and bool(self.engine.store.rollouts)
+        variants = self.session.variants.values()
+        return bool(variants) and all(v.state.settled for v in variants) and bool(self.session.store.rollouts)
 
 
 def terminal_notification(alert: Alert, osc: int) -> str:

@@ -1,6 +1,6 @@
 """What the screen (and the headless runner) read of a session and its variants.
 
-Live servers (`Engine`; `Variant` and the taps, each a `LiveVariant`), a replayed
+Live servers (`LiveSession`; `Variant` and the taps, each a `LiveVariant`), a replayed
 recording (`ReplaySession`), an opened run or recording (`OpenedRun`,
 `OpenedRecording`, `RecordedVariant`) and the tests' stand-ins all fill these shapes; the app is typed against them, never against one
 implementation, so a new source of rollouts (a tap) is checked by mypy rather than

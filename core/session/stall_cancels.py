@@ -10,12 +10,12 @@ from tracewatch.core.session.store import Rollout, Status
 
 
 class StallCancels:
-    def __init__(self, engine: SessionView, limit: float | None) -> None:
-        self.engine = engine
+    def __init__(self, session: SessionView, limit: float | None) -> None:
+        self.session = session
         self.limit = limit
         self._asked: set[str] = set()
         if limit is not None:
-            engine.store.cap_stall(limit)
+            session.store.cap_stall(limit)
 
     def cancel(self, rollout: Rollout, now: float) -> bool:
         """Cancel `rollout` if it is due: running, silent for the limit, not asked
@@ -24,4 +24,4 @@ class StallCancels:
         if limit is None or rollout.key in self._asked or rollout.status is not Status.RUNNING or rollout.idle(now) < limit:
             return False
         self._asked.add(rollout.key)
-        return self.engine.cancel_rollout(rollout.key)
+        return self.session.cancel_rollout(rollout.key)

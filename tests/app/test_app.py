@@ -16,6 +16,7 @@ from textual.widgets import Button, Input, Static, TabbedContent
 from tests.support.app_screen import notices, screen_text, select, svg_text, table
 from tests.support.polling import until
 from tests.support.tui_standin import StandInEngine, StandInVariant, load_fixture, make_engine
+from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.core.session.store import Rollout, RolloutStore
 from tracewatch.core.wire.episode_json import episode_json
 from tracewatch.tui.app import TracewatchApp
@@ -23,7 +24,6 @@ from tracewatch.tui.chrome.keys import KEYS
 from tracewatch.tui.chrome.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tracewatch.tui.run_views.timing_view import TimingView
 from tracewatch.tui.table.columns import BY_KEY, COLUMNS
-from tracewatch.tui.table.rollout_filter import RowFilter
 from tracewatch.tui.table.rollouts_table import RolloutsTable, fit
 
 INJECTION = "\x1b[31m[bold red]EVIL[/bold red] [link=x]y[/link]\x07"

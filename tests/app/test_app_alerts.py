@@ -9,7 +9,7 @@ import asyncio
 from tests.support.polling import until
 from tests.support.scripted_server import ScriptedServer, attached, header
 from tests.support.tui_standin import StandInEngine, StandInVariant
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session.alerts import AlertSettings
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.store import Ending, RolloutStore, Status
@@ -54,7 +54,7 @@ async def test_a_variant_slow_to_call_a_stall_is_cancelled_at_the_cancel_time_as
     """A cancel time below the variant's `stall_seconds`: the app sees the hung run
     stalled at the cancel time, and cancels it then, not at the variant's threshold."""
     async with ScriptedServer({"silent": [("delta", {"trace": "t", "open": header("t")})]}) as server:
-        engine = Engine(attached(server.address, ["silent"], tmp_path, stall_seconds=600.0), session_dir=tmp_path / "session")
+        engine = LiveSession(attached(server.address, ["silent"], tmp_path, stall_seconds=600.0), session_dir=tmp_path / "session")
         app = TracewatchApp(engine, alerts=AlertSettings(cancel_stalled=1.0))
         async with app.run_test(size=(120, 40)) as pilot:
             rollout = await until(pilot, lambda: engine.store.rollouts.get("remote/0"), "the run announced")

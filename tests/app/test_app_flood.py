@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.flooding_server import FloodingServer
 from tests.support.polling import eventually, until
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session import variant
 from tracewatch.core.session.config import load_config
 from tracewatch.core.session.store import RolloutStore, Status
@@ -59,7 +59,7 @@ async def runs_end_as_the_backlog_drains(store: RolloutStore, sleep: Callable[[f
 
 
 async def test_keys_and_repaints_go_on_while_a_fast_source_floods(tmp_path: Path, flood: FloodingServer) -> None:
-    engine = Engine(load_config(write_config(tmp_path, flood.address)), session_dir=tmp_path / "session")
+    engine = LiveSession(load_config(write_config(tmp_path, flood.address)), session_dir=tmp_path / "session")
     app = TracewatchApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
         store = engine.store
@@ -99,7 +99,7 @@ async def test_a_server_busy_streaming_is_alive_though_its_health_replies_wait(
     monkeypatch.setattr(variant, "HEALTH_TIMEOUT", 0.2)
     server = FloodingServer(answer_health_after=1)  # then never again
     try:
-        engine = Engine(load_config(write_config(tmp_path, server.address)), session_dir=tmp_path / "session")
+        engine = LiveSession(load_config(write_config(tmp_path, server.address)), session_dir=tmp_path / "session")
         await engine.start()
         store = engine.store
         await eventually(lambda: server.health_checks > 2 * variant.HEALTH_MISSES, what="unanswered health checks")

@@ -21,7 +21,7 @@ from tests.support.demo_sessions import SPEED as ENGINE_SPEED
 from tests.support.demo_sessions import demo_variant, server_pids, write_config
 from tests.support.polling import alive, until
 from tests.support.scripted_server import ScriptedServer, attached
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session import variant as variant_module
 from tracewatch.core.session.config import load_config
 from tracewatch.core.session.contracts import VariantState
@@ -49,10 +49,10 @@ def demo(name: str, scenarios: list[str], speed: float = 10, **settings: object)
 
 
 @contextlib.asynccontextmanager
-async def live(tmp_path: Path, *variants: str, size: tuple[int, int] = (120, 40)) -> AsyncIterator[tuple[TracewatchApp, Engine, Pilot]]:
+async def live(tmp_path: Path, *variants: str, size: tuple[int, int] = (120, 40)) -> AsyncIterator[tuple[TracewatchApp, LiveSession, Pilot]]:
     """The app over a real engine; afterwards every server is stopped, whatever the
     test asserted (a test that quits has stopped them already)."""
-    engine = Engine(load_config(write_config(tmp_path, list(variants))), session_dir=tmp_path / "session")
+    engine = LiveSession(load_config(write_config(tmp_path, list(variants))), session_dir=tmp_path / "session")
     app = TracewatchApp(engine)
     try:
         async with app.run_test(size=size) as pilot:
@@ -75,7 +75,7 @@ def row_keys(app: TracewatchApp) -> list[str]:
     return list(app.table.ordered_keys)
 
 
-async def rows_shown(pilot: Pilot, app: TracewatchApp, engine: Engine, count: int) -> None:
+async def rows_shown(pilot: Pilot, app: TracewatchApp, engine: LiveSession, count: int) -> None:
     await until(
         pilot,
         lambda: len(engine.store.rollouts) == count and sorted(row_keys(app)) == sorted(engine.store.rollouts),
@@ -116,7 +116,7 @@ def pending_messages(transcript: Transcript) -> list[dict] | None:
     return blocks[0].source[0]
 
 
-def signal_server(engine: Engine, name: str, signum: signal.Signals) -> None:
+def signal_server(engine: LiveSession, name: str, signum: signal.Signals) -> None:
     """SIGSTOP/SIGCONT the demo server this test started (by its recorded pid), to hold
     a transient state (an unanswered cancel) long enough to see it."""
     _, server = server_pids(engine, name)
@@ -529,7 +529,7 @@ async def test_c_twice_asks_the_server_to_abort_the_run_once(tmp_path: Path, mon
     async with ScriptedServer({}) as server:  # no script: the run waits
         server.cancel_reply = None
         server.abort_on_cancel = False
-        engine = Engine(attached(server.address, ["silent"], tmp_path), session_dir=tmp_path / "session")
+        engine = LiveSession(attached(server.address, ["silent"], tmp_path), session_dir=tmp_path / "session")
         app = TracewatchApp(engine)
         async with app.run_test(size=(120, 40)) as pilot:
             rollout = engine.store.rollouts["remote/0"]

@@ -15,7 +15,7 @@ from tests.support.app_screen import notices, open_side_by_side, screen_text, se
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import until
 from tracewatch.core.engine.headless import summary_lines
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings import recorder as recorder_module
 from tracewatch.core.recordings.eviction import TracesUnavailable
 from tracewatch.core.recordings.recorder import Recorder
@@ -31,12 +31,12 @@ EVERYTHING = 1 << 40
 """A budget nothing passes: every finished rollout stays in memory."""
 
 
-def recorded_engine(tmp_path: Path, *variants: str) -> Engine:
+def recorded_engine(tmp_path: Path, *variants: str) -> LiveSession:
     config = load_config(write_config(tmp_path, list(variants)))
-    return Engine(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
+    return LiveSession(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
 
 
-def every_kind(tmp_path: Path) -> Engine:
+def every_kind(tmp_path: Path) -> LiveSession:
     """Rollouts that end done, failed, retried (a discarded trace) and with two traces."""
     return recorded_engine(
         tmp_path,
@@ -45,7 +45,7 @@ def every_kind(tmp_path: Path) -> Engine:
     )
 
 
-def finished(engine: Engine) -> bool:
+def finished(engine: LiveSession) -> bool:
     rollouts = engine.store.rollouts.values()
     return bool(rollouts) and all(r.status.finished for r in rollouts) and all(v.state.value == "done" for v in engine.variants.values())
 
@@ -75,7 +75,7 @@ async def seen(pilot: Any, app: TracewatchApp, key: str, exports: Path) -> dict[
             switcher.value = trace_id
         await until(pilot, lambda trace=trace: pane.transcript._state is trace and pane.transcript._lines)
         lines[trace_id] = list(pane.transcript._lines)
-    exported = app.engine.export_episode(key, exports).read_bytes()
+    exported = app.session.export_episode(key, exports).read_bytes()
     return {"lines": lines, "export": exported, "held": held(rollout)}
 
 
@@ -163,7 +163,7 @@ async def test_a_damaged_recording_is_named_not_shown_wrong(tmp_path: Path) -> N
     await engine.shutdown()
 
 
-async def until_evicted(engine: Engine, keys: set[str]) -> None:
+async def until_evicted(engine: LiveSession, keys: set[str]) -> None:
     async def wait() -> None:
         while engine.eviction is None or engine.eviction.evicted != keys:
             await asyncio.sleep(0.02)
@@ -214,4 +214,4 @@ async def test_nothing_leaves_memory_when_recording_failed(tmp_path: Path, monke
 
 def test_an_unrecorded_session_keeps_every_rollout(tmp_path: Path) -> None:
     config = load_config(write_config(tmp_path, [demo_variant("baseline", ["normal"])]))
-    assert Engine(config, session_dir=tmp_path / "session").eviction is None
+    assert LiveSession(config, session_dir=tmp_path / "session").eviction is None

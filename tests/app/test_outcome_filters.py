@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from tests.support.filter_reference import reference_matches
 from tests.support.polling import until
 from tests.support.timed_runs import NOW, timed_engine
+from tracewatch.core.session.rollout_filter import Comparison, RowFilter, parse_number
 from tracewatch.tui.app import TracewatchApp
-from tracewatch.tui.table.rollout_filter import Comparison, RowFilter, parse_number
 
 STORE = timed_engine(count=30, slots=5).store
 for _number, _rollout in enumerate(STORE.rollouts.values()):

@@ -10,8 +10,8 @@ from textual.strip import Strip
 
 from tests.support.polling import until
 from tests.support.tui_standin import TableApp, feed, queued_and_running
+from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.core.session.store import RolloutStore
-from tracewatch.tui.table.rollout_filter import RowFilter
 from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 

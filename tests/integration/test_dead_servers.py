@@ -13,7 +13,7 @@ import pytest
 from tests.support.demo_sessions import WAIT, demo_variant, server_pids
 from tests.support.polling import alive, eventually
 from tests.support.scripted_server import ScriptedServer, attached, header
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session import variant as variant_module
 from tracewatch.core.session.store import Status
 from tracewatch.core.session.variant import VariantState
@@ -26,7 +26,7 @@ def quick_health(monkeypatch):
     monkeypatch.setattr(variant_module, "HEALTH_TIMEOUT", 0.5)
 
 
-def everything_failed(engine: Engine, name: str, words: str) -> bool:
+def everything_failed(engine: LiveSession, name: str, words: str) -> bool:
     rollouts = list(engine.store.variant_rollouts(name))
     return all(r.status is Status.FAILED and words in (r.reason or "") for r in rollouts)
 
@@ -34,7 +34,7 @@ def everything_failed(engine: Engine, name: str, words: str) -> bool:
 async def test_an_attached_server_that_stops_answering_fails_its_queued_rollouts(tmp_path, quick_health):
     scripts = {task: [("delta", {"trace": "t", "open": header("t")})] for task in ("a", "b", "c")}
     async with ScriptedServer(scripts) as server:
-        engine = Engine(attached(server.address, ["a", "b", "c"], tmp_path, max_concurrent=1), session_dir=tmp_path / "s")
+        engine = LiveSession(attached(server.address, ["a", "b", "c"], tmp_path, max_concurrent=1), session_dir=tmp_path / "s")
         await engine.start()
         await eventually(lambda: engine.store.rollouts["remote/0"].deltas == 1, timeout=WAIT, what="the first run to stream")
         server.healthy = False  # as good as dead: nothing answers

@@ -18,7 +18,7 @@ from tests.support.demo_sessions import WAIT, demo_variant, write_config
 from tests.support.polling import until
 from tests.support.repo import REPO
 from tracewatch.cli import where_things_went
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings.reader import read_recording
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import load_config
@@ -73,7 +73,7 @@ def test_headless_says_at_once_where_the_recording_stopped_and_exits_1(tmp_path,
 async def test_the_app_notifies_and_its_quit_output_says_where_recording_stopped(tmp_path, nearly_full_disk):
     recording = nearly_full_disk / "run.twrec"
     config = load_config(write_config(tmp_path, [demo_variant("full", tasks(12))]))
-    engine = Engine(config, recorder=Recorder(recording), session_dir=tmp_path / "session")
+    engine = LiveSession(config, recorder=Recorder(recording), session_dir=tmp_path / "session")
     app = TracewatchApp(engine)
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await until(pilot, lambda: any(n.title == "Recording stopped" for n in app._notifications), "the notice", timeout=WAIT)

@@ -20,7 +20,7 @@ from tests.support.demo_launch import launch, stop
 from tests.support.polling import eventually, until
 from tests.support.tap_checks import assert_read_in_order_or_counted
 from tests.support.tether import TetheredProcess, run_tethered
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.core.ports import free_address
@@ -49,10 +49,10 @@ def upstream():
 
 @pytest.fixture
 async def viewers(tmp_path):
-    engines: list[Engine] = []
+    engines: list[LiveSession] = []
 
-    async def view(address: str, name: str, recorder: Recorder | None = None) -> Engine:
-        engine = Engine(Config.for_relay(address, name), recorder=recorder, session_dir=tmp_path / name)
+    async def view(address: str, name: str, recorder: Recorder | None = None) -> LiveSession:
+        engine = LiveSession(Config.for_relay(address, name), recorder=recorder, session_dir=tmp_path / name)
         engines.append(engine)
         await engine.start()
         return engine
@@ -150,7 +150,7 @@ async def test_a_viewer_behind_a_backlog_of_large_deltas_quits_on_q_and_counts_w
             on_delta({"trace": "t", "set": {"i": i, "text": "x" * 200}})
         early = await viewers(relay.address, "early")
         await eventually(lambda: sum(r.deltas for r in early.store.rollouts.values()) == 1 + BACKLOG, WAIT, "the relay sent the whole run")
-        engine = Engine(Config.for_relay(relay.address, "late"), session_dir=tmp_path / "late")
+        engine = LiveSession(Config.for_relay(relay.address, "late"), session_dir=tmp_path / "late")
         viewer = engine.variants["late"]
         assert isinstance(viewer, RelayViewer)
         app = TracewatchApp(engine)

@@ -16,7 +16,7 @@ from tests.support.demo_sessions import WAIT, attached_variant, demo_variant, se
 from tests.support.polling import alive, eventually
 from tests.support.scripted_server import ScriptedServer, attached
 from tracewatch.core import ports
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session import variant as variant_module
 from tracewatch.core.session.contracts import VariantState
@@ -321,7 +321,7 @@ async def test_thousands_of_runs_start_a_chunk_per_turn_of_the_loop(tmp_path):
     count = 3 * START_CHUNK + 5
     tasks = [f"t{i}" for i in range(count)]
     async with ScriptedServer({}) as server:  # no script: every run waits
-        engine = Engine(attached(server.address, tasks, tmp_path, max_concurrent=count), session_dir=tmp_path / "s")
+        engine = LiveSession(attached(server.address, tasks, tmp_path, max_concurrent=count), session_dir=tmp_path / "s")
         store, loop = engine.store, asyncio.get_running_loop()
         running: list[int] = []
 

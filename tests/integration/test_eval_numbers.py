@@ -20,7 +20,7 @@ from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import until
 from tests.support.repo import INTEROP
 from tests.support.tether import run_tethered
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
 from tracewatch.core.session.compare import compare
 from tracewatch.core.session.config import Config, build_config
@@ -178,7 +178,7 @@ async def test_a_failed_evals_card_and_logs_say_why_in_the_evals_own_words(eval_
     """vf-eval refuses a run directory that already holds results; the card says so
     (its stderr's tail), not only its exit code, and the Logs tab shows what it wrote."""
     argv = [VF_EVAL, "tw_evalset", "-m", MODEL, "--no-rich", "--no-push", "-o", str(eval_run.run_dir.parent), "--run.name", eval_run.run_dir.name]
-    engine = Engine(Config.for_eval(argv, "again"), session_dir=tmp_path / "s")
+    engine = LiveSession(Config.for_eval(argv, "again"), session_dir=tmp_path / "s")
     app = TracewatchApp(engine)
     for name in ("PYTHONPATH", "HOME"):
         monkeypatch.setenv(name, eval_env(tmp_path)[name])
@@ -200,7 +200,7 @@ async def test_cancelling_an_eval_asks_in_vf_evals_terms_and_it_ends_as_asked(tm
     monkeypatch.setenv("TW_EVALSET_HANG", "1")
     with FakeModel() as model:
         config = build_config({"variants": [{"name": "ev", "eval": vf_eval(model, tmp_path / "out"), "grace_seconds": WAIT}]}, "test", tmp_path)
-        engine = Engine(config, session_dir=tmp_path / "s")
+        engine = LiveSession(config, session_dir=tmp_path / "s")
         app = TracewatchApp(engine)
         async with app.run_test(size=(160, 48)) as pilot:
             await until(pilot, lambda: model.hanging.is_set() and app.table.row_count, "a rollout hanging on the model", timeout=WAIT)
@@ -225,7 +225,7 @@ async def test_a_rollout_waiting_for_a_vf_eval_slot_is_queued_never_stalled(tmp_
     monkeypatch.setenv("TW_EVALSET_HANG", "1")
     with FakeModel() as model:
         config = build_config({"variants": [{"name": "ev", "eval": vf_eval(model, tmp_path / "out"), "stall_seconds": 1.0}]}, "test", tmp_path)
-        engine = Engine(config, session_dir=tmp_path / "s")
+        engine = LiveSession(config, session_dir=tmp_path / "s")
         store = engine.store
         app = TracewatchApp(engine)
         async with app.run_test(size=(160, 48)) as pilot:
@@ -265,7 +265,7 @@ async def test_a_card_drawn_while_the_eval_is_being_started_says_no_pid_and_does
 
     monkeypatch.setattr(SupervisedChild, "start", slow_start)
     config = build_config({"variants": [{"name": "ev", "eval": [sys.executable, "-c", "print('done')"]}]}, "test", tmp_path)
-    engine = Engine(config, session_dir=tmp_path / "s")
+    engine = LiveSession(config, session_dir=tmp_path / "s")
     app = TracewatchApp(engine)
     try:
         async with app.run_test(size=(160, 48)) as pilot:

@@ -18,7 +18,7 @@ from tests.support.polling import eventually, wait_until
 from tests.support.repo import INTEROP
 from tests.support.tap_checks import assert_read_in_order_or_counted
 from tests.support.tether import TetheredProcess, run_tethered
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
 from tracewatch.core.session.config import Config, build_config
 from tracewatch.core.session.contracts import VariantState
@@ -79,7 +79,7 @@ async def test_the_eval_streams_live_and_its_run_dir_shows_on_the_card(model, ev
     """One model call hangs until released, so a rollout is seen streaming while it
     runs on any machine (the others may be done by then)."""
     monkeypatch.setenv("TW_EVALSET_HANG", "1")
-    engine = Engine(Config.for_eval(vf_eval(model, eval_env / "out", rollouts=1), "ev"), session_dir=eval_env / "s")
+    engine = LiveSession(Config.for_eval(vf_eval(model, eval_env / "out", rollouts=1), "ev"), session_dir=eval_env / "s")
     await engine.start()
     variant = engine.variants["ev"]
     assert isinstance(variant, EvalVariant)
@@ -104,7 +104,7 @@ async def test_cancelling_the_eval_sigterms_it_and_it_ends_cancelled(model, eval
     # vf-eval's own teardown after SIGTERM took over the default 10 s grace on a loaded
     # box (then SIGKILL, exit 137); the grace is what is not under test here
     patient = {"name": "ev", "eval": vf_eval(model, eval_env / "out", rollouts=1), "grace_seconds": WAIT}
-    engine = Engine(build_config({"variants": [patient]}, "test", eval_env), session_dir=eval_env / "s")
+    engine = LiveSession(build_config({"variants": [patient]}, "test", eval_env), session_dir=eval_env / "s")
     await engine.start()
     variant = engine.variants["ev"]
     try:
@@ -223,8 +223,8 @@ sys.exit(130 if sys.argv[1:] else 0)
 """
 
 
-async def flooding_eval(tmp_path: Path, *args: str) -> tuple[Engine, EvalVariant]:
-    engine = Engine(Config.for_eval([sys.executable, "-c", FLOODING_EVAL, *args], "ev"), session_dir=tmp_path / "s")
+async def flooding_eval(tmp_path: Path, *args: str) -> tuple[LiveSession, EvalVariant]:
+    engine = LiveSession(Config.for_eval([sys.executable, "-c", FLOODING_EVAL, *args], "ev"), session_dir=tmp_path / "s")
     await engine.start()
     variant = engine.variants["ev"]
     assert isinstance(variant, EvalVariant)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.support.scripted_server import OK, ScriptedServer, attached, endings, header, replay
 from tracewatch.core.engine.headless import rollout_line, run_headless, summary_lines
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session import variant as variant_module
@@ -255,10 +255,10 @@ def test_generated_sessions_end_every_rollout_and_replay_the_same(tmp_path_facto
     monkeypatch.setattr(variant_module, "CANCEL_REPLY_WAIT", 0.2)
     tmp_path = tmp_path_factory.mktemp("fuzz")
 
-    async def live() -> Engine:
+    async def live() -> LiveSession:
         async with ScriptedServer(scripts) as server:
             config = attached(server.address, list(scripts), tmp_path, max_concurrent=8)
-            engine = Engine(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
+            engine = LiveSession(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
             out = io.StringIO()
             await asyncio.wait_for(run_headless(engine, out, cancel_stalled=0.3), 30)
             return engine

@@ -15,7 +15,7 @@ from tests.support.polling import MARGIN, alive, wait_until
 from tests.support.repo import REPO
 from tests.support.tether import TetheredProcess
 from tracewatch.core.engine import headless
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session.config import load_config
 from tracewatch.launch import main as launch
 
@@ -25,7 +25,7 @@ def test_a_variant_settles_after_its_rollouts_lines(tmp_path, monkeypatch):
     variant's "done" still comes after the lines of the rollouts that made it done."""
     monkeypatch.setattr(headless, "POLL_SECONDS", 120.0)
     config = load_config(write_config(tmp_path, [demo_variant("baseline", ["normal", "failing", "normal"])]))
-    engine = Engine(config, session_dir=tmp_path / "session")
+    engine = LiveSession(config, session_dir=tmp_path / "session")
     out = io.StringIO()
     code = asyncio.run(asyncio.wait_for(headless.run_headless(engine, out=out), 60))
     lines = out.getvalue().splitlines()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.repo import REPO
 from tracewatch.core.engine.headless import run_headless
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.paths import file_name
 from tracewatch.core.session.config import load_config
 from tracewatch.core.session.config_errors import ConfigError
@@ -109,7 +109,7 @@ def test_a_file_name_from_any_text_stays_in_its_folder(text):
 async def test_a_direction_character_in_headless_output_is_escaped(tmp_path):
     task = f'{{ id = "t", name = "invoice{DIRECTION}fdp.exe", prompt = "p", scenario = "normal", kind = "coding" }}'
     variant = demo_variant("names", ["normal"]).replace("tasks = [", f"tasks = [{task}, ", 1)
-    engine = Engine(load_config(write_config(tmp_path, [variant])), session_dir=tmp_path / "session")
+    engine = LiveSession(load_config(write_config(tmp_path, [variant])), session_dir=tmp_path / "session")
     out = io.StringIO()
     assert await run_headless(engine, out=out) == 0, out.getvalue()
     printed = out.getvalue()

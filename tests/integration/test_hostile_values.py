@@ -17,7 +17,7 @@ import pytest
 from tests.support.polling import until
 from tests.support.scripted_server import DEADLINE, ScriptedServer, attached, endings, good_run, header, replay
 from tracewatch.core.engine.headless import run_headless, summary_lines
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.core.recordings.export import export_recording
@@ -69,13 +69,13 @@ def scripts() -> dict[str, list]:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory) -> tuple[Path, Engine, int, str]:
+def live(tmp_path_factory) -> tuple[Path, LiveSession, int, str]:
     tmp_path = tmp_path_factory.mktemp("hostile")
 
-    async def run() -> tuple[Engine, int, str]:
+    async def run() -> tuple[LiveSession, int, str]:
         async with ScriptedServer(scripts()) as server:
             config = attached(server.address, list(scripts()), tmp_path, max_concurrent=16)
-            engine = Engine(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
+            engine = LiveSession(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
             out = io.StringIO()
             code = await asyncio.wait_for(run_headless(engine, out), DEADLINE)
             return engine, code, out.getvalue()
@@ -128,7 +128,7 @@ async def test_the_app_shows_every_run_of_the_recording(live):
     app = TracewatchApp(ReplaySession(tmp_path / "live.twrec", speed=0))
     async with app.run_test(size=(160, 50)) as pilot:
         table = app.query_one(RolloutsTable)
-        await until(pilot, lambda: table.row_count == len(engine.store.rollouts) and app.engine.finished)
+        await until(pilot, lambda: table.row_count == len(engine.store.rollouts) and app.session.finished)
         for key in engine.store.rollouts:
             table.select(key)
             await until(pilot, lambda key=key: app.selected == key)

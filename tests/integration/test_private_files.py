@@ -13,7 +13,7 @@ import pytest
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import until
 from tracewatch.core.engine.headless import run_headless
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.paths import default_recording_path
 from tracewatch.core.recordings.recorder import Recorder
@@ -47,7 +47,7 @@ async def test_every_file_and_folder_is_private_under_umask_000(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     config = load_config(write_config(tmp_path, [demo_variant("private", ["normal"])]))
     recording = default_recording_path()
-    engine = Engine(config, recorder=Recorder(recording))
+    engine = LiveSession(config, recorder=Recorder(recording))
     with open(os.devnull, "w") as quiet:
         assert await run_headless(engine, out=quiet) == 0
     assert {p.name for p in home.iterdir()} == {"sessions", "recordings"}

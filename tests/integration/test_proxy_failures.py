@@ -24,7 +24,7 @@ from verifiers.v1.types import SamplingConfig
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import alive, children, eventually, pid_gone, wait_until
 from tests.support.tether import TetheredProcess
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.ports import PORT_ATTEMPTS, free_address
 from tracewatch.core.session.config import Config
 from tracewatch.core.session.contracts import VariantState
@@ -81,9 +81,9 @@ async def test_a_killed_app_leaves_the_forwarder_forwarding_until_its_driver_dis
 
 @pytest.fixture
 async def proxy_engine(upstream, tmp_path):
-    engines: list[Engine] = []
+    engines: list[LiveSession] = []
     for _ in range(PORT_ATTEMPTS):  # another process may bind the free port before the proxy does
-        engine = Engine(Config.for_proxy(free_address(), upstream, "px"), session_dir=tmp_path / "s")
+        engine = LiveSession(Config.for_proxy(free_address(), upstream, "px"), session_dir=tmp_path / "s")
         engines.append(engine)
         await engine.start()
         variant = engine.variants["px"]

@@ -26,7 +26,7 @@ from verifiers.v1.types import SamplingConfig
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import alive, children, eventually, pid_gone, wait_until
 from tests.support.tether import TetheredProcess, run_tethered
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.ports import PORT_ATTEMPTS, free_address
 from tracewatch.core.session.config import Config
@@ -54,11 +54,11 @@ def upstream():
 
 @pytest.fixture
 async def proxy_engine(upstream, tmp_path):
-    engines: list[Engine] = []
+    engines: list[LiveSession] = []
 
-    async def make(recorder=None, upstream_address: str = upstream) -> tuple[Engine, ProxyVariant]:
+    async def make(recorder=None, upstream_address: str = upstream) -> tuple[LiveSession, ProxyVariant]:
         for _ in range(PORT_ATTEMPTS):  # another process may bind the free port before the proxy does
-            engine = Engine(Config.for_proxy(free_address(), upstream_address, "px"), recorder=recorder, session_dir=tmp_path / "s")
+            engine = LiveSession(Config.for_proxy(free_address(), upstream_address, "px"), recorder=recorder, session_dir=tmp_path / "s")
             engines.append(engine)
             await engine.start()
             variant = engine.variants["px"]
@@ -296,7 +296,7 @@ async def test_a_taken_listen_address_fails_the_variant_with_the_forwarders_own_
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        engine = Engine(Config.for_proxy(f"tcp://127.0.0.1:{taken.getsockname()[1]}", upstream, "px"), session_dir=tmp_path / "s")
+        engine = LiveSession(Config.for_proxy(f"tcp://127.0.0.1:{taken.getsockname()[1]}", upstream, "px"), session_dir=tmp_path / "s")
         await engine.start()
         variant = engine.variants["px"]
         await asyncio.wait_for(variant.wait(), WAIT)

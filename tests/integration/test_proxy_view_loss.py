@@ -29,7 +29,7 @@ from tests.support.polling import children, eventually, pid_gone, wait_until
 from tests.support.repo import FIXTURE
 from tests.support.tether import TetheredProcess
 from tracewatch.core.engine.headless import summary_lines
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.ports import free_address
 from tracewatch.core.recordings.recorder import Recorder
@@ -138,8 +138,8 @@ class Driven:
         return all(self.streamed[task_id] >= count for task_id, count in counts.items())
 
 
-async def proxy(server: HeldServer, tmp_path, recording) -> tuple[Engine, ProxyVariant]:
-    engine = Engine(Config.for_proxy(free_address(), server.address, "px"), recorder=Recorder(recording, meta={}), session_dir=tmp_path / "s")
+async def proxy(server: HeldServer, tmp_path, recording) -> tuple[LiveSession, ProxyVariant]:
+    engine = LiveSession(Config.for_proxy(free_address(), server.address, "px"), recorder=Recorder(recording, meta={}), session_dir=tmp_path / "s")
     await engine.start()
     variant = engine.variants["px"]
     assert isinstance(variant, ProxyVariant)

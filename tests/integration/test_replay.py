@@ -17,15 +17,15 @@ from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import eventually, wait_until
 from tests.support.tui_standin import fixture_episodes
 from tracewatch.core.engine.headless import run_headless
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.core.recordings.file_format import RecordingError
 from tracewatch.core.recordings.index import RecordingIndex
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import load_config
+from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.core.session.store import RolloutStore, Status
-from tracewatch.tui.table.rollout_filter import RowFilter
 
 
 def snapshot(store: RolloutStore) -> dict:
@@ -55,7 +55,7 @@ def recorded(tmp_path) -> tuple[Path, dict]:
         )
     )
     path = tmp_path / "session.twrec"
-    engine = Engine(config, recorder=Recorder(path, meta={"test": True}), session_dir=tmp_path / "session")
+    engine = LiveSession(config, recorder=Recorder(path, meta={"test": True}), session_dir=tmp_path / "session")
 
     async def live() -> None:
         await engine.start()
@@ -222,7 +222,7 @@ def test_a_cancelled_variant_replays_cancelled(tmp_path):
     """Rollouts a cancel ended, queued ones included, are in the recording as ended."""
     config = load_config(write_config(tmp_path, [demo_variant("stuck", ["stuck", "normal", "normal"], max_concurrent=1)]))
     path = tmp_path / "cancelled.twrec"
-    engine = Engine(config, recorder=Recorder(path), session_dir=tmp_path / "session")
+    engine = LiveSession(config, recorder=Recorder(path), session_dir=tmp_path / "session")
 
     async def live() -> None:
         await engine.start()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tests.support.polling import eventually
 from tests.support.scripted_server import ScriptedServer, attached, endings, good_run, header, replay, run_live
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings.reader import read_recording
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.store import Status
@@ -72,7 +72,7 @@ async def test_stopping_a_variant_asks_each_run_to_abort_once_and_ends_each_once
         server.cancel_reply = None
         server.abort_on_cancel = False
         config = attached(server.address, tasks, tmp_path, max_concurrent=len(tasks))
-        engine = Engine(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
+        engine = LiveSession(config, recorder=Recorder(tmp_path / "live.twrec"), session_dir=tmp_path / "session")
         store = engine.store
         await engine.start()
         await eventually(lambda: all(r.deltas for r in store.rollouts.values()), what="every run streaming")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.support.demo_sessions import demo_variant, write_config
 from tracewatch.cli import main
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.core.recordings.recorder import Recorder
@@ -41,7 +41,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RolloutStore, Pa
         )
     )
     recording = tmp_path / "session.twrec"
-    engine = Engine(config, recorder=Recorder(recording), session_dir=tmp_path / "session")
+    engine = LiveSession(config, recorder=Recorder(recording), session_dir=tmp_path / "session")
 
     async def live() -> None:
         await engine.start()

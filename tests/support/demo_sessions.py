@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 
 SPEED = 40
 WAIT = 30.0
@@ -43,7 +43,7 @@ def attached_variant(name: str, address: str, **extra: object) -> str:
     return "\n".join([*lines, *(f"{key} = {json.dumps(value)}" for key, value in extra.items())]) + "\n"
 
 
-def server_pids(engine: Engine, name: str) -> list[int]:
+def server_pids(engine: LiveSession, name: str) -> list[int]:
     """The supervisor and the server it started, from the supervisor's record."""
     record_path = engine.variants[name].child.record_path
     record = json.loads(record_path.read_text())

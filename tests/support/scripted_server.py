@@ -15,7 +15,7 @@ import zmq
 import zmq.asyncio
 
 from tracewatch.core.engine.headless import run_headless
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import Config, build_config
@@ -135,11 +135,11 @@ def good_run(trace: str = "t", turns: int = 2) -> list[Step]:
 
 async def run_live(
     tmp_path: Path, server: ScriptedServer, tasks: list[str], cancel_stalled: float | None = None, **settings: Any
-) -> tuple[Engine, int, str]:
+) -> tuple[LiveSession, int, str]:
     """A headless run of one variant attached to `server`, recorded to live.twrec:
     the engine, the exit code and what it printed."""
     recorder = Recorder(tmp_path / "live.twrec")
-    engine = Engine(attached(server.address, tasks, tmp_path, **settings), recorder=recorder, session_dir=tmp_path / "session")
+    engine = LiveSession(attached(server.address, tasks, tmp_path, **settings), recorder=recorder, session_dir=tmp_path / "session")
     out = io.StringIO()
     code = await asyncio.wait_for(run_headless(engine, out, cancel_stalled=cancel_stalled), DEADLINE)
     return engine, code, out.getvalue()

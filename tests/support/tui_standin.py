@@ -1,4 +1,4 @@
-"""A stand-in for `tracewatch.core.engine.live.Engine` over a real RolloutStore fed with the recorded
+"""A stand-in for `tracewatch.core.engine.live.LiveSession` over a real RolloutStore fed with the recorded
 verifiers 0.4.0 deltas, recording what the app asks of it (start, cancel, shutdown)."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Every rollouts-table column, once: the table's layout, its cells, sorting, which
-columns tick with the clock and the filter's fields are all read from `COLUMNS`, so a
-column is one record here, not a header in one place and a cell or a sort in another."""
+"""Every rollouts-table column, once: the table's layout, its cells, sorting and which
+columns tick with the clock are all read from `COLUMNS`, so a column is one record here,
+not a header in one place and a cell or a sort in another. The filter's fields and the
+numbers it compares are core's (`rollout_filter`), each named for the column showing it."""
 
 from __future__ import annotations
 
@@ -40,11 +41,6 @@ class Column:
     ticks: bool = False
     """Its cell moves with the clock while the rollout runs: a table sorted by it
     sorts again each second."""
-    filtered: bool = False
-    """The filter has a `key:VALUE` field for it."""
-    measure: Callable[[Rollout, float], float | None] | None = None
-    """The number the filter compares (`reward:<1`), given the rollout and `now`; None
-    where the rollout has none yet (no reward), which no comparison lets through."""
     stepped: bool = False
     """Shown only in a session where some rollout has a training step (a training
     run's files): elsewhere it would be an empty column."""
@@ -95,7 +91,6 @@ COLUMNS: tuple[Column, ...] = (
         "variant", "Variant", 10, 1,
         sort=lambda r, now: r.variant,
         cell=lambda r, now, palette, stall: (safe(r.variant), PLAIN),
-        filtered=True,
     ),
     Column(
         "task", "Task", 24, 2,
@@ -111,43 +106,37 @@ COLUMNS: tuple[Column, ...] = (
         "step", "Step", 5, 4,
         sort=lambda r, now: (r.step is not None, r.step or 0),
         cell=lambda r, now, palette, stall: ("" if r.step is None else str(r.step), PLAIN),
-        measure=lambda r, now: r.step,
         stepped=True,
     ),
     Column(
         "phase", "Phase", 10, 4,
         sort=lambda r, now: _PHASE_ORDER.get(r.phase, len(_PHASE_ORDER)),
         cell=lambda r, now, palette, stall: (r.phase, palette.phase(r.phase)),
-        filtered=True,
     ),
     Column("activity", "Activity", 16, 6, sort=lambda r, now: r.activity(now)[1], cell=_activity, ticks=True),
     Column(
         "turns", "Turns", 5, 10,
         sort=lambda r, now: r.turns,
         cell=lambda r, now, palette, stall: (str(r.turns), PLAIN),
-        measure=lambda r, now: r.turns,
     ),
     Column(
         "tokens", "Tokens", 7, 11,
         sort=lambda r, now: r.tokens,
         cell=lambda r, now, palette, stall: (f"{r.tokens:,}", PLAIN),
-        measure=lambda r, now: r.tokens,
     ),
     Column(
         "reward", "Reward", 6, 5,
         sort=lambda r, now: (r.reward is not None, r.reward or 0.0),
         cell=lambda r, now, palette, stall: (reward_text(r.reward), PLAIN),
-        measure=lambda r, now: r.reward,
     ),
     Column(
         "elapsed", "Elapsed", 7, 7,
         sort=lambda r, now: r.elapsed(now),
         cell=lambda r, now, palette, stall: (clock(r.elapsed(now)) if r.started_at and not r.waiting else "", PLAIN),
         ticks=True,
-        measure=lambda r, now: r.elapsed(now) if r.started_at else None,
     ),
-    Column("errors", "Errors", 6, 8, sort=lambda r, now: r.errors, cell=_errors, measure=lambda r, now: r.errors),
-    Column("flag", "Flags", 10, 9, sort=lambda r, now: len(r.flags), cell=_flags, filtered=True),
+    Column("errors", "Errors", 6, 8, sort=lambda r, now: r.errors, cell=_errors),
+    Column("flag", "Flags", 10, 9, sort=lambda r, now: len(r.flags), cell=_flags),
     Column("trace", "Trace", 9, 12, sort=lambda r, now: next(iter(r.trace_ids), ""), cell=_trace),
 )
 """Left to right: what a glance needs first (what runs, where it is, what it does now)

@@ -25,12 +25,12 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.core.session.store import Rollout, RolloutStore
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.palette import PALETTE_CLASSES, Palette
 from tracewatch.tui.drawing.virtual_size import set_virtual_size
 from tracewatch.tui.table.columns import BY_KEY, COLUMNS, Cell, Column
-from tracewatch.tui.table.rollout_filter import RowFilter
 
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 PADDING = 1

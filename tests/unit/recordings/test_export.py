@@ -18,7 +18,7 @@ from tests.support.fixture_recording import fixture_stream, record_fixture
 from tests.support.polling import eventually
 from tests.support.repo import FIXTURE
 from tracewatch.cli import main
-from tracewatch.core.engine.live import Engine
+from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRun
 from tracewatch.core.recordings.export import ORIGIN_KEY, export_recording, rebuild_episodes
 from tracewatch.core.recordings.reader import read_recording
@@ -200,7 +200,7 @@ def test_export_of_episodes_keeps_variants_and_cancelled_runs_and_says_what_it_s
         write_config(tmp_path, [demo_variant("stuck", ["stuck", "normal"], max_concurrent=1), demo_variant("other", ["normal"])])
     )
     recording = tmp_path / "session.twrec"
-    engine = Engine(config, recorder=Recorder(recording), session_dir=tmp_path / "session")
+    engine = LiveSession(config, recorder=Recorder(recording), session_dir=tmp_path / "session")
 
     async def live() -> None:
         await engine.start()

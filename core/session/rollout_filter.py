@@ -1,4 +1,5 @@
-"""The rollouts table's live filter: `variant:baseline status:running,failed phase:agent foo`.
+"""The rollouts filter: `variant:baseline status:running,failed phase:agent foo`. The
+table filters by it as the user types; it needs no screen, so any command can too.
 
 Field values match as substrings and a field's comma-separated values are alternatives;
 bare words must all appear in the variant, task, key or a trace id. `status:stalled`
@@ -20,13 +21,22 @@ from dataclasses import dataclass
 
 from tracewatch.core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
 from tracewatch.core.tokens.flags import FLAGS
-from tracewatch.tui.table.columns import COLUMNS
 
-FIELDS = (*(column.key for column in COLUMNS if column.filtered), "status")
-"""The `name:VALUE` fields: the columns marked `filtered`, and a rollout's status
-(which the Phase column shows only in part)."""
-MEASURES = {column.key: column.measure for column in COLUMNS if column.measure is not None}
-"""The `name:<NUMBER` fields: the columns with a number to compare."""
+FIELDS = ("variant", "phase", "flag", "status")
+"""The `name:VALUE` fields: the table's Variant, Phase and Flags columns, and a
+rollout's status (which the Phase column shows only in part)."""
+Measure = Callable[[Rollout, float], float | None]
+"""A rollout's number at `now`; None where it has none yet (no reward), which no
+comparison lets through."""
+MEASURES: dict[str, Measure] = {
+    "step": lambda r, now: r.step,
+    "turns": lambda r, now: r.turns,
+    "tokens": lambda r, now: r.tokens,
+    "reward": lambda r, now: r.reward,
+    "elapsed": lambda r, now: r.elapsed(now) if r.started_at else None,
+    "errors": lambda r, now: r.errors,
+}
+"""The `name:<NUMBER` fields, each named for the table's column that shows the number."""
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq, "=": operator.eq, "": operator.eq}
 _COMPARISON = re.compile(r"(<=|>=|==|<|>|=)?(.*)")
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")

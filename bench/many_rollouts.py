@@ -1,6 +1,7 @@
-"""5,000 rollouts end to end: the real app, headless under `run_test`, attached to a
-local source streaming the demo's `scale` rollouts at socket speed, against the same
-app with 256 rollouts in the same run (the aims are in docs/performance.md).
+"""Many rollouts end to end (5,000 by default, `--rollouts N`): the real app, headless
+under `run_test`, attached to a local source streaming the demo's `scale` rollouts at
+socket speed, against the same app with 256 rollouts in the same run (the aims are in
+docs/performance.md).
 
 The demo server plays a few rollouts once; `bench/live.py`'s source replays them,
 round-robin, for every run the app starts (all of them at once: `max_concurrent` is
@@ -24,7 +25,7 @@ the bytecode is compiled first, as an installed package has it. Each reports:
 - the RSS once every row is on screen and once the keys are done, per rollout and per
   delta landed, so a growth that is not linear in rollouts shows between the sizes.
 
-    python -m bench.scale5k [--rollouts 5000 --baseline 256 --load-seconds 15]
+    python -m bench.many_rollouts [--rollouts 5000 --baseline 256 --load-seconds 15]
 """
 
 from __future__ import annotations
@@ -60,11 +61,11 @@ KEY_NAMES = {":": "colon", " ": "space", "/": "slash"}
 async def measure_app(app: Any, steps: dict[str, float], rollouts: int, load_seconds: float, launched: float) -> dict:
     from textual import events
 
-    from tracewatch.tui.table.rollout_filter import RowFilter
+    from tracewatch.core.session.rollout_filter import RowFilter
 
     steps["config, engine, app"] = time.time() - launched
     pauses = GcPauses()
-    engine = app.engine
+    engine = app.session
     store = engine.store
     pending: list[tuple[float, Callable[[], bool], list[float]]] = []  # at most one
 
@@ -184,7 +185,7 @@ def run_size(frames: Path, rollouts: int, turns: int, args: argparse.Namespace) 
         with tempfile.TemporaryDirectory() as scratch:
             config = write_config(source.address, rollouts, turns, args.tokens, Path(scratch))
             env = {**os.environ, "TRACEWATCH_HOME": str(Path(scratch) / "home")}
-            argv = [sys.executable, "-m", "bench.scale5k", "--measure", str(config), "--rollouts", str(rollouts)]
+            argv = [sys.executable, "-m", "bench.many_rollouts", "--measure", str(config), "--rollouts", str(rollouts)]
             argv += ["--load-seconds", str(args.load_seconds), "--launched", repr(time.time())]
             output = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     finally:
