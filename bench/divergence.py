@@ -21,7 +21,8 @@ import time
 from typing import Any
 
 from tracewatch.core.session.divergence import TurnPairs
-from tracewatch.core.session.store import RolloutStore, TraceState
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.trace_state import TraceState
 
 OUTPUT = "".join(f"line {n}: some output of the tool, as a test run or a file prints it\n" for n in range(60))
 IDLE_LOOKS = 3

@@ -47,7 +47,7 @@ import msgpack
 import zmq
 
 from tracewatch.core.ports import free_address
-from tracewatch.core.session.store import percentile
+from tracewatch.core.session.phases import percentile
 from tracewatch.core.wire.protocol import (
     ClientConfig,
     HealthRequest,

@@ -28,7 +28,8 @@ from textual.widgets import Static
 
 from tracewatch.core.demo import TOKENIZER
 from tracewatch.core.demo.content import PROBLEMS
-from tracewatch.core.session.store import RolloutStore, TraceState
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.trace_state import TraceState
 from tracewatch.core.tokens.streams import read_message
 from tracewatch.core.tokens.tokenizer import TokenText
 from tracewatch.tui.tokens.token_layout import lay_out

@@ -58,7 +58,8 @@ from tracewatch.core.demo.builtin_config import demo_config  # noqa: E402
 from tracewatch.core.engine.live import LiveSession  # noqa: E402
 from tracewatch.core.session.compare import compare_store  # noqa: E402
 from tracewatch.core.session.contracts import VariantState  # noqa: E402
-from tracewatch.core.session.store import Rollout, Status  # noqa: E402
+from tracewatch.core.session.rollout import Rollout  # noqa: E402
+from tracewatch.core.session.status import Status  # noqa: E402
 from tracewatch.core.supervision.supervisor import process_alive  # noqa: E402
 
 SIZE = (200, 60)

@@ -20,8 +20,8 @@ from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import Config, load_config
 from tracewatch.core.session.config_errors import ConfigError, Problem
 from tracewatch.core.session.retention import FreezeAfterSlowCollections, resume_collection
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.session import Session
-from tracewatch.core.session.store import Rollout
 from tracewatch.core.taps.forwarder import check_proxy_addresses
 from tracewatch.core.taps.proxy_variant import ProxyVariant
 from tracewatch.core.taps.relay_viewer import check_relay_address

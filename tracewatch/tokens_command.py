@@ -22,7 +22,7 @@ from tracewatch.core.demo import TOKENIZERS as DEMO_TOKENIZERS
 from tracewatch.core.errors import TracewatchError
 from tracewatch.core.paths import RECORDING_SUFFIX
 from tracewatch.core.session.session import Session
-from tracewatch.core.session.store import TraceState
+from tracewatch.core.session.trace_state import TraceState
 from tracewatch.core.tokens.streams import MessageTokens, read_message, token_values
 from tracewatch.core.tokens.summary import summarize
 from tracewatch.core.tokens.tokenizer import Piece, Tokenizers

@@ -29,8 +29,9 @@ from tracewatch.core.demo import TOKENIZERS as DEMO_TOKENIZERS
 from tracewatch.core.session.alerts import Alert, AlertSettings, AlertWatch, terminal_notification
 from tracewatch.core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from tracewatch.core.session.retention import freeze_startup
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
-from tracewatch.core.session.store import Rollout, Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.tokens.tokenizer import Tokenizers
 from tracewatch.tui.chrome.footer import SteadyFooter
 from tracewatch.tui.chrome.keys import KEYS, bindings, hide_writes

@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from typing import TextIO
 
 from tracewatch.core.session.contracts import SessionView, VariantState, VariantView
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.stall_cancels import StallCancels
-from tracewatch.core.session.store import Rollout, Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.text import visible
 
 POLL_SECONDS = 0.2

@@ -18,8 +18,9 @@ from tracewatch.core.paths import new_session_dir, prune_sessions, sessions_root
 from tracewatch.core.recordings.eviction import GIVE_BACK_AFTER, Eviction, give_back_freed_memory
 from tracewatch.core.session.config import Config
 from tracewatch.core.session.contracts import LiveVariant, VariantState
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.session import Session
-from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.session.store import RolloutStore
 
 EVICT_EVERY = 0.5
 """Seconds between looks for finished rollouts whose traces may leave memory."""

@@ -9,7 +9,8 @@ from typing import Any
 
 from tracewatch.core.recordings.ending import VIEW_INCOMPLETE, recorded_ending
 from tracewatch.core.session.contracts import Escalation, VariantState
-from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.assembly import AssemblyError
 from tracewatch.core.wire.protocol import delta_failure
 

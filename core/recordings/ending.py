@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tracewatch.core.session.store import Ending, Status, episode_ending
+from tracewatch.core.session.status import Ending, Status, episode_ending
 from tracewatch.core.wire.protocol import is_aborted
 
 LEGACY_CANCELLED = ("cancelled before it started", "cancelled with the variant")

@@ -24,7 +24,8 @@ from tracewatch.core.recordings.apply_records import RecordedVariant, apply_reco
 from tracewatch.core.recordings.file_format import Damage
 from tracewatch.core.recordings.index import read_records
 from tracewatch.core.recordings.recorder import Recorder
-from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.packed_list import PackedList
 
 HELD_BYTES = 32 << 20

@@ -13,7 +13,7 @@ from tracewatch.core.paths import private_output
 from tracewatch.core.recordings.ending import end_field, recorded_ending
 from tracewatch.core.recordings.index import RecordingIndex
 from tracewatch.core.recordings.reader import read_recording
-from tracewatch.core.session.store import Ending, Status
+from tracewatch.core.session.status import Ending, Status
 from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
 from tracewatch.core.wire.episode_json import json_line, partial_episode
 

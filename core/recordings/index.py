@@ -15,14 +15,8 @@ import msgpack
 from tracewatch.core.recordings.ending import recorded_ending
 from tracewatch.core.recordings.file_format import Damage
 from tracewatch.core.recordings.reader import Scan, read_header
-from tracewatch.core.session.store import (
-    ERROR_WORDS_LIMIT,
-    Ending,
-    RolloutFacts,
-    Status,
-    add_error_words,
-    rollout_facts,
-)
+from tracewatch.core.session.status import Ending, Status
+from tracewatch.core.session.trace_state import ERROR_WORDS_LIMIT, RolloutFacts, add_error_words, rollout_facts
 from tracewatch.core.tokens.flags import COMPACT_STREAMS, NO_FLAGS, node_flags
 from tracewatch.core.wire.delta_checks import DeltaValueError, check_scalars
 from tracewatch.core.wire.protocol import unpack_record

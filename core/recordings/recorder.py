@@ -17,7 +17,7 @@ import msgpack
 from tracewatch.core.paths import make_private_dirs
 from tracewatch.core.recordings.ending import end_field
 from tracewatch.core.recordings.file_format import FORMAT, ROLLOUT_KINDS, VERSION
-from tracewatch.core.session.store import Ending
+from tracewatch.core.session.status import Ending
 from tracewatch.core.wire.protocol import packable
 
 _DELTA_HEAD = msgpack.Packer().pack_map_header(4) + b"".join(map(msgpack.packb, ("k", "delta", "t")))

@@ -21,7 +21,8 @@ from typing import Any, TextIO
 from tracewatch.core.paths import private_output
 from tracewatch.core.recordings.apply_records import RecordedVariant, apply_record
 from tracewatch.core.recordings.index import RecordingIndex
-from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.episode_json import json_line
 
 MICROSECONDS = 1e6

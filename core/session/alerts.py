@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tracewatch.core.session.contracts import SessionView, VariantState
 from tracewatch.core.session.stall_cancels import StallCancels
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 
 
 @dataclass(frozen=True)

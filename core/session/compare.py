@@ -16,7 +16,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tracewatch.core.session.store import Rollout, RolloutStore, Status
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 
 PASS = 1.0
 """A rollout passes when its reward reaches this (verifiers' binary rewards)."""

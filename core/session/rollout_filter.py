@@ -19,7 +19,10 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tracewatch.core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
+from tracewatch.core.session.phases import ROLLOUT_PHASES
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import StallTest
 from tracewatch.core.tokens.flags import FLAGS
 
 FIELDS = ("variant", "phase", "flag", "status")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from tracewatch.core.paths import claim_session, file_name, private_dir, write_private
 from tracewatch.core.session.contracts import ReplayControls, VariantView
-from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.episode_json import episode_json, partial_episode
 
 

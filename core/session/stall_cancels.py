@@ -6,7 +6,8 @@ cancel once. Each caller words what happened its own way."""
 from __future__ import annotations
 
 from tracewatch.core.session.contracts import SessionView
-from tracewatch.core.session.store import Rollout, Status
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.status import Status
 
 
 class StallCancels:

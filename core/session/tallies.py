@@ -17,10 +17,8 @@ import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 
 Counted = tuple["Status", frozenset[str], float | None]
 """A rollout as a card counts it: status as shown, flags, reward if it is scored."""

@@ -25,7 +25,8 @@ from tracewatch.core.paths import file_name, private_dir
 from tracewatch.core.ports import LOOPBACK, PORT_ATTEMPTS, PortsTaken, free_port, port_taken
 from tracewatch.core.session.config import VariantConfig
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.session.variant_life import CapturedChild
 from tracewatch.core.supervision.capture import tail_lines
 from tracewatch.core.supervision.child import ChildError, ChildOutcome, SupervisedChild

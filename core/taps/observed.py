@@ -18,7 +18,8 @@ from collections.abc import Hashable
 from typing import Any
 
 from tracewatch.core.recordings.ending import VIEW_INCOMPLETE
-from tracewatch.core.session.store import Ending, RolloutStore, Status, episode_ending
+from tracewatch.core.session.status import Ending, Status, episode_ending
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.session.task_identity import task_identity
 from tracewatch.core.text import short_repr
 from tracewatch.core.wire.assembly import AssemblyError, streamed_counts

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread, read_for, read_until
 from tracewatch.core.taps.forward_process import COPY_BYTES, ForwardingProcess
 from tracewatch.core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line

@@ -16,8 +16,9 @@ from textual.widgets import Button, Input, Static, TabbedContent
 from tests.support.app_screen import notices, screen_text, select, svg_text, table
 from tests.support.polling import until
 from tests.support.tui_standin import StandInEngine, StandInVariant, load_fixture, make_engine
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
-from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.episode_json import episode_json
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.chrome.keys import KEYS

@@ -12,7 +12,8 @@ from tests.support.tui_standin import StandInEngine, StandInVariant
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session.alerts import AlertSettings
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Ending, RolloutStore, Status
+from tracewatch.core.session.status import Ending, Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.app import TracewatchApp
 
 

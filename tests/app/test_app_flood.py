@@ -17,7 +17,8 @@ from tests.support.polling import eventually, until
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session import variant
 from tracewatch.core.session.config import load_config
-from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.app import TracewatchApp
 
 

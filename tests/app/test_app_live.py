@@ -25,7 +25,8 @@ from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session import variant as variant_module
 from tracewatch.core.session.config import load_config
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Rollout, Status
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.status import Status
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.chrome.screens import ConfirmScreen, QuitScreen
 from tracewatch.tui.drawing.numbers import reward_text

@@ -21,7 +21,7 @@ from tracewatch.core.recordings.eviction import TracesUnavailable
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.compare import compare_store
 from tracewatch.core.session.config import load_config
-from tracewatch.core.session.store import Rollout
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.table.rollouts_table import COLUMN_KEYS
 

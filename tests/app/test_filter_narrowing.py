@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from tests.support.filter_reference import reference_matches
 from tests.support.tui_standin import TableApp, queued_and_running
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
-from tracewatch.core.session.store import Rollout, RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 STALL_SECONDS = 10.0

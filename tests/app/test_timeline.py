@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.support.polling import until
 from tests.support.timed_runs import NOW, timed_engine
 from tracewatch.core.run.times import RolloutTimes, Span, bar_segments
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.run_views.timeline_view import ENDS, TimelineView
 

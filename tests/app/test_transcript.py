@@ -13,7 +13,8 @@ from textual.pilot import Pilot
 
 from tests.support.polling import until
 from tests.support.repo import FIXTURE as RECORDED
-from tracewatch.core.session.store import RolloutStore, TraceState
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.trace_state import TraceState
 from tracewatch.tui.trace.transcript import Transcript
 
 FIXTURE = RECORDED / "deltas.jsonl"

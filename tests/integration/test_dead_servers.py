@@ -15,7 +15,7 @@ from tests.support.polling import alive, eventually
 from tests.support.scripted_server import ScriptedServer, attached, header
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session import variant as variant_module
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.session.variant import VariantState
 
 

@@ -22,7 +22,7 @@ from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings.reader import read_recording
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import load_config
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.tui.app import TracewatchApp
 
 FREE = 24 << 10

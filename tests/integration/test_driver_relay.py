@@ -27,7 +27,7 @@ from tracewatch.core.ports import free_address
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import Config
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.taps.relay_viewer import RelayViewer
 from tracewatch.tui.app import TracewatchApp
 from tracewatch_relay import Relay, RelayedClient

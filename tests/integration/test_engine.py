@@ -20,7 +20,7 @@ from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session import variant as variant_module
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.session.variant import QUEUE_CHUNK, START_CHUNK
 from tracewatch.core.supervision import capture
 

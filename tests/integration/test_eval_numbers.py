@@ -25,7 +25,8 @@ from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
 from tracewatch.core.session.compare import compare
 from tracewatch.core.session.config import Config, build_config
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Status, percentile
+from tracewatch.core.session.phases import percentile
+from tracewatch.core.session.status import Status
 from tracewatch.core.supervision.child import SupervisedChild
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.chrome.screens import ConfirmScreen

@@ -22,7 +22,7 @@ from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
 from tracewatch.core.session.config import Config, build_config
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.supervision.supervisor import group_alive
 from tracewatch.core.taps.eval_variant import INJECT_DIR, EvalVariant
 

@@ -23,7 +23,8 @@ from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session import variant as variant_module
-from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.assembly import AssemblyError
 from tracewatch.core.wire.episode_json import json_safe
 from tracewatch.core.wire.protocol import unpack_delta

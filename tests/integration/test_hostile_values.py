@@ -22,7 +22,7 @@ from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.core.recordings.export import export_recording
 from tracewatch.core.recordings.recorder import Recorder
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
 from tracewatch.core.wire.delta_checks import MAX_DEPTH
 from tracewatch.tui.app import TracewatchApp

@@ -28,7 +28,7 @@ from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.ports import PORT_ATTEMPTS, free_address
 from tracewatch.core.session.config import Config
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.taps.proxy_variant import ProxyVariant
 
 WAIT = 60.0

@@ -31,7 +31,7 @@ from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.ports import PORT_ATTEMPTS, free_address
 from tracewatch.core.session.config import Config
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.taps.forwarder import TO_DRIVER, TO_SERVER, Forwarder
 from tracewatch.core.taps.proxy_variant import ProxyVariant
 from tracewatch.core.wire.client import EnvClient

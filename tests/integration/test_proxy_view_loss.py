@@ -35,7 +35,7 @@ from tracewatch.core.ports import free_address
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import Config
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 from tracewatch.core.taps.proxy_variant import ProxyVariant
 from tracewatch.core.wire.protocol import pack, unpack
 

@@ -25,7 +25,8 @@ from tracewatch.core.recordings.index import RecordingIndex
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import load_config
 from tracewatch.core.session.rollout_filter import RowFilter
-from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 
 
 def snapshot(store: RolloutStore) -> dict:

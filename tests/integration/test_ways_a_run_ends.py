@@ -10,7 +10,7 @@ from tests.support.scripted_server import ScriptedServer, attached, endings, goo
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings.reader import read_recording
 from tracewatch.core.recordings.recorder import Recorder
-from tracewatch.core.session.store import Status
+from tracewatch.core.session.status import Status
 
 
 async def test_a_failure_reply_with_a_non_text_error_fails_its_rollout(tmp_path):

@@ -3,8 +3,9 @@ the compiled filter (`RowFilter.matcher`) must agree with."""
 
 from __future__ import annotations
 
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
-from tracewatch.core.session.store import Rollout, StallTest
+from tracewatch.core.session.store import StallTest
 
 
 def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, is_stalled: StallTest) -> bool:

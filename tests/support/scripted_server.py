@@ -19,7 +19,8 @@ from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.config import Config, build_config
-from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.protocol import ABORTED_ERROR
 
 DEADLINE = 30.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tracewatch.core.session.store import Rollout
+from tracewatch.core.session.rollout import Rollout
 
 
 def assert_read_in_order_or_counted(rollout: Rollout, sent: int, unread: int, reason: str | None, left: Callable[[int], str]) -> None:

@@ -10,7 +10,8 @@ import heapq
 import random
 
 from tests.support.tui_standin import StandInEngine, StandInVariant
-from tracewatch.core.session.store import Ending, RolloutStore, Status
+from tracewatch.core.session.status import Ending, Status
+from tracewatch.core.session.store import RolloutStore
 
 NOW = 1_764_500_000.0
 """The frozen clock of `timed_engine`."""

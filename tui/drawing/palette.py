@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.style import Style
 from textual.widget import Widget
 
-from tracewatch.core.session.store import ROLLOUT_PHASES
+from tracewatch.core.session.phases import ROLLOUT_PHASES
 from tracewatch.core.wire.protocol import AGENT_PARTS
 
 PHASE_NAMES = (*ROLLOUT_PHASES, *AGENT_PARTS, "stalled")

@@ -20,7 +20,8 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from tracewatch.core.session.divergence import TurnPairs
-from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.numbers import rollout_reward_text

@@ -20,7 +20,9 @@ from textual.strip import Strip
 
 from tracewatch.core.run.series import Column
 from tracewatch.core.run.times import SEGMENTS, bar_segments
-from tracewatch.core.session.store import Rollout, RolloutStore, Status
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.numbers import clock

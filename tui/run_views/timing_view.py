@@ -10,7 +10,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from tracewatch.core.session.store import DURATION_KEYS, Rollout, RolloutStore
+from tracewatch.core.session.phases import DURATION_KEYS
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES, WireTiming
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.palette import Palette

@@ -12,7 +12,8 @@ from textual.message import Message
 from textual.widgets import Button, Static
 
 from tracewatch.core.session.contracts import VariantState, VariantView
-from tracewatch.core.session.store import RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.tokens.flags import FLAGS
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.numbers import clock

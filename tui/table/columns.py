@@ -11,7 +11,10 @@ from typing import Any
 
 from rich.style import Style
 
-from tracewatch.core.session.store import ROLLOUT_PHASES, Rollout, StallTest, Status
+from tracewatch.core.session.phases import ROLLOUT_PHASES
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import StallTest
 from tracewatch.core.tokens.flags import FLAGS
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.numbers import clock, reward_text

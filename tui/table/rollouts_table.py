@@ -25,8 +25,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
-from tracewatch.core.session.store import Rollout, RolloutStore
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.palette import PALETTE_CLASSES, Palette
 from tracewatch.tui.drawing.virtual_size import set_virtual_size

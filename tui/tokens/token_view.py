@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tracewatch.core.session.store import TraceState
+from tracewatch.core.session.trace_state import TraceState
 from tracewatch.core.tokens.streams import MessageTokens, Stream, read_message, streams_of, token_values
 from tracewatch.core.tokens.summary import Summary, summarize
 from tracewatch.core.tokens.tokenizer import Piece, TokenText

@@ -14,7 +14,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Select, Static
 
-from tracewatch.core.session.store import Rollout, TraceState
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.trace_state import TraceState
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.trace.transcript import Transcript
 

@@ -34,7 +34,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tracewatch.core.session.divergence import turn_starts
-from tracewatch.core.session.store import TraceState
+from tracewatch.core.session.trace_state import TraceState
 from tracewatch.core.wire.protocol import WireMessage, WireModelCall, WireNode
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.literal import wrap

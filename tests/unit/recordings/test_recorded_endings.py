@@ -16,7 +16,7 @@ from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.core.recordings.export import export_recording
 from tracewatch.core.recordings.recorder import Recorder
-from tracewatch.core.session.store import Ending, Status
+from tracewatch.core.session.status import Ending, Status
 from tracewatch.core.wire.protocol import ABORTED_ERROR
 
 KEY = "v/0"

@@ -23,7 +23,9 @@ from tracewatch.core.recordings.file_format import RecordingError
 from tracewatch.core.recordings.index import RecordingIndex
 from tracewatch.core.recordings.reader import read_recording
 from tracewatch.core.recordings.recorder import Recorder
-from tracewatch.core.session.store import ERROR_WORDS_LIMIT, RolloutStore, Status
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.trace_state import ERROR_WORDS_LIMIT
 
 ND = {"__nd__": True, "dtype": "uint8", "shape": [2, 2], "data": bytes([0, 1, 255, 7])}
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tracewatch.core.run.series import Occupancy, Outcome, RunSeries, agent_bin, bin_seconds
 from tracewatch.core.run.times import times_of
-from tracewatch.core.session.store import Ending, RolloutStore, Status
+from tracewatch.core.session.status import Ending, Status
+from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.taps.observed import ObservedRuns
 
 T0 = 1_700_000_000.0

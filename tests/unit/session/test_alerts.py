@@ -11,7 +11,8 @@ from tests.support.tui_standin import StandInEngine, StandInVariant
 from tracewatch.core.engine import headless
 from tracewatch.core.session.alerts import Alert, AlertWatch, terminal_notification
 from tracewatch.core.session.contracts import VariantState
-from tracewatch.core.session.store import Ending, RolloutStore, Status
+from tracewatch.core.session.status import Ending, Status
+from tracewatch.core.session.store import RolloutStore
 
 T0 = 1_700_000_000.0
 

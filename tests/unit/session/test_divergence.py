@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from tests.support.divergence_reference import reference_kinds
 from tracewatch.core.session.divergence import Difference, TurnPairs, turn_starts
-from tracewatch.core.session.store import RolloutStore, TraceState
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.trace_state import TraceState
 
 ARGUMENTS = ('{"k": 1}', '{"k":1}', '{"k": 2}', '{"j": 1, "k": 1}', '{"k": 1, "j": 1}', "not json", "")
 

@@ -9,16 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracewatch.core.session.store import (
-    DURATION_KEYS,
-    Ending,
-    RolloutStore,
-    Status,
-    episode_ending,
-    percentile,
-    phase_durations,
-    trace_phase,
-)
+from tracewatch.core.session.phases import DURATION_KEYS, percentile, phase_durations, trace_phase
+from tracewatch.core.session.status import Ending, Status, episode_ending
+from tracewatch.core.session.store import RolloutStore
 
 
 class Clock:

@@ -10,15 +10,10 @@ from fractions import Fraction
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tracewatch.core.session.store import (
-    DURATION_KEYS,
-    Rollout,
-    RolloutStore,
-    Status,
-    VariantStats,
-    percentile,
-    phase_durations,
-)
+from tracewatch.core.session.phases import DURATION_KEYS, percentile, phase_durations
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.store import RolloutStore, VariantStats
 
 VARIANTS = ("alpha", "beta")
 TRAINED_TOOL = {"message": {"role": "tool", "content": "x"}, "token_ids": [1], "mask": [True], "semantic_parents": []}
