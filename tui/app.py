@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -19,6 +18,7 @@ from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Vertical, VerticalScroll
 from textual.dom import DOMNode
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.timer import Timer
@@ -688,9 +688,17 @@ class TracewatchApp(App[None]):
         self._quitting = True
         self.push_screen(QuitScreen(self.session.shutdown))
 
-    def notify(self, message: str, *, markup: bool = False, **kwargs: Any) -> None:
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
         """Notices here carry names, keys and paths from data: never read as markup."""
-        super().notify(message, markup=markup, **kwargs)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     # -- replays -------------------------------------------------------------------
 
@@ -727,7 +735,7 @@ class TracewatchApp(App[None]):
         replay.seek(self.selected)
         self.notify(f"Playing fast until {self.selected} ends.")
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """Every key's action, then Textual's own commands less those we already list
         (its Quit would skip stopping the servers)."""
         ours = [key for key in KEYS if key.palette and self.check_action(key.action.partition("(")[0], ())]

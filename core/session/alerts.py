@@ -7,10 +7,14 @@ With a cancel threshold, a rollout silent that long is also cancelled, as headle
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tracewatch.core.session.contracts import SessionView, VariantState
 from tracewatch.core.session.stall_cancels import StallCancels
 from tracewatch.core.session.status import Status
+
+Severity = Literal["information", "warning", "error"]
+"""How loud an alert is: a notification's levels, as the app shows them."""
 
 
 @dataclass(frozen=True)
@@ -27,8 +31,7 @@ class AlertSettings:
 class Alert:
     title: str
     message: str
-    severity: str
-    """information, warning or error, as a notification's."""
+    severity: Severity
 
 
 class AlertWatch:
@@ -83,7 +86,7 @@ class AlertWatch:
             for rollout in self.session.store.rollouts.values():
                 counts[rollout.status] += 1
             told = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
-            severity = "error" if counts[Status.FAILED] else "information"
+            severity: Severity = "error" if counts[Status.FAILED] else "information"
             alerts.append(Alert("Run ended", told, severity))
         self._ended = ended
         return alerts

@@ -14,8 +14,6 @@ shows every one.
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual import events
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -31,7 +29,7 @@ class SteadyFooter(Footer):
     def on_resize(self, event: events.Resize) -> None:
         self.compact = event.size.width < COMPACT_BELOW  # each key restyles in place
 
-    def bindings_changed(self, screen: Screen) -> None:
+    def bindings_changed(self, screen: Screen[object]) -> None:
         live = bool(screen.app.app_focus and self.is_attached and screen is self.screen)
         if self._bindings_ready and live:
             drawn = {(key.key, key.action, key.description): key for key in self.query_children(FooterKey)}
@@ -53,10 +51,10 @@ class SteadyFooter(Footer):
         self._rebuild_queued = False
         await super().recompose()
 
-    def _keys_shown(self, screen: Screen) -> dict[tuple[str, str, str], bool]:
+    def _keys_shown(self, screen: Screen[object]) -> dict[tuple[str, str, str], bool]:
         """The keys `compose` would draw now, each with whether it is enabled."""
         palette = self.app.COMMAND_PALETTE_BINDING if self.show_command_palette else None
-        shown: dict[tuple[str, str, str], Any] = {}
+        shown: dict[tuple[str, str, str], bool] = {}
         for key, (_node, binding, enabled, _tooltip) in screen.active_bindings.items():
             if binding.show or key == palette:
                 shown.setdefault((binding.key, binding.action, binding.description), enabled)

@@ -104,8 +104,8 @@ class CompareView(Widget, can_focus=True):
             super().__init__()
             self.chosen = task
 
-    def __init__(self, store: RolloutStore, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, store: RolloutStore, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.store = store
         self.palette: Palette
         """The app's (`TracewatchApp._set_palette`), set before the first render."""

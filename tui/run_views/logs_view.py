@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
 
 from rich.segment import Segment
 from textual import events, on, work
@@ -33,8 +32,8 @@ class LogLines(ScrollView, can_focus=True):
 
     DEFAULT_CSS = "LogLines { overflow-x: hidden; scrollbar-gutter: stable; }"
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.lines: list[str] = []
         """The lines shown, already safe to draw."""
         self._rows: list[tuple[int, int, int]] = []
@@ -75,8 +74,8 @@ class LogsView(Vertical):
     class Unread(Message):
         """The unread count changed: the app relabels the tab."""
 
-    def __init__(self, variants: Mapping[str, VariantView], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, variants: Mapping[str, VariantView], *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.variants = variants
         self.unread = 0
         """Bytes written to every capture since the tab was last visible."""

@@ -55,8 +55,8 @@ def first_sides(ran: Sequence[str], prefer: Sequence[str]) -> list[str]:
 class Side(Vertical):
     """One variant's rollouts of the task, one shown at a time."""
 
-    def __init__(self, store: RolloutStore, task: Task, ran: list[str], variant: str, moved: Callable[[], None], **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, store: RolloutStore, task: Task, ran: list[str], variant: str, moved: Callable[[], None]) -> None:
+        super().__init__()
         self.store = store
         self.shown_task = task
         self.ran = ran

@@ -74,8 +74,8 @@ class TimelineView(ScrollView, can_focus=True):
             super().__init__()
             self.key = key
 
-    def __init__(self, store: RolloutStore, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, store: RolloutStore, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.store = store
         self.palette: Palette | None = None
         self.window: tuple[float, float] | None = None

@@ -122,8 +122,8 @@ class TimingView(Widget):
 
     DEFAULT_CSS = "TimingView { height: auto; }"
 
-    def __init__(self, store: RolloutStore, **kwargs) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, store: RolloutStore, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.store = store
         self.palette: Palette
         """The app's (`TracewatchApp._set_palette`), set before the first render."""

@@ -102,8 +102,8 @@ class TrendsView(Widget):
 
     DEFAULT_CSS = "TrendsView { height: auto; }"
 
-    def __init__(self, store: RolloutStore, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, store: RolloutStore, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.store = store
         self.palette: Palette | None = None
         self._version = -1

@@ -3,8 +3,6 @@ reward, Start/Cancel, and a cancel's escalation and outcome as they happen."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, HorizontalScroll, Vertical
@@ -196,9 +194,9 @@ first (a 60-column terminal shows two), and only then does the strip scroll."""
 class VariantsPanel(HorizontalScroll):
     """The strip of cards; cards are keyed by variant name."""
 
-    def __init__(self, *cards: VariantCard, **kwargs: Any) -> None:
+    def __init__(self, *cards: VariantCard, id: str | None = None) -> None:
         """`cards` are composed with the strip, so they are on the first frame."""
-        super().__init__(*cards, **kwargs)
+        super().__init__(*cards, id=id)
         self.cards: dict[str, VariantCard] = {card.variant_name: card for card in cards}
         self.compare()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.style import Style
 
@@ -19,6 +19,9 @@ from tracewatch.core.tokens.flags import FLAGS
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.numbers import clock, reward_text
 from tracewatch.tui.drawing.palette import Palette
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 Cell = tuple[str, Style]
 """A cell's text (before it is fitted to the column) and its style."""
@@ -38,7 +41,7 @@ class Column:
     """Its rank when a narrow table cannot show every column: 1 is kept first. The
     columns that tell one row from another (variant, task, #) come first: rows that
     read alike cannot be told apart whatever else they show."""
-    sort: Callable[[Rollout, float], Any]
+    sort: Callable[[Rollout, float], SupportsRichComparison]
     """What `o` and a header click sort rows by, given the rollout and `now`."""
     cell: CellOf
     ticks: bool = False

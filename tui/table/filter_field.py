@@ -14,16 +14,25 @@ and the tick), so it reaches the app late while rollouts stream.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypedDict, Unpack
 
 from textual.geometry import Size
 from textual.widget import Widget
 from textual.widgets import Input
 
 
+class InputOptions(TypedDict, total=False):
+    """What the app passes on to Textual's `Input`."""
+
+    placeholder: str
+    compact: bool
+    select_on_focus: bool
+    id: str
+
+
 class FilterField(Input):
-    def __init__(self, changed: Callable[[str], None], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, changed: Callable[[str], None], **options: Unpack[InputOptions]) -> None:
+        super().__init__(**options)
         self._changed = changed
 
     def _watch_value(self, value: str) -> None:

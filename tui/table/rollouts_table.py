@@ -14,7 +14,6 @@ rollout selected.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -106,8 +105,8 @@ class RolloutsTable(ScrollView, can_focus=True):
 
         key: str
 
-    def __init__(self, store: RolloutStore, clock_fn: Callable[[], float], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, store: RolloutStore, clock_fn: Callable[[], float], *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.store = store
         self.now = clock_fn
         self.row_filter = RowFilter()

@@ -7,9 +7,8 @@ fragments, so a 32k-token message opens and scrolls like a short one."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+import numpy.typing as npt
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
@@ -20,7 +19,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tracewatch.core.tokens.streams import MessageTokens, Stream
+from tracewatch.core.tokens.streams import Floats, MessageTokens, Stream
 from tracewatch.core.tokens.tokenizer import Piece
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.virtual_size import set_virtual_size
@@ -44,13 +43,14 @@ DIVERGING_FLOOR = {"advantage": 0.05, "mismatch": 0.5, "kl": 0.5}
 trainer and sampler should not look like a mismatch."""
 
 
-def levels(stream: Stream, values: np.ndarray | None, count: int) -> np.ndarray:
+def levels(stream: Stream, values: Floats | None, count: int) -> npt.NDArray[np.int16]:
     """Each token's colour step: 0 none, 1..STEPS towards the scale's colour, negative
     towards the diverging scale's other colour, NO_VALUE for no value."""
     if values is None:
         return np.zeros(count, np.int16)
     with np.errstate(all="ignore"):
         missing = np.isnan(values)
+        share: Floats
         if stream.scale == "flags":
             share = (values == 1).astype(np.float64)
         elif stream.key in ("logprob", "probability"):
@@ -88,8 +88,8 @@ class TokenLines(ScrollView, can_focus=True):
     class CursorMoved(Message):
         pass
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.tokens: MessageTokens | None = None
         self.pieces: list[Piece] = []
         self.placed: Layout | None = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -30,8 +29,8 @@ class TracePane(Vertical):
     class TraceChanged(Message):
         """The user picked another trace: the timing view follows it."""
 
-    def __init__(self, clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, clock: Callable[[], float] = time.time, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.clock = clock
         self.rollout: Rollout | None = None
         self.trace_id: str | None = None

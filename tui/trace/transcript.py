@@ -137,8 +137,8 @@ class Transcript(ScrollView, can_focus=True):
     new_since_left: var[int] = var(0)
     """Messages appended since the view stopped following (the badge's count)."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, clock: Callable[[], float] = time.time, id: str | None = None) -> None:
+        super().__init__(id=id)
         self.clock = clock
         """The store's clock, for the pending block's elapsed time."""
         self.blocks_rendered = 0
@@ -406,7 +406,7 @@ class Transcript(ScrollView, can_focus=True):
             self._show_pending(pending or [], state.pending_since)
         return added
 
-    def _show_outcome(self, outcome: dict | None) -> None:
+    def _show_outcome(self, outcome: dict[str, Any] | None) -> None:
         """The verdict block after the turns and errors (before any pending preview),
         drawn again only when what it shows changed."""
         shown = self._outcome.source if self._outcome is not None else None
@@ -703,7 +703,6 @@ class Transcript(ScrollView, can_focus=True):
     # -- events and keys -------------------------------------------------------------
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.set_interval(1.0, self._tick_pending)
 
     def on_resize(self) -> None:
