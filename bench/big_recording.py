@@ -21,8 +21,8 @@ with its announcement, request and reply. Then, each in this process:
 
 Each round runs every measure once, printing the load beside it; the medians of the
 ratios to each round's own bare unpack close the output (robust to a loaded box).
-`--size-mb` smaller than 1,000 for a quick look: a 1 GB round takes about a minute
-of CPU.
+`--size-mb` smaller than 1,000 for a quick look (how long a 1 GB round takes:
+docs/performance.md).
 
 The file goes in a temporary folder under /tmp and is deleted at the end.
 """

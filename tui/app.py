@@ -191,9 +191,9 @@ class TracewatchApp(App[None]):
     def _set_palette(self) -> None:
         """One palette for every view that draws with one, read from the table's
         component classes (app.tcss decides the colours). Each class a widget declares
-        is styled again at each restyle of it (20 classes, three restyles before the
-        first screen): declared on the timing and compare views too, they would delay
-        the first row (docs/performance.md)."""
+        is styled again at each restyle of it, several before the first screen:
+        declared on the timing and compare views too, they would delay the first row
+        (docs/performance.md)."""
         self.palette = Palette(self.table)
         self.table.set_palette(self.palette)
         self.timing.palette = self.compare.palette = self.timeline.palette = self.trends.palette = self.palette

@@ -55,7 +55,8 @@ INCOMPLETE_KEPT = 65536
 ACK_EVERY = 0.1
 """How often, at most, the app says how many bytes of copies it took. Each word wakes
 the process's main thread, whose turn at the GIL the forwarding thread then waits
-for: said every 5 ms, it tripled the p99 a driver's frame took through the proxy."""
+for: said much more often, it multiplied the p99 a driver's frame took through the
+proxy (docs/performance.md)."""
 ACK_CAUGHT_UP = 0.02
 """How soon the app says so once it has taken every copy queued."""
 CLOSE_LINGER_MS = 200
@@ -65,9 +66,10 @@ app reads what is already queued for half a second at most anyway."""
 FLUSH_SECONDS = 0.05
 """How long copies gather before they go to the app, one message per leg. Pushed as
 they came, a server streaming at its own pace (a delta per read) woke pyzmq's I/O
-thread and the app for every delta; pushed every 10 ms, the pushes were still much
-of the forwarding thread's busy time. The bytes themselves are never held,
-and the view, a screen redrawn at 30 Hz or headless lines, does not miss 50 ms."""
+thread and the app for every delta; pushed more often, the pushes were still much
+of the forwarding thread's busy time (docs/performance.md). The bytes themselves are
+never held, and the view, a screen redrawn at 30 Hz or headless lines, does not miss
+the wait."""
 FLUSH_BYTES = 65536
 """A leg's copies go at once when this many have gathered."""
 STATUS_EVERY = 0.25

@@ -224,8 +224,8 @@ class EnvClient:
 
     def cancel_soon(self, request_ids: Iterable[str]) -> None:
         """Ask the server to abort these runs without awaiting its answers: a stop of
-        thousands of runs waits on their aborted replies instead (awaiting 5,000 cancel
-        answers, queued behind the runs' own deltas, took seconds)."""
+        thousands of runs waits on their aborted replies instead (each cancel's answer
+        queues behind the runs' own deltas: docs/performance.md, `bench/quit.py`)."""
         for request_id in request_ids:
             self._cancel_in_background(request_id)
 

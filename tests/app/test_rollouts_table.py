@@ -234,8 +234,9 @@ async def test_rows_follow_the_theme(store: RolloutStore) -> None:
 
 async def test_a_filter_changes_the_row_count_without_laying_the_screen_out() -> None:
     """The table's content height follows its rows through the scrollbar alone (a
-    layout of the screen at every keystroke cost 10-40 ms at 5,000 rollouts); the
-    screen is laid out only when the scrollbar appears or goes."""
+    layout of the screen at every keystroke costs more the more rollouts there are:
+    docs/performance.md); the screen is laid out only when the scrollbar appears or
+    goes."""
     store = queued_and_running(100, running_every=4)
     app = TableApp(store)
     async with app.run_test(size=(140, 30)) as pilot:

@@ -132,7 +132,7 @@ def _span(span: Any, *where: Any) -> None:
 
 
 def _mapping(value: Any, *where: Any) -> None:
-    if type(value) is not dict:  # decoded frames hold dicts; an ABC check costs 10x
+    if type(value) is not dict:  # decoded frames hold dicts; an ABC check costs more
         raise DeltaValueError(f"{_path(*where)} must be a map, got {_shown(value)}")
 
 

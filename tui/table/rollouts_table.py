@@ -470,7 +470,7 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     def _base(self) -> Style:
         """The widget's own style, as `rich_style` gives it: that walks every ancestor's
-        styles, and 50 lines a tick asked for it each (a tenth of the table's drawing)."""
+        styles, and every line drawn asked for it (docs/performance.md)."""
         if self._base_style is None:
             self._base_style = self.rich_style
         return self._base_style
