@@ -1,0 +1,276 @@
+"""Columns of numbers and strings that grow by blocks, for a million rows in little memory.
+
+A row is a position in every column of a table. Numbers are numpy arrays (floats NaN
+where a value is absent or not a number, integers `MISSING`); a text value that repeats
+(an env, a group, a stop condition) is a code into its column's labels (`Interned`); a
+verifiers id (32 lowercase hex digits) is kept as its 16 bytes (`Ids`), anything else
+as the text itself. Values come from files anyone could have written: each block is
+converted in one numpy call when every value has the expected type, and value by
+value otherwise, so a wrong type costs a slow block, never a wrong number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+MISSING = -1
+"""An integer column's value when the row had none, or one that was not an integer."""
+
+_GROWTH = 1.5
+_FIRST = 1024
+
+
+class Growable:
+    """One numpy column with room to grow; `values` is the filled part (a view)."""
+
+    __slots__ = ("_data", "size")
+
+    def __init__(self, dtype: npt.DTypeLike) -> None:
+        self._data: np.ndarray[Any, Any] = np.empty(0, dtype=dtype)
+        self.size = 0
+
+    @property
+    def values(self) -> np.ndarray[Any, Any]:
+        return self._data[: self.size]
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._data.itemsize
+
+    def extend(self, block: np.ndarray[Any, Any]) -> None:
+        end = self.size + len(block)
+        if end > len(self._data):
+            grown = np.empty(max(end, _FIRST, int(len(self._data) * _GROWTH)), dtype=self._data.dtype)
+            grown[: self.size] = self._data[: self.size]
+            self._data = grown
+        self._data[self.size : end] = block
+        self.size = end
+
+
+def floats(values: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Numbers as float64, NaN for anything absent or not a number (a bool is not one)."""
+    kinds = set(map(type, values))
+    if kinds <= {float, int, type(None)}:
+        try:
+            return np.array(values, dtype=np.float64)
+        except OverflowError:
+            pass
+    return np.array([_float(value) for value in values], dtype=np.float64)
+
+
+def _float(value: Any) -> float:
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return math.copysign(math.inf, value)
+    return math.nan
+
+
+def integers(values: list[Any], dtype: npt.DTypeLike = np.int64) -> np.ndarray[Any, Any]:
+    """Integers, `MISSING` for anything absent, not an integer, or out of the dtype's range."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.array(values, dtype=dtype)
+        except OverflowError:
+            pass
+    info = np.iinfo(dtype)
+    return np.array(
+        [value if type(value) is int and info.min <= value <= info.max else MISSING for value in values], dtype=dtype
+    )
+
+
+def flags(values: list[Any]) -> np.ndarray[Any, np.dtype[np.int8]]:
+    """Booleans as 1 and 0, `MISSING` for anything else."""
+    return np.array([1 if value is True else 0 if value is False else MISSING for value in values], dtype=np.int8)
+
+
+class Interned:
+    """A text column of few distinct values: a code per row into `labels`."""
+
+    __slots__ = ("codes", "labels", "_code")
+
+    def __init__(self, dtype: npt.DTypeLike = np.int32) -> None:
+        self.codes = Growable(dtype)
+        self.labels: list[str] = []
+        self._code: dict[str, int] = {}
+
+    def code(self, label: str) -> int:
+        """`label`'s code, added if new."""
+        code = self._code.get(label)
+        if code is None:
+            code = self._code[label] = len(self.labels)
+            self.labels.append(label)
+        return code
+
+    def find(self, label: str) -> int:
+        """`label`'s code, `MISSING` if no row has it."""
+        return self._code.get(label, MISSING)
+
+    def encode(self, values: Iterable[Any]) -> list[int]:
+        code = self.code
+        return [code(value) if type(value) is str else MISSING for value in values]
+
+    def extend(self, values: Iterable[Any]) -> None:
+        self.codes.extend(np.array(self.encode(values), dtype=self.codes.values.dtype))
+
+    def label(self, row: int) -> str | None:
+        code = int(self.codes.values[row])
+        return None if code < 0 else self.labels[code]
+
+    def set(self, row: int, label: str) -> None:
+        self.codes.values[row] = self.code(label)
+
+
+_NIBBLE = np.full(256, 255, dtype=np.uint8)
+_NIBBLE[np.frombuffer(b"0123456789", dtype=np.uint8)] = np.arange(10, dtype=np.uint8)
+_NIBBLE[np.frombuffer(b"abcdef", dtype=np.uint8)] = np.arange(10, 16, dtype=np.uint8)
+HEX_ID = 32
+_MASK = (1 << 64) - 1
+
+
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+def id_key(text: str) -> tuple[int, int, bool]:
+    """(key, low word, whether packed) of one id: a 32-hex id's two 64-bit halves, any
+    other text's hash as its key (verified against the text on every match)."""
+    if len(text) == HEX_ID and _HEX_DIGITS.issuperset(text):
+        number = int(text, 16)
+        return number >> 64, number & _MASK, True
+    return hash(text) & _MASK, 0, False
+
+
+def _packed(texts: Sequence[str]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(high words, low words, which are hex ids) of texts of 32 ASCII characters."""
+    raw = np.frombuffer("".join(texts).encode("ascii"), dtype=np.uint8).reshape(len(texts), HEX_ID)
+    nibbles = _NIBBLE[raw]
+    ok = nibbles.max(axis=1) <= 15
+    pairs = (nibbles[:, 0::2] << 4 | nibbles[:, 1::2]).astype(np.uint8)
+    words = np.ascontiguousarray(pairs).view(">u8").astype(np.uint64)
+    return words[:, 0], words[:, 1], ok
+
+
+class Ids:
+    """Ids, 16 bytes each when they are verifiers' hex ids, with a sorted key index for
+    lookups (`find`). A position whose id was not hex text is in `texts` (None: no id)."""
+
+    __slots__ = ("high", "low", "texts", "_sorted_keys", "_sorted_positions", "_indexed")
+
+    def __init__(self) -> None:
+        self.high = Growable(np.uint64)
+        self.low = Growable(np.uint64)
+        self.texts: dict[int, str | None] = {}
+        self._sorted_keys = np.empty(0, dtype=np.uint64)
+        self._sorted_positions = np.empty(0, dtype=np.int64)
+        self._indexed = 0
+        """Positions before this are in the sorted index; the rest are scanned."""
+
+    def __len__(self) -> int:
+        return self.high.size
+
+    def extend(self, values: Sequence[Any]) -> None:
+        start, count = self.high.size, len(values)
+        eligible = [type(value) is str and len(value) == HEX_ID and value.isascii() for value in values]
+        if all(eligible):
+            high, low, ok = _packed(values) if count else (np.zeros(0, np.uint64),) * 2 + (np.zeros(0, bool),)
+        else:
+            high, low, ok = np.zeros(count, np.uint64), np.zeros(count, np.uint64), np.zeros(count, bool)
+            chosen = [index for index, good in enumerate(eligible) if good]
+            if chosen:
+                high[chosen], low[chosen], ok[chosen] = _packed([values[index] for index in chosen])
+        for index in np.flatnonzero(~ok).tolist():
+            value = values[index]
+            text = value if type(value) is str else None
+            key, word, packed = id_key(text) if text is not None else (0, 0, False)
+            high[index], low[index] = key, word
+            if not packed:
+                self.texts[start + index] = text
+        self.high.extend(high)
+        self.low.extend(low)
+
+    def get(self, position: int) -> str | None:
+        if position in self.texts:
+            return self.texts[position]
+        return f"{int(self.high.values[position]):016x}{int(self.low.values[position]):016x}"
+
+    def many(self, start: int, stop: int) -> list[str | None]:
+        return [self.get(position) for position in range(start, stop)]
+
+    def find(self, text: str) -> int:
+        """The first position holding `text`, `MISSING` if none."""
+        return self.find_many([text])[0]
+
+    def find_many(self, texts: Sequence[str]) -> list[int]:
+        """The first position holding each of `texts` (`MISSING` if none), in one pass."""
+        if not texts:
+            return []
+        self._index()
+        keyed = [id_key(text) for text in texts]
+        query = np.array([key for key, _, _ in keyed], dtype=np.uint64)
+        left = np.searchsorted(self._sorted_keys, query, "left").tolist()
+        right = np.searchsorted(self._sorted_keys, query, "right").tolist()
+        tail = self.high.values[self._indexed :]
+        in_tail: dict[int, list[int]] = {}
+        for position in (np.flatnonzero(np.isin(tail, query)) + self._indexed).tolist():
+            in_tail.setdefault(int(self.high.values[position]), []).append(position)
+        found = []
+        for index, (text, (key, word, packed)) in enumerate(zip(texts, keyed)):
+            candidates = sorted(self._sorted_positions[left[index] : right[index]].tolist()) + in_tail.get(key, [])
+            found.append(next((p for p in candidates if self._matches(p, text, word, packed)), MISSING))
+        return found
+
+    def locate(self, other: Ids, positions: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Where each of `other`'s ids at `positions` is here (`MISSING`: nowhere), for
+        many at once. A 32-hex id whose high half two ids share (a 1 in 10^8 chance in a
+        million) finds only the first of them."""
+        self._index()
+        high, low = other.high.values[positions], other.low.values[positions]
+        found = np.full(len(positions), MISSING, dtype=np.int64)
+        for keys, order in ((self._sorted_keys, self._sorted_positions), self._tail_order()):
+            if len(keys) == 0:
+                continue
+            at = np.minimum(np.searchsorted(keys, high, "left"), len(keys) - 1)
+            candidate = order[at]
+            hit = (keys[at] == high) & (self.low.values[candidate] == low) & (found < 0)
+            found[hit] = candidate[hit]
+        if other.texts or self.texts:
+            for index, position in enumerate(positions.tolist()):
+                if position in other.texts or int(found[index]) in self.texts:
+                    text = other.get(position)
+                    found[index] = MISSING if text is None else self.find(text)
+        return found
+
+    def _tail_order(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        tail = self.high.values[self._indexed :]
+        order = np.argsort(tail, kind="stable")
+        return tail[order], order.astype(np.int64) + self._indexed
+
+    def _matches(self, position: int, text: str, word: int, packed: bool) -> bool:
+        if packed:
+            return position not in self.texts and int(self.low.values[position]) == word
+        return self.texts.get(position, "") == text
+
+    def _index(self) -> None:
+        """Fold the unindexed tail into the sorted index once it is a sizeable share."""
+        tail = self.high.size - self._indexed
+        if tail < max(1 << 14, len(self._sorted_keys) // 16):
+            return
+        keys = self.high.values[self._indexed :]
+        order = np.argsort(keys, kind="stable")
+        new_keys, new_positions = keys[order], order.astype(np.int64) + self._indexed
+        at = np.searchsorted(self._sorted_keys, new_keys, "right")
+        self._sorted_keys = np.insert(self._sorted_keys, at, new_keys)
+        self._sorted_positions = np.insert(self._sorted_positions, at, new_positions)
+        self._indexed = self.high.size
+
+    @property
+    def nbytes(self) -> int:
+        return self.high.nbytes + self.low.nbytes + self._sorted_keys.nbytes + self._sorted_positions.nbytes
