@@ -33,7 +33,8 @@ from tracewatch.core.text import short_repr
 
 INDEX_SUFFIX = ".index.jsonl"
 MAX_ROW = 1 << 20
-READ_BYTES = 4 << 20
+READ_BYTES = 256 << 10
+"""As `episodes.READ_BYTES`."""
 STREAM_FIELDS = ("advantages", "trainer_logprobs", "entropies", "is_masked", "mismatch_kl")
 PARTIAL_STREAM_FIELDS = frozenset({"is_masked", "mismatch_kl"})
 """Streams a node takes with nulls among its values (one known value is enough)."""

@@ -12,6 +12,7 @@ value otherwise, so a wrong type costs a slow block, never a wrong number.
 from __future__ import annotations
 
 import math
+import mmap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,6 +24,8 @@ MISSING = -1
 
 _GROWTH = 1.5
 _FIRST = 1024
+_MAPPED = 1 << 20
+"""Columns of this many bytes or more are mapped, not taken from the heap (`_empty`)."""
 
 
 class Growable:
@@ -45,11 +48,21 @@ class Growable:
     def extend(self, block: np.ndarray[Any, Any]) -> None:
         end = self.size + len(block)
         if end > len(self._data):
-            grown = np.empty(max(end, _FIRST, int(len(self._data) * _GROWTH)), dtype=self._data.dtype)
+            grown = _empty(max(end, _FIRST, int(len(self._data) * _GROWTH)), self._data.dtype)
             grown[: self.size] = self._data[: self.size]
             self._data = grown
         self._data[self.size : end] = block
         self.size = end
+
+
+def _empty(count: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """Room for `count` values. A large column lives in its own anonymous mapping: its
+    pages are resident only once written, and the mapping goes back to the system
+    whole when the column outgrows it (the heap would keep the old copy's pages)."""
+    size = count * dtype.itemsize
+    if size < _MAPPED:
+        return np.empty(count, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, size), dtype=dtype)
 
 
 def floats(values: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:

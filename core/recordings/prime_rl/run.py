@@ -39,8 +39,8 @@ LANDING_SECONDS = 15.0
 """How long a vanished live trace waits for its record (prime-rl's dashboard: 15 s)."""
 SLICE_SECONDS = 0.02
 """A poll's default time: what the app's loop is held at most, about."""
-PIECE = 1 << 20
-"""Bytes a reader parses between looks at the clock."""
+PIECE = 256 << 10
+"""Bytes a reader parses between looks at the clock (`episodes.READ_BYTES`)."""
 
 
 @dataclass
