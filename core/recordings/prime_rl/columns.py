@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import mmap
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -127,11 +127,19 @@ class Interned:
         """`label`'s code, `MISSING` if no row has it."""
         return self._code.get(label, MISSING)
 
-    def encode(self, values: Iterable[Any]) -> list[int]:
-        code = self.code
-        return [code(value) if type(value) is str else MISSING for value in values]
+    def encode(self, values: list[Any]) -> list[int]:
+        try:
+            distinct = set(values)
+        except TypeError:  # an unhashable value (a list, a map): not a label
+            code = self.code
+            return [code(value) if type(value) is str else MISSING for value in values]
+        for value in distinct:
+            if type(value) is str and value not in self._code:
+                self.code(value)
+        known = self._code
+        return [known.get(value, MISSING) for value in values]  # only texts are keys
 
-    def extend(self, values: Iterable[Any]) -> None:
+    def extend(self, values: list[Any]) -> None:
         self.codes.extend(np.array(self.encode(values), dtype=self.codes.values.dtype))
 
     def label(self, row: int) -> str | None:

@@ -17,6 +17,7 @@ for the episodes a training step or an eval epoch shipped). `steps()` combines t
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -159,24 +160,24 @@ class EpisodeTable:
         """Rows as parsed from the index (maps; anything else was dropped before)."""
         if not rows:
             return
+        values = _by_field(rows)
         for name in FLOAT_FIELDS:
-            self._numbers[name].extend(floats([row.get(name) for row in rows]))
+            self._numbers[name].extend(floats(values[name]))
         for name in WIDE_FIELDS:
-            self._numbers[name].extend(integers([row.get(name) for row in rows]))
+            self._numbers[name].extend(integers(values[name]))
         for name in NARROW_FIELDS:
-            default = 0 if name == "chunk" else None
-            self._numbers[name].extend(integers([row.get(name, default) for row in rows], np.int32))
+            self._numbers[name].extend(integers(values[name], np.int32))
         for name in FLAG_FIELDS:
-            self._numbers[name].extend(flags([row.get(name) for row in rows]))
+            self._numbers[name].extend(flags(values[name]))
         unknown = np.full(len(rows), MISSING)
         for name in FILLED_STEP_FIELDS:
             self._numbers[name].extend(unknown.astype(np.int32))
         self._numbers["effective"].extend(unknown.astype(np.int8))
         for name in TEXT_FIELDS:
-            self._texts[name].extend([row.get(name) for row in rows])
+            self._texts[name].extend(values[name])
         self._texts["task"].codes.extend(unknown.astype(np.int32))
-        self.ids.extend([row.get("id") for row in rows])
-        per_row: list[list[Any]] = [ids if type(ids := row.get("trace_ids")) is list else [] for row in rows]
+        self.ids.extend(values["id"])
+        per_row: list[list[Any]] = [ids if type(ids) is list else [] for ids in values["trace_ids"]]
         counts = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
         self._trace_start.extend(len(self.trace_ids) + np.cumsum(counts) - counts)
         self.trace_ids.extend([trace_id for ids in per_row for trace_id in ids])
@@ -192,6 +193,20 @@ class EpisodeTable:
             + self.trace_ids.nbytes
             + self._trace_start.nbytes
         )
+
+
+_FIELDS = (*FLOAT_FIELDS, *WIDE_FIELDS, *NARROW_FIELDS, *FLAG_FIELDS, *TEXT_FIELDS, "id", "trace_ids")
+_ALL_FIELDS = operator.itemgetter(*_FIELDS)
+
+
+def _by_field(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Each field's values over `rows`: one C call per row when every row has every
+    field (prime-rl writes them all), a lookup per field and row otherwise (a missing
+    `chunk` is chunk 0: a single-file stream)."""
+    try:
+        return dict(zip(_FIELDS, map(list, zip(*map(_ALL_FIELDS, rows)))))
+    except KeyError:
+        return {name: [row.get(name, 0 if name == "chunk" else None) for row in rows] for name in _FIELDS}
 
 
 class EpisodeIndex:
@@ -223,17 +238,26 @@ class EpisodeIndex:
         start = len(self.table)
         if got.problem:
             self.skipped.add(got.problem)
-        rows = []
-        first = self._tail.lines_read - len(got.lines)
-        for number, line in enumerate(got.lines, first + 1):
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as error:
-                self.skipped.add(f"{self.path.name}, a line near line {number}: not JSON ({error})")
-                continue
-            if type(row) is dict:
-                rows.append(row)
-            else:
-                self.skipped.add(f"{self.path.name}, a line near line {number}: not an index row: {short_repr(row)}")
+        try:
+            rows = list(map(orjson.loads, got.lines))
+        except orjson.JSONDecodeError:
+            rows = self._parse_each(got.lines)
+        if not all(type(row) is dict for row in rows):
+            for row in rows:
+                if type(row) is not dict:
+                    self.skipped.add(f"{self.path.name}: a line is not an index row: {short_repr(row)}")
+            rows = [row for row in rows if type(row) is dict]
         self.table.append(rows)
         return range(start, len(self.table))
+
+    def _parse_each(self, lines: list[bytes]) -> list[Any]:
+        """The lines that parse; each that does not is counted (its text may be a row
+        torn by a crash and glued to the next: the rows after it are read)."""
+        parsed = []
+        first = self._tail.lines_read - len(lines)
+        for number, line in enumerate(lines, first + 1):
+            try:
+                parsed.append(orjson.loads(line))
+            except orjson.JSONDecodeError as error:
+                self.skipped.add(f"{self.path.name}, a line near line {number}: not JSON ({error})")
+        return parsed

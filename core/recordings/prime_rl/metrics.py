@@ -152,8 +152,16 @@ class MetricsReader:
                 column = self._columns[key] = _Column()
             column.step.append(step_value)
             column.time.append(time_value)
-            column.value.append(float(value) if abs(value) < 1e308 else math.inf if value > 0 else -math.inf)
+            column.value.append(value if type(value) is float else _int_value(value))
             column.producer.append(code)
+
+
+def _int_value(value: int) -> float:
+    """An integer as a float, an enormous one as an infinity."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _json_with_constants(line: bytes) -> Any:
