@@ -13,8 +13,9 @@ and an orchestrator and a trainer annotation for every train trace. Then:
 - time to the first rows: a new reader's first `read_on` (what the first screen waits);
 - an episode read from a sealed chunk (`PrimeRlRun.open_episode`: seek, one frame,
   its annotations folded), against decompressing the whole chunk;
-- a keystroke's numpy work over the million rows: a filter (kind, env, reward) and a
-  sort of what it keeps, p50/p95 of `--repeats`;
+- a keystroke's numpy work over the million rows: a filter (kind, env, reward) and the
+  first screen of what it keeps in reward order (a partition, then a sort of the
+  screen), p50/p95 of `--repeats`; and every row sorted by a column, for reference;
 - the live follower with `--traces` files in flight: CPU per poll with nothing
   changing (as a share of one core at a poll every 0.5 s and every 0.1 s), and per
   poll while 10% of the files grow by a delta each.
@@ -53,6 +54,8 @@ from tracewatch.core.recordings.prime_rl.run import PrimeRlRun
 
 OPTS = orjson.OPT_APPEND_NEWLINE
 ENVS = ("gsm8k", "math", "code", "search")
+SCREEN = 100
+"""Rows a first screen shows."""
 STOPS = ("agent_completed", "max_turns", "max_output_tokens")
 
 
@@ -269,20 +272,27 @@ def main() -> None:
         print(f"episode from a sealed chunk: p50 {p50 * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms (aim <= 200 ms); decompressing a whole {args.chunk_mb} MiB chunk {(time.perf_counter() - started) * 1000:.0f} ms")
 
         table = index.table
-        reward, kind, env = table.column("reward"), table.column("kind"), table.column("env")
+        reward, kind, env, duration = table.column("reward"), table.column("kind"), table.column("env"), table.column("duration")
         train, code = table.code("kind", "train"), table.code("env", "math")
-        filters, sorts = [], []
+        filters, screens, sorts = [], [], []
         for repeat in range(args.repeats):
             started = time.perf_counter()
             kept = np.flatnonzero((kind == train) & (env == code) & (reward > 0.25 + repeat / 100))
             filters.append(time.perf_counter() - started)
             started = time.perf_counter()
-            kept[np.argsort(-reward[kept], kind="stable")]
-            np.argsort(table.column("duration"), kind="stable")
+            top = kept[np.argpartition(-reward[kept], SCREEN)[:SCREEN]]
+            top[np.argsort(-reward[top])]
+            screens.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            np.argsort(duration)
             sorts.append(time.perf_counter() - started)
-        (f50, f95), (s50, s95) = percentiles(filters), percentiles(sorts)
-        both = percentiles([a + b for a, b in zip(filters, sorts)])
-        print(f"filter over {args.rows:,} rows: p50 {f50 * 1000:.1f} ms, p95 {f95 * 1000:.1f} ms; sort (kept by reward + all by duration) p50 {s50 * 1000:.1f} ms, p95 {s95 * 1000:.1f} ms; together p95 {both[1] * 1000:.1f} ms (aim <= 100)")
+        (f50, f95), (t50, t95), (s50, s95) = percentiles(filters), percentiles(screens), percentiles(sorts)
+        keystroke = percentiles([a + b for a, b in zip(filters, screens)])
+        print(
+            f"over {args.rows:,} rows: filter (kind, env, reward) p50 {f50 * 1000:.1f} / p95 {f95 * 1000:.1f} ms; "
+            f"the first screen of what it kept, sorted by reward, p50 {t50 * 1000:.1f} / p95 {t95 * 1000:.1f} ms; "
+            f"a keystroke (both) p95 {keystroke[1] * 1000:.1f} ms (aim <= 100); every row sorted by duration p50 {s50 * 1000:.0f} / p95 {s95 * 1000:.0f} ms"
+        )
 
         live = follower_cost(folder / "live", args.traces, args.repeats)
         print(

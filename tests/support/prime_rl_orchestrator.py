@@ -144,8 +144,11 @@ class Orchestrator:
                 rollout.streamed = True
                 self.events.append({"dispatched": rollout.dispatch_id})
 
-    def finish(self, rollout: Rollout, reward: float, arrival_step: int | None = None) -> Any:
-        """Score, retire and land the rollout; its verifiers `Episode`."""
+    def finish(self, rollout: Rollout, reward: float, arrival_step: int | None = None, retire_first: bool = True) -> Any:
+        """Score, retire and land the rollout; its verifiers `Episode`. prime-rl deletes
+        the live file and writes the record on two paths, in either order: with
+        `retire_first` false the record is written first and the `done` event waits for
+        the next `flush`."""
         trace = rollout.trace
         now = time.time()
         trace.timing.agent.end = trace.timing.finalize.start = trace.timing.finalize.end = trace.timing.scoring.start = now
@@ -156,7 +159,8 @@ class Orchestrator:
         self._diff(rollout)
         rollout.reward = reward
         self.events.append({"done": trace.id})
-        self.flush()
+        if retire_first:
+            self.flush()
         trace.info["kind"] = rollout.kind
         trace.info["dispatch"] = {"step": rollout.step, "time": trace.timing.start}
         trace.info["arrival"] = {"step": rollout.step if arrival_step is None else arrival_step, "time": time.time()}

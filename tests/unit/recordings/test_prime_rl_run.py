@@ -1,0 +1,140 @@
+"""`PrimeRlRun`'s joins and its bounded polls: a live trace and its finished row are one
+rollout whichever the run writes first; a trace that never lands is lost (at once when
+its episode landed without it, after the landing window otherwise); annotations reach
+rows whichever is read first; a poll does a bounded piece of work."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.prime_rl_monitor import FileMonitor, traces_dir
+from tests.support.prime_rl_orchestrator import Orchestrator
+from tracewatch.core.recordings.prime_rl.episodes import STEP_FROM_DISPATCH, STEP_FROM_SHIP
+from tracewatch.core.recordings.prime_rl.layout import find_run
+from tracewatch.core.recordings.prime_rl.run import LANDING_SECONDS, PrimeRlRun
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def setup(tmp_path):
+    out = tmp_path / "out"
+    orchestrator = Orchestrator(FileMonitor(out, "orchestrator"), FileMonitor(out, "trainer"))
+    return orchestrator, out, Clock()
+
+
+def started(orchestrator, task=1, kind="train", step=3):
+    rollout = orchestrator.dispatch(kind, step, "gsm8k", task)
+    orchestrator.turn(rollout)
+    orchestrator.flush()
+    return rollout
+
+
+def land(orchestrator, rollout, delete_first=True):
+    """Land `rollout`, its live file deleted before (or after) its record is written."""
+    return orchestrator.finish(rollout, reward=1.0, retire_first=delete_first)
+
+
+def test_a_trace_whose_row_lands_before_its_file_vanishes_is_one_rollout(setup):
+    orchestrator, out, clock = setup
+    rollout = started(orchestrator)
+    run = PrimeRlRun(find_run(out), clock)
+    run.poll()
+    land(orchestrator, rollout, delete_first=False)
+    changes = run.poll()
+    assert changes.landed == [(rollout.trace.id, 0)] and changes.rows == range(0, 1)
+    where = run.where(rollout.trace.id)
+    assert where.live is not None and where.row == 0 and where.landing is None
+    assert run.table.steps()[0][0] == 3 and run.table.steps()[1][0] == STEP_FROM_DISPATCH and run.table.text("task", 0) == "gsm8k/1"
+    orchestrator.flush()
+    changes = run.poll()
+    assert [t.trace_id for t in changes.live.vanished] == [rollout.trace.id] and not changes.landed and not run.landing
+    assert run.where(rollout.trace.id).row == 0
+
+
+def test_a_trace_whose_file_vanishes_first_is_landing_until_its_row_comes(setup):
+    orchestrator, out, clock = setup
+    rollout = started(orchestrator)
+    run = PrimeRlRun(find_run(out), clock)
+    run.poll()
+    index = traces_dir(out) / "stream.index.jsonl"
+    land(orchestrator, rollout)
+    held = index.read_bytes()
+    index.write_bytes(b"")
+    run.poll()
+    assert run.where(rollout.trace.id).landing is not None and run.where(rollout.trace.id).row == -1
+    index.write_bytes(held)
+    changes = run.poll()
+    assert changes.landed == [(rollout.trace.id, 0)] and run.where(rollout.trace.id).landing is None
+
+
+def test_a_trace_that_never_lands_is_lost_after_the_window(setup):
+    orchestrator, out, clock = setup
+    rollout = started(orchestrator)
+    run = PrimeRlRun(find_run(out), clock)
+    run.poll()
+    orchestrator.events.append({"done": rollout.trace.id})  # cancelled: no record
+    orchestrator.flush()
+    assert not run.poll().lost
+    clock.now += LANDING_SECONDS + 1
+    assert [t.trace_id for t in run.poll().lost] == [rollout.trace.id]
+    assert run.where(rollout.trace.id) == run.where("never seen")
+
+
+def test_a_retry_s_discarded_trace_is_lost_when_its_episode_lands(setup):
+    orchestrator, out, clock = setup
+    rollout = started(orchestrator)
+    run = PrimeRlRun(find_run(out), clock)
+    run.poll()
+    first = rollout.trace.id
+    orchestrator.retry(rollout)
+    orchestrator.turn(rollout)
+    orchestrator.flush()
+    run.poll()
+    assert run.where(first).landing is not None
+    land(orchestrator, rollout)
+    changes = run.poll()
+    assert [t.trace_id for t in changes.lost] == [first] and changes.landed == [(rollout.trace.id, 0)]
+
+
+def test_annotations_reach_rows_whichever_is_read_first(setup):
+    orchestrator, out, clock = setup
+    early, late = started(orchestrator, 1), started(orchestrator, 2)
+    land(orchestrator, early)
+    orchestrator.ship([early], step=5)
+    run = PrimeRlRun(find_run(out), clock)
+    run.poll()
+    assert run.table.column("ship_step").tolist() == [5] and run.table.column("effective").tolist() == [1]
+    land(orchestrator, late)
+    run.poll()
+    orchestrator.ship([late], step=6)
+    changes = run.poll()
+    assert changes.annotated.tolist() == [1]
+    assert run.table.column("ship_step").tolist() == [5, 6] and run.table.column("advantage").tolist() == [0.5, 0.5]
+    step, source = run.table.steps()
+    assert step.tolist() == [5, 3] and source.tolist() == [STEP_FROM_SHIP, STEP_FROM_DISPATCH], "the first landed before the run was followed"
+    fresh = PrimeRlRun(find_run(out), clock)
+    fresh.poll()
+    step, source = fresh.table.steps()
+    assert step.tolist() == [5, 6] and source.tolist() == [STEP_FROM_SHIP] * 2, "history never seen live: the ship step"
+    fresh.open_episode(0)
+    assert fresh.table.steps()[0].tolist() == [3, 6], "the record, once read, gives the dispatch step"
+
+
+def test_a_poll_reads_one_piece_when_its_slice_is_spent(tmp_path):
+    index = tmp_path / "traces" / "stream.index.jsonl"
+    index.parent.mkdir(parents=True)
+    row = b'{"line": 1, "reward": 0.5, "id": "' + b"a" * 32 + b'", "trace_ids": ["' + b"b" * 32 + b'"], "pad": "' + b"x" * 400 + b'"}\n'
+    index.write_bytes(row * 5000)
+    run = PrimeRlRun(find_run(tmp_path))
+    changes = run.poll(slice_seconds=0.0)
+    assert changes.more and 0 < len(changes.rows) < 1000
+    while run.poll(slice_seconds=0.0).more:
+        pass
+    assert len(run.table) == 5000
