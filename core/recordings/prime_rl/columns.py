@@ -65,7 +65,7 @@ def _empty(count: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     return np.frombuffer(mmap.mmap(-1, size), dtype=dtype)
 
 
-def floats(values: list[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:
+def floats(values: Sequence[Any]) -> np.ndarray[Any, np.dtype[np.float64]]:
     """Numbers as float64, NaN for anything absent or not a number (a bool is not one)."""
     kinds = set(map(type, values))
     if kinds <= {float, int, type(None)}:
@@ -87,7 +87,7 @@ def _float(value: Any) -> float:
     return math.nan
 
 
-def integers(values: list[Any], dtype: npt.DTypeLike = np.int64) -> np.ndarray[Any, Any]:
+def integers(values: Sequence[Any], dtype: npt.DTypeLike = np.int64) -> np.ndarray[Any, Any]:
     """Integers, `MISSING` for anything absent, not an integer, or out of the dtype's range."""
     if set(map(type, values)) <= {int}:
         try:
@@ -100,7 +100,7 @@ def integers(values: list[Any], dtype: npt.DTypeLike = np.int64) -> np.ndarray[A
     )
 
 
-def flags(values: list[Any]) -> np.ndarray[Any, np.dtype[np.int8]]:
+def flags(values: Sequence[Any]) -> np.ndarray[Any, np.dtype[np.int8]]:
     """Booleans as 1 and 0, `MISSING` for anything else."""
     return np.array([1 if value is True else 0 if value is False else MISSING for value in values], dtype=np.int8)
 
@@ -127,7 +127,7 @@ class Interned:
         """`label`'s code, `MISSING` if no row has it."""
         return self._code.get(label, MISSING)
 
-    def encode(self, values: list[Any]) -> list[int]:
+    def encode(self, values: Sequence[Any]) -> list[int]:
         try:
             distinct = set(values)
         except TypeError:  # an unhashable value (a list, a map): not a label
@@ -139,7 +139,7 @@ class Interned:
         known = self._code
         return [known.get(value, MISSING) for value in values]  # only texts are keys
 
-    def extend(self, values: list[Any]) -> None:
+    def extend(self, values: Sequence[Any]) -> None:
         self.codes.extend(np.array(self.encode(values), dtype=self.codes.values.dtype))
 
     def label(self, row: int) -> str | None:

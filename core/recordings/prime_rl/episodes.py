@@ -18,6 +18,7 @@ for the episodes a training step or an eval epoch shipped). `steps()` combines t
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,12 +200,12 @@ _FIELDS = (*FLOAT_FIELDS, *WIDE_FIELDS, *NARROW_FIELDS, *FLAG_FIELDS, *TEXT_FIEL
 _ALL_FIELDS = operator.itemgetter(*_FIELDS)
 
 
-def _by_field(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+def _by_field(rows: list[dict[str, Any]]) -> dict[str, Sequence[Any]]:
     """Each field's values over `rows`: one C call per row when every row has every
     field (prime-rl writes them all), a lookup per field and row otherwise (a missing
     `chunk` is chunk 0: a single-file stream)."""
     try:
-        return dict(zip(_FIELDS, map(list, zip(*map(_ALL_FIELDS, rows)))))
+        return dict(zip(_FIELDS, zip(*map(_ALL_FIELDS, rows))))
     except KeyError:
         return {name: [row.get(name, 0 if name == "chunk" else None) for row in rows] for name in _FIELDS}
 

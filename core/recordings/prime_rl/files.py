@@ -113,6 +113,12 @@ class LineTail:
         got = Lines()
         self.caught_up = True
         try:
+            looked = os.stat(self.path, follow_symlinks=False)
+            if (looked.st_dev, looked.st_ino) == self._identity and looked.st_size == self.offset:
+                return got  # nothing new: not even an open
+        except OSError:
+            pass  # the open below says what is wrong
+        try:
             fd, info = open_regular(self.path)
         except FileNotFoundError:
             return got
