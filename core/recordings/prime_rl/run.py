@@ -129,6 +129,8 @@ class PrimeRlRun:
         changes.restarted = self.index.generation != generation
         if changes.restarted:
             rows = range(0, len(self.table))
+            for trace in self.live.traces.values():
+                trace.row = -1  # a row of the old table: joined again below
         changes.rows = rows
         changes.more |= not (self.index.caught_up and self.annotations.caught_up and self.metrics.caught_up)
         changes.plan = self.plan.refresh()
@@ -197,7 +199,8 @@ class PrimeRlRun:
         if not len(rows):
             return
         starts = table.trace_start[rows]
-        ends = np.append(table.trace_start, len(table.trace_ids))[rows + 1]
+        following = rows + 1
+        ends = np.where(following < len(table), table.trace_start[np.minimum(following, len(table) - 1)], len(table.trace_ids))
         single = ends - starts == 1
         one = rows[single]
         slots = notes.traces.locate(table.trace_ids, starts[single])

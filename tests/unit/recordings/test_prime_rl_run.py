@@ -138,3 +138,18 @@ def test_a_poll_reads_one_piece_when_its_slice_is_spent(tmp_path):
     while run.poll(slice_seconds=0.0).more:
         pass
     assert len(run.table) == 5000
+
+
+def test_a_replaced_index_joins_the_live_traces_again(setup):
+    orchestrator, out, clock = setup
+    other, rollout = started(orchestrator, 1), started(orchestrator, 2)
+    land(orchestrator, other)
+    land(orchestrator, rollout, delete_first=False)
+    run = PrimeRlRun(find_run(out), clock)
+    run.poll()
+    assert run.live.traces[rollout.trace.id].row == 1
+    index = traces_dir(out) / "stream.index.jsonl"
+    index.write_bytes(index.read_bytes().splitlines(keepends=True)[1])
+    changes = run.poll()
+    assert changes.restarted and len(run.table) == 1
+    assert changes.landed == [(rollout.trace.id, 0)] and run.where(rollout.trace.id).row == 0
