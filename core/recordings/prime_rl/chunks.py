@@ -40,53 +40,100 @@ def chunk_name(number: int) -> str:
 
 def read_record(directory: Path, chunk: int, offset: int, limit: int = MAX_RECORD) -> dict[str, Any]:
     """The JSON object at `offset` of chunk `chunk` of the stream in `directory`."""
-    return _parsed(read_line(directory, chunk, offset, limit), directory, chunk, offset)
+    with OpenChunk(directory, chunk) as opened:
+        return opened.record_at(offset, limit)
 
 
 def read_line(directory: Path, chunk: int, offset: int, limit: int = MAX_RECORD) -> bytes:
     """The line at `offset` of chunk `chunk`, without its newline."""
-    if chunk < 0 or offset < 0:
-        raise RecordUnreadable(f"no record at chunk {chunk}, offset {offset}: neither may be negative")
-    plain = directory / chunk_name(chunk)
-    if chunk == 0 and not directory.is_dir():
-        plain = directory.with_name(directory.name + ".jsonl")
-    try:
-        return _plain_line(plain, offset, limit)
-    except FileNotFoundError:
-        pass
-    sealed = plain.with_name(plain.name + ".zst")
-    try:
-        return _sealed_line(sealed, offset, limit)
-    except FileNotFoundError:
-        raise RecordUnreadable(f"chunk {chunk} of {directory} is gone: neither {plain.name} nor {sealed.name} exists") from None
+    with OpenChunk(directory, chunk) as opened:
+        return opened.line_at(offset, limit)
 
 
-def _plain_line(path: Path, offset: int, limit: int) -> bytes:
-    try:
-        fd, info = open_regular(path)
-    except NotReadable as error:
-        raise RecordUnreadable(str(error)) from None
-    with open(fd, "rb") as file:
-        if offset >= info.st_size:
-            raise RecordUnreadable(f"offset {offset} is past the end of {path.name} ({info.st_size} bytes)")
-        file.seek(offset)
-        return _line(file.readline(limit + 1), path, offset, limit, plain=True)
+class OpenChunk:
+    """One chunk opened for reading records at offsets (plain if its plain file is
+    there, else sealed); reading offsets in ascending order reads the chunk forward,
+    each frame decompressed once. `RecordUnreadable` says why it cannot be opened."""
 
-
-def _sealed_line(path: Path, offset: int, limit: int) -> bytes:
-    try:
-        fd, _ = open_regular(path)
-    except NotReadable as error:
-        raise RecordUnreadable(str(error)) from None
-    with open(fd, "rb") as raw:
+    def __init__(self, directory: Path, chunk: int) -> None:
+        if chunk < 0:
+            raise RecordUnreadable(f"no chunk {chunk}: a chunk number is not negative")
+        self.directory, self.chunk = directory, chunk
+        plain = directory / chunk_name(chunk)
+        if chunk == 0 and not directory.is_dir():
+            plain = directory.with_name(directory.name + ".jsonl")
+        self.path = plain
+        self._sealed: Any = None
         try:
-            with pyzstd.SeekableZstdFile(raw, "rb") as file:
-                file.seek(offset)
-                if file.tell() < offset:
-                    raise RecordUnreadable(f"offset {offset} is past the end of {path.name} ({file.tell()} bytes uncompressed)")
-                return _line(file.readline(limit + 1), path, offset, limit, plain=False)
+            self._fd, info = open_regular(plain)
+            self.size: int | None = info.st_size
+            return
+        except FileNotFoundError:
+            pass
+        except NotReadable as error:
+            raise RecordUnreadable(str(error)) from None
+        self.path = plain.with_name(plain.name + ".zst")
+        try:
+            self._fd, _ = open_regular(self.path)
+        except FileNotFoundError:
+            raise RecordUnreadable(f"chunk {chunk} of {directory} is gone: neither {plain.name} nor {self.path.name} exists") from None
+        except NotReadable as error:
+            raise RecordUnreadable(str(error)) from None
+        self.size = None
+        try:
+            self._sealed = pyzstd.SeekableZstdFile(open(self._fd, "rb", closefd=False), "rb")
         except (pyzstd.ZstdError, pyzstd.SeekableFormatError, EOFError, OSError) as error:
-            raise RecordUnreadable(f"{path.name} cannot be read as seekable zstd ({error})") from None
+            os.close(self._fd)
+            raise RecordUnreadable(f"{self.path.name} cannot be read as seekable zstd ({error})") from None
+
+    def __enter__(self) -> OpenChunk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._sealed is not None:
+            self._sealed.close()
+            self._sealed = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def record_at(self, offset: int, limit: int = MAX_RECORD) -> dict[str, Any]:
+        return _parsed(self.line_at(offset, limit), self.directory, self.chunk, offset)
+
+    def line_at(self, offset: int, limit: int = MAX_RECORD) -> bytes:
+        """The line at `offset`, without its newline."""
+        if offset < 0:
+            raise RecordUnreadable(f"no record at offset {offset} of chunk {self.chunk}: an offset is not negative")
+        if self._sealed is None:
+            if self.size is not None and offset >= self.size:
+                raise RecordUnreadable(f"offset {offset} is past the end of {self.path.name} ({self.size} bytes)")
+            return _line(_plain_readline(self._fd, offset, limit + 1), self.path, offset, limit, plain=True)
+        try:
+            self._sealed.seek(offset)
+            if self._sealed.tell() < offset:
+                raise RecordUnreadable(f"offset {offset} is past the end of {self.path.name} ({self._sealed.tell()} bytes uncompressed)")
+            return _line(self._sealed.readline(limit + 1), self.path, offset, limit, plain=False)
+        except (pyzstd.ZstdError, pyzstd.SeekableFormatError, EOFError, OSError) as error:
+            raise RecordUnreadable(f"{self.path.name} cannot be read as seekable zstd ({error})") from None
+
+
+def _plain_readline(fd: int, offset: int, most: int) -> bytes:
+    """The bytes from `offset` through the next newline (or `most` of them)."""
+    parts, got, at = [], 0, offset
+    while got < most:
+        block = os.pread(fd, min(1 << 16, most - got), at)
+        if not block:
+            break
+        end = block.find(b"\n")
+        if end >= 0:
+            parts.append(block[: end + 1])
+            break
+        parts.append(block)
+        got, at = got + len(block), at + len(block)
+    return b"".join(parts)
 
 
 def _line(line: bytes, path: Path, offset: int, limit: int, plain: bool) -> bytes:

@@ -34,6 +34,7 @@ from tracewatch.core.recordings.prime_rl.layout import StreamRun
 from tracewatch.core.recordings.prime_rl.live import LiveChanges, LiveFollower, LiveTrace
 from tracewatch.core.recordings.prime_rl.metrics import MetricsReader
 from tracewatch.core.recordings.prime_rl.plan import EvalPlan, EvalProgress
+from tracewatch.core.recordings.prime_rl.steps import StepScan, fill_from_record
 
 LANDING_SECONDS = 15.0
 """How long a vanished live trace waits for its record (prime-rl's dashboard: 15 s)."""
@@ -103,6 +104,7 @@ class PrimeRlRun:
         self.annotations = Annotations(layout.annotations)
         self.metrics = MetricsReader(layout.metrics)
         self.plan = EvalPlan(layout.plan)
+        self.step_scan = StepScan(layout.stream)
         self.landing: dict[str, tuple[LiveTrace, float]] = {}
         """Vanished live traces waiting for their row, with when they vanished."""
 
@@ -247,12 +249,14 @@ class PrimeRlRun:
                 updates, unread = self.annotations.updates_for(trace["id"])
                 fold_updates(trace, updates)
                 problems += unread
-        step, task = record_step(record), record_task(record)
-        if step is not None and -(1 << 31) < step < 1 << 31 and table.column("dispatch_step")[row] < 0:
-            table.column("dispatch_step")[row] = step
-        if task is not None and table.text("task", row) is None:
-            table.set_task(row, task)
+        step, task = fill_from_record(table, row, record)
         return OpenedEpisode(row, record, problems, step, task)
+
+    def scan_steps(self, max_rows: int = 256, kind: str | None = "eval") -> int:
+        """Read the records of up to `max_rows` of the newest finished rows (of `kind`)
+        whose step is not known, for their step and task (`steps.StepScan`); the rows
+        that got one. A session calls it when the readers are caught up."""
+        return self.step_scan.fill(self.table, max_rows, kind)
 
     def eval_progress(self) -> list[EvalProgress]:
         """Each planned (env, eval step), with what the run shows of it."""
@@ -274,31 +278,3 @@ class PrimeRlRun:
                 done = int((ours & (steps == step) & (source != STEP_UNKNOWN)).sum())
                 found.append(EvalProgress(env, step, expected, done, len(flights.get((env, step), ())), unknown))
         return found
-
-
-def record_step(record: dict[str, Any]) -> int | None:
-    """The step an episode was dispatched at, from its record: its first trace's
-    `info.dispatch.step` (stamped at arrival), else `run.work.step`."""
-    traces = record.get("traces")
-    first = traces[0] if type(traces) is list and traces and type(traces[0]) is dict else {}
-    info = first.get("info")
-    dispatch = info.get("dispatch") if type(info) is dict else None
-    step = dispatch.get("step") if type(dispatch) is dict else None
-    if type(step) is int:
-        return step
-    run = record.get("run")
-    work = run.get("work") if type(run) is dict else None
-    step = work.get("step") if type(work) is dict else None
-    return step if type(step) is int else None
-
-
-def record_task(record: dict[str, Any]) -> str | None:
-    """The task as prime-rl's dispatch names it: `task.data.name`, else `idx=N`."""
-    task = record.get("task")
-    data = task.get("data") if type(task) is dict else None
-    if type(data) is not dict:
-        return None
-    name = data.get("name")
-    if name is not None:
-        return str(name)
-    return f"idx={data.get('idx')}" if "idx" in data else None

@@ -153,3 +153,26 @@ def test_a_replaced_index_joins_the_live_traces_again(setup):
     changes = run.poll()
     assert changes.restarted and len(run.table) == 1
     assert changes.landed == [(rollout.trace.id, 0)] and run.where(rollout.trace.id).row == 0
+
+
+def test_history_never_seen_live_gets_its_step_from_its_records_for_eval_progress(tmp_path):
+    from collections import Counter
+
+    from tests.support.prime_rl_orchestrator import RunWriter, Script
+
+    writer = RunWriter(tmp_path / "out", Script(episodes=16, concurrent=4, eval_every=2), chunk_bytes=3000, frame_bytes=700)
+    writer.run()
+    run = PrimeRlRun(find_run(tmp_path / "out"))
+    while run.poll().more:
+        pass
+    landed = Counter(r.step for r in writer.landed if r.kind == "eval")
+    before = {p.step: p for p in run.eval_progress()}
+    assert all(p.unknown_step == sum(landed.values()) and p.done == 0 for p in before.values())
+    assert run.scan_steps(max_rows=3) == 3, "a bounded number a call"
+    while run.scan_steps(max_rows=3):
+        pass
+    after = {p.step: p for p in run.eval_progress()}
+    assert {step: p.done for step, p in after.items()} == {step: landed[step] for step in writer.planned}
+    assert all(p.unknown_step == 0 and p.expected == writer.planned[p.step] for p in after.values())
+    eval_rows = [row for row in range(len(run.table)) if run.table.text("kind", row) == "eval"]
+    assert all(run.table.text("task", row) is not None for row in eval_rows)
