@@ -177,6 +177,15 @@ class LiveChanges:
             self._noted.add(live.trace_id)
             self.changed.append(live)
 
+    def merge(self, later: LiveChanges) -> None:
+        """Take in what a later poll saw (this poll's budget ran out: `more`)."""
+        for live in later.changed:
+            self.note(live)
+        self.vanished += later.vanished
+        self.placed += later.placed
+        self.unplaced += later.unplaced
+        self.more, self.replaced = later.more, self.replaced or later.replaced
+
     def __bool__(self) -> bool:
         return bool(self.changed or self.vanished or self.placed or self.unplaced)
 

@@ -117,30 +117,38 @@ class PrimeRlRun:
         ends = self.clock() + slice_seconds
         known = set(self.live.traces)
         generation = self.index.generation
-        live = self.live.poll(max(PIECE, 1))
+        live = self.live.poll(PIECE)
         start = len(self.table)
-        changes = RunChanges(live, range(start, start), more=live.more)
+        changes = RunChanges(live, range(start, start))
         annotated = [self.annotations.read_on(PIECE)]
         rows = self.index.read_on(PIECE)
         changes.metrics = self.metrics.read_on(PIECE)
-        while self.clock() < ends and not (self.index.caught_up and self.annotations.caught_up):
+        while self.clock() < ends and (live.more or not self._caught_up()):
+            if live.more:
+                live.merge(self.live.poll(PIECE))
             if not self.index.caught_up:
                 rows = range(rows.start, self.index.read_on(PIECE).stop)
             if not self.annotations.caught_up:
                 annotated.append(self.annotations.read_on(PIECE))
+            if not self.metrics.caught_up:
+                changes.metrics += self.metrics.read_on(PIECE)
         changes.restarted = self.index.generation != generation
         if changes.restarted:
             rows = range(0, len(self.table))
             for trace in self.live.traces.values():
                 trace.row = -1  # a row of the old table: joined again below
         changes.rows = rows
-        changes.more |= not (self.index.caught_up and self.annotations.caught_up and self.metrics.caught_up)
+        changes.more = live.more or not self._caught_up()
         changes.plan = self.plan.refresh()
         self._join_live(changes, known)
         changes.annotated = self._annotate(rows, np.unique(np.concatenate(annotated)))
         return changes
 
+    def _caught_up(self) -> bool:
+        return self.index.caught_up and self.annotations.caught_up and self.metrics.caught_up
+
     def where(self, trace_id: str) -> Where:
+        """Where `trace_id` is now (see `Where`): live, landing, finished, or unknown."""
         live = self.live.traces.get(trace_id)
         landing = self.landing.get(trace_id, (None, 0.0))[0]
         row = live.row if live is not None and live.row >= 0 else MISSING

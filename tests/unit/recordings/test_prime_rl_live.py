@@ -209,3 +209,18 @@ def test_an_enormous_line_is_refused_without_reading_it_all(run, monkeypatch):
     follower.poll()
     assert "longer than" in follower.traces[rollout.trace.id].error
     assert follower.traces[rollout.trace.id].lines == len(deltas)
+
+
+def test_a_poll_s_byte_budget_leaves_the_rest_for_the_next(run):
+    orchestrator, live, follower = run
+    rollouts = [orchestrator.dispatch("train", 1, "gsm8k", task) for task in range(6)]
+    for rollout in rollouts:
+        orchestrator.turn(rollout)
+    orchestrator.flush()
+    changes = follower.poll(max_bytes=1)
+    assert changes.more and sum(t.lines > 0 for t in follower.traces.values()) == 1, "one file a poll at this budget"
+    while changes.more:
+        later = follower.poll(max_bytes=1)
+        changes.merge(later)
+    assert {t.trace_id for t in changes.changed} == {r.trace.id for r in rollouts}
+    assert all(t.lines == 2 and t.error is None for t in follower.traces.values())
