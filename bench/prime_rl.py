@@ -18,7 +18,8 @@ and an orchestrator and a trainer annotation for every train trace. Then:
   screen), p50/p95 of `--repeats`; and every row sorted by a column, for reference;
 - the live follower with `--traces` files in flight: CPU per poll with nothing
   changing (as a share of one core at a poll every 0.5 s and every 0.1 s), and per
-  poll while 10% of the files grow by a delta each.
+  poll while 10% of the files grow by a delta each; and `PrimeRlRun.poll` as a whole
+  (every reader caught up, the live traces in the run) with nothing changing.
 
     python -m bench.prime_rl [--rows 1000000 --chunk-mb 64 --traces 1024 --repeats 20]
 
@@ -294,6 +295,11 @@ def main() -> None:
             f"a keystroke (both) p95 {keystroke[1] * 1000:.1f} ms (aim <= 100); every row sorted by reward p50 {s50 * 1000:.0f} / p95 {s95 * 1000:.0f} ms"
         )
 
+        live_dir(layout.traces, args.traces)
+        while run.poll(slice_seconds=0.5).more:
+            pass
+        _, idle = cpu(lambda: [run.poll() for _ in range(args.repeats)])
+        print(f"the whole run's poll (index, annotations, metrics, plan, {args.traces} live traces) with nothing changing: {idle / args.repeats * 1000:.2f} ms CPU")
         live = follower_cost(folder / "live", args.traces, args.repeats)
         print(
             f"live follower, {args.traces} traces: idle poll {live['idle_ms']:.2f} ms CPU = {live['idle_ms'] / 5:.1f}% of a core at 2 polls/s, "
