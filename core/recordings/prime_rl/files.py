@@ -19,10 +19,12 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracewatch.core.errors import TracewatchError
+
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class NotReadable(OSError):
+class NotReadable(TracewatchError, OSError):
     """A path that is not a regular file we may read; `str()` says what it is."""
 
 
