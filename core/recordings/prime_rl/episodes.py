@@ -3,8 +3,8 @@
 prime-rl's monitor writes one compact row per episode as it lands (`index_row`:
 reward, tokens, turns, where its record is, ...). `EpisodeIndex.read_on` parses the
 rows written since the last call, a bounded number of bytes at a time, into an
-`EpisodeTable`: one numpy array per field, so a million rows cost a few hundred bytes
-each and a filter or a sort over them is one numpy expression. A row is a position in
+`EpisodeTable`: one numpy array per field, so a million rows fit in little memory and a
+filter or a sort over them is one numpy expression. A row is a position in
 every column, in the order the rows were written.
 
 The index has no step and no task. The table has columns for them, filled by whoever
@@ -41,9 +41,9 @@ from tracewatch.core.text import short_repr
 MAX_INDEX_LINE = 1 << 20
 """An index row is a few hundred bytes; a longer line is skipped and counted."""
 READ_BYTES = 256 << 10
-"""What one `read_on` parses by default: about 500 rows, a few ms of CPU. Larger
-pieces read no faster and leave the heap fragmented by their temporaries (each piece's
-garbage interleaved with what the table keeps): at 4 MiB a row cost twice the memory."""
+"""What one `read_on` parses by default. Larger pieces read no faster and leave the
+heap fragmented by their temporaries (each piece's garbage interleaved with what the
+table keeps), so a row costs more memory (docs/performance.md)."""
 
 FLOAT_FIELDS = ("reward", "advantage", "cost", "dispatch", "arrival", "duration")
 """Float64, NaN where the row had none. `dispatch` and `arrival` are epoch seconds."""
