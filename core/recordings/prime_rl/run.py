@@ -159,7 +159,7 @@ class PrimeRlRun:
     def _join_live(self, changes: RunChanges, known: set[str]) -> None:
         now = self.clock()
         for gone in changes.live.vanished:
-            if gone.row < 0 and gone.trace is not None:
+            if gone.row < 0:  # folded or not (a file can come and go between two polls' reads)
                 # a relaunch's stale traces land only if their rows were written already
                 self.landing[gone.trace_id] = (gone, -math.inf if changes.live.replaced else now)
         if changes.rows or changes.restarted:

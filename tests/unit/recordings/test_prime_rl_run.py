@@ -176,3 +176,24 @@ def test_history_never_seen_live_gets_its_step_from_its_records_for_eval_progres
     assert all(p.unknown_step == 0 and p.expected == writer.planned[p.step] for p in after.values())
     eval_rows = [row for row in range(len(run.table)) if run.table.text("kind", row) == "eval"]
     assert all(run.table.text("task", row) is not None for row in eval_rows)
+
+
+def test_a_trace_seen_only_as_a_torn_first_line_is_landing_when_its_file_vanishes(setup):
+    """A file listed before a whole line of it was written, gone by the next poll: the
+    rollout is landing (not nowhere) until its row comes."""
+    orchestrator, out, clock = setup
+    rollout = started(orchestrator)
+    path = traces_dir(out) / "live" / f"{rollout.trace.id}.jsonl"
+    whole = path.read_bytes()
+    path.write_bytes(whole[:30])
+    run = PrimeRlRun(find_run(out), clock)
+    run.poll()
+    assert run.live.traces[rollout.trace.id].trace is None
+    index = traces_dir(out) / "stream.index.jsonl"
+    land(orchestrator, rollout)
+    held = index.read_bytes()
+    index.write_bytes(b"")
+    run.poll()
+    assert run.where(rollout.trace.id).landing is not None, "a gap: the rollout was nowhere"
+    index.write_bytes(held)
+    assert run.poll().landed == [(rollout.trace.id, 0)]
