@@ -43,6 +43,9 @@ MEASURES: dict[str, Measure] = {
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq, "=": operator.eq, "": operator.eq}
 _COMPARISON = re.compile(r"(<=|>=|==|<|>|=)?(.*)")
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
+_CLOCK = re.compile(r"(\d+):(\d+)")
+"""`1:30`, in the digits `float` reads (any script's decimal digits): `str.isdigit`
+also takes superscripts and circled digits (`²`, `③`), which `float` refuses."""
 TIMED = "elapsed"
 """The measure that moves with the clock alone, as `stalled` does."""
 
@@ -63,8 +66,8 @@ def parse_number(field: str, text: str) -> float | None:
     plain number for the others; None if it is not one."""
     if field == TIMED:
         if ":" in text:
-            whole_minutes, _, rest = text.partition(":")
-            return float(whole_minutes) * 60 + float(rest) if whole_minutes.isdigit() and rest.isdigit() else None
+            clock = _CLOCK.fullmatch(text)
+            return float(clock[1]) * 60 + float(clock[2]) if clock is not None else None
         match = _DURATION.fullmatch(text)
         if text and match is not None and any(match.groups()):
             hours, minutes, seconds = (float(part or 0) for part in match.groups())

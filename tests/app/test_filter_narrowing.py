@@ -27,8 +27,9 @@ PIECES = (
     "fail", "cancel", "done", "starting", "alpha", "beta", "al", "a", "b", "task", "1", ",", " ",
     "ag", "agent", "boot", "error", "2", "ab",
     "reward:", "tokens:", "elapsed:", "errors:", "turns:", "error:", "<", ">=", ">", "=", "0", "0.5", "15", "1m", "x", "boom", "oo",
-    "flag:", "tool", "tool-trained", "mis", "-",
+    "flag:", "tool", "tool-trained", "mis", "-", ":", "1:30", "²", "③", "١",
 )
+"""What a user types, and characters `float` refuses that `str.isdigit` takes (`²`)."""
 rollouts = st.lists(
     st.tuples(
         st.sampled_from(("alpha", "beta", "Alpha-2")),
@@ -38,7 +39,7 @@ rollouts = st.lists(
     max_size=25,
 )
 queries = st.lists(
-    st.tuples(st.lists(st.sampled_from(PIECES), max_size=6).map("".join), st.booleans()), min_size=1, max_size=5
+    st.tuples(st.lists(st.sampled_from(PIECES) | st.text(max_size=3), max_size=6).map("".join), st.booleans()), min_size=1, max_size=5
 )
 """Each text typed a key at a time, or put in the field at once (a paste, an edit)."""
 between = st.lists(

@@ -53,6 +53,31 @@ def test_the_compiled_filter_agrees_with_the_plain_definition(tokens):
         assert compiled(rollout) == reference_matches(row_filter, rollout, NOW, STORE.is_stalled), rollout.key
 
 
+TYPED = st.lists(
+    st.sampled_from((*FIELDS, *VALUES, "elapsed:", "²", "③", "١", ":", "1:30", "e9", "inf", "nan", "9" * 400, " "))
+    | st.text(max_size=4),
+    max_size=8,
+).map("".join)
+"""Any text, and text that reaches every branch of the parser: fields, operators,
+numbers, durations, clocks, digits of other scripts and digit-like characters (`²`)."""
+
+
+@given(st.text() | TYPED)
+def test_any_text_is_a_filter_or_a_hint_never_an_exception(text):
+    row_filter = RowFilter.parse(text)
+    assert all(isinstance(problem, str) for problem in row_filter.problems(["v"]))
+    compiled = row_filter.matcher(NOW, STORE.is_stalled)
+    for rollout in STORE.rollouts.values():
+        assert compiled(rollout) == reference_matches(row_filter, rollout, NOW, STORE.is_stalled), rollout.key
+
+
+def test_a_digit_float_cannot_read_is_a_malformed_comparison():
+    for text in ("elapsed:²:1", "elapsed:1:②", "elapsed:³"):
+        (problem,) = RowFilter.parse(text).problems(["v"])
+        assert problem.startswith(f"{text} is not a comparison")
+    assert parse_number("elapsed", "١:٣٠") == 90  # float reads any script's decimal digits
+
+
 async def test_typed_in_the_app_the_rows_are_those_that_compare_and_a_typo_is_explained():
     engine = timed_engine()
     app = TracewatchApp(engine)
@@ -68,6 +93,9 @@ async def test_typed_in_the_app_the_rows_are_those_that_compare_and_a_typo_is_ex
         hint = app.query_one("#filter-hint")
         await until(pilot, lambda: "reward:<abc is not a comparison" in str(hint.render()))
         assert app.table.row_count == 24, "a comparison it cannot read filters nothing"
+        await pilot.press("ctrl+u", *"elapsed:²:1")  # `²` is a digit to str.isdigit, not to float
+        await until(pilot, lambda: "elapsed:²:1 is not a comparison" in str(hint.render()))
+        assert app.is_running and app.table.row_count == 24
         await pilot.press("ctrl+u", *"error:purpose")
         await until(pilot, lambda: set(app.table.ordered_keys) == {k for k, r in engine.store.rollouts.items() if r.reason})
         await pilot.press("ctrl+u", *"error:sandbox")
