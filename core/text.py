@@ -6,7 +6,7 @@ headless output alike)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TextIO
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -49,3 +49,11 @@ def visible(text: str) -> str:
     if UNSAFE.search(text) is None:
         return text
     return text.translate(ESCAPES)
+
+
+def say(out: TextIO, line: str) -> None:
+    """Print one line a command says: names, task labels, keys, paths and reasons come
+    from configs, servers, recordings and run folders, so each control or direction
+    character shows as its escape (an OSC 52 in a folder's name never reaches the
+    terminal as one), as in trace text."""
+    print(visible(line), file=out, flush=True)

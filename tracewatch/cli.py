@@ -26,6 +26,7 @@ from tracewatch.core.taps.forwarder import check_proxy_addresses
 from tracewatch.core.taps.proxy_variant import ProxyVariant
 from tracewatch.core.taps.relay_viewer import check_relay_address
 from tracewatch.core.taps.view_priority import VIEW_NICENESS
+from tracewatch.core.text import say
 from tracewatch.core.tokens.tokenizer import Tokenizers, find_tokenizer
 
 COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare", "tokens")
@@ -191,7 +192,7 @@ def compare_sources(args: argparse.Namespace) -> int:
             label = name if name not in groups else f"{path.stem}:{name}"
             groups[label] = list(session.store.variant_rollouts(name))
     for line in compare_lines(compare(groups)):
-        print(line)
+        say(sys.stdout, line)
     return 0
 
 
@@ -202,15 +203,15 @@ def export(args: argparse.Namespace) -> int:
         return export_trace_events(args.recording, args.output)
     result = export_recording(args.recording, args.output, episodes=args.episodes)
     what = "episodes" if args.episodes else "lines"
-    print(f"wrote {result.lines} {what} to {args.output}")
+    say(sys.stdout, f"wrote {result.lines} {what} to {args.output}")
     for ended, ids in result.partial.items():
-        print(f"  {len(ids)} {ended} without an episode, written partial (traces so far): {_some(ids)}")
+        say(sys.stdout, f"  {len(ids)} {ended} without an episode, written partial (traces so far): {_some(ids)}")
     if result.skipped:
-        print(f"  skipped {len(result.skipped)} that never started (nothing to write): {_some(result.skipped)}")
+        say(sys.stdout, f"  skipped {len(result.skipped)} that never started (nothing to write): {_some(result.skipped)}")
     if result.unwritable:
-        print(f"  left out {result.unwritable} nested too deep for JSON (a hostile server's; the run failed on it)")
+        say(sys.stdout, f"  left out {result.unwritable} nested too deep for JSON (a hostile server's; the run failed on it)")
     if result.truncated:
-        print(f"note: {result.truncated}", file=sys.stderr)
+        say(sys.stderr, f"note: {result.truncated}")
     return 0
 
 
@@ -223,11 +224,11 @@ def export_trace_events(source: Path, output: Path) -> int:
     written = TraceEventsWritten()
     rollouts = recording_rollouts(source, written) if source.suffix == RECORDING_SUFFIX else open_folder(source).store.rollouts.values()
     write_trace_events(rollouts, output, written)
-    print(f"wrote {written.rollouts} rollouts ({written.slices} slices) to {output}: open it in Perfetto or chrome://tracing")
+    say(sys.stdout, f"wrote {written.rollouts} rollouts ({written.slices} slices) to {output}: open it in Perfetto or chrome://tracing")
     if written.skipped:
-        print(f"  skipped {len(written.skipped)} with no usable time: {_some(written.skipped)}")
+        say(sys.stdout, f"  skipped {len(written.skipped)} with no usable time: {_some(written.skipped)}")
     if written.truncated:
-        print(f"note: {written.truncated}", file=sys.stderr)
+        say(sys.stderr, f"note: {written.truncated}")
     return 0
 
 
@@ -314,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                 config = config.model_copy(update={"keep_sessions": args.keep})
             engine = LiveSession(config, recorder=_recorder(args, {"argv": argv}))
     except (TracewatchError, OSError) as error:  # a message written for the user: no traceback
-        print(f"tracewatch: {error}", file=sys.stderr)
+        for line in f"tracewatch: {error}".split("\n"):  # a config's problems, a line each
+            say(sys.stderr, line)
         return 2
     if args.export_dir is not None:
         engine.export_dir = args.export_dir
@@ -336,7 +338,7 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
         uncancellable = {name: v.rollout_cancel_unavailable for name, v in engine.variants.items() if v.rollout_cancel_unavailable}
         if uncancellable:
             for name, reason in uncancellable.items():
-                print(f"tracewatch: --cancel-stalled cannot cancel {name}'s rollouts: {reason}", file=sys.stderr)
+                say(sys.stderr, f"tracewatch: --cancel-stalled cannot cancel {name}'s rollouts: {reason}")
             return 2
     if args.headless:
         from tracewatch.core.engine.headless import run_headless
@@ -361,7 +363,7 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
         if recorder is not None:
             recorder.close()
     for line in where_things_went(engine, recorded):
-        print(line)
+        say(sys.stdout, line)
     return app.return_code or (1 if engine.recording_stopped is not None else 0)
 
 

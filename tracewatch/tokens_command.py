@@ -23,6 +23,7 @@ from tracewatch.core.errors import TracewatchError
 from tracewatch.core.paths import RECORDING_SUFFIX
 from tracewatch.core.session.session import Session
 from tracewatch.core.session.trace_state import TraceState
+from tracewatch.core.text import say
 from tracewatch.core.tokens.streams import MessageTokens, read_message, token_values
 from tracewatch.core.tokens.summary import summarize
 from tracewatch.core.tokens.tokenizer import Piece, Tokenizers
@@ -85,7 +86,7 @@ def print_tokens(args: argparse.Namespace) -> int:
     view = session.variants.get(variant)
     text, note = Tokenizers(args.tokenizer, by_model=DEMO_TOKENIZERS).for_variant(variant, view.model if view is not None else None)
     if text is None and args.format == "table":
-        print(f"note: {note}", file=sys.stderr)
+        say(sys.stderr, f"note: {note}")
     shown = 0
     for trace, index, role, tokens in messages(traces, args.node):
         ids: list[int] = tokens.ids.tolist()
@@ -96,7 +97,7 @@ def print_tokens(args: argparse.Namespace) -> int:
             _table(out, key, trace.id, index, role, tokens, pieces)
         shown += 1
     if not shown:
-        print(f"rollout {key}: no message carries token ids", file=sys.stderr)
+        say(sys.stderr, f"rollout {key}: no message carries token ids")
     return 0
 
 

@@ -20,16 +20,9 @@ from tracewatch.core.session.contracts import SessionView, VariantState, Variant
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.stall_cancels import StallCancels
 from tracewatch.core.session.status import Status
-from tracewatch.core.text import visible
+from tracewatch.core.text import say
 
 POLL_SECONDS = 0.2
-
-
-def _say(out: TextIO, line: str) -> None:
-    """One line as it is read: names, task labels and reasons come from configs,
-    servers and recordings, so each control or direction character shows as its
-    escape, as in trace text."""
-    print(visible(line), file=out, flush=True)
 
 
 def rollout_line(rollout: Rollout, now: float) -> str:
@@ -73,7 +66,7 @@ async def run_headless(
                 task.cancel()
     progress.report()
     for line in summary_lines(session):
-        _say(out, line)
+        say(out, line)
     if interrupts.received:
         return 128 + interrupts.received[0]
     ok = store.rollouts and all(r.status in (Status.DONE, Status.UNOBSERVED) for r in store.rollouts.values())
@@ -92,13 +85,13 @@ class _Interrupts:
 
     def on_signal(self, signum: signal.Signals) -> None:
         if self.received:
-            _say(self.out, f"{signum.name} again: killing the servers still stopping")
+            say(self.out, f"{signum.name} again: killing the servers still stopping")
             for variant in self.session.variants.values():
                 if variant.state is VariantState.CANCELLING:
                     variant.cancel()
             return
         self.received.append(signum)
-        _say(self.out, f"{signum.name}: {stop_words(list(self.session.variants.values()), self.session.quit_warning)}")
+        say(self.out, f"{signum.name}: {stop_words(list(self.session.variants.values()), self.session.quit_warning)}")
         self.stop.set()
 
 
@@ -148,7 +141,7 @@ class _Progress:
         stopped = self.session.recording_stopped
         if stopped is not None and not self.told_recording_stopped:
             self.told_recording_stopped = True
-            _say(self.out, f"error: {stopped}")
+            say(self.out, f"error: {stopped}")
 
     def _variants(self, names: set[str], settled: bool) -> None:
         for name in sorted(names):
@@ -157,7 +150,7 @@ class _Progress:
                 continue
             self.states[name] = variant.state.value
             reason = f" · {variant.reason}" if variant.reason else ""
-            _say(self.out, f"{name}: {variant.state.value}{reason}")
+            say(self.out, f"{name}: {variant.state.value}{reason}")
 
     def _sources(self, names: set[str]) -> None:
         """A tap's source that stopped answering said once, and again when it answers."""
@@ -166,7 +159,7 @@ class _Progress:
             lost = variant.source_lost if variant is not None else None
             if lost != self.lost.get(name):
                 if lost is not None or self.lost.get(name) is not None:
-                    _say(self.out, f"{name}: {lost or 'its source answers again'}")
+                    say(self.out, f"{name}: {lost or 'its source answers again'}")
                 self.lost[name] = lost
 
     def _rollouts(self, keys: Iterable[str], now: float) -> None:
@@ -175,7 +168,7 @@ class _Progress:
             if rollout.status is Status.QUEUED or rollout.waiting or self.seen.get(key) == rollout.status:
                 continue  # a rollout waiting for a slot is said to run once it begins
             self.seen[key] = rollout.status
-            _say(self.out, rollout_line(rollout, now))
+            say(self.out, rollout_line(rollout, now))
 
     def _stalled(self, now: float) -> None:
         """Each stalled rollout said once, and its cancel when `cancels` made one."""
@@ -184,9 +177,9 @@ class _Progress:
             label = f"{rollout.key} [{rollout.task_label}]"
             if rollout.key not in self.flagged:
                 self.flagged.add(rollout.key)
-                _say(self.out, f"{label} stalled: no delta for {idle:.0f}s")
+                say(self.out, f"{label} stalled: no delta for {idle:.0f}s")
             if self.cancels.cancel(rollout, now):
-                _say(self.out, f"{label} cancelling: silent for {idle:.0f}s")
+                say(self.out, f"{label} cancelling: silent for {idle:.0f}s")
 
 
 def summary_lines(session: SessionView) -> list[str]:

@@ -6,6 +6,7 @@ direction character as its escape, as trace text does."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -115,3 +116,70 @@ async def test_a_direction_character_in_headless_output_is_escaped(tmp_path):
     printed = out.getvalue()
     assert "[invoice\\u202e\\u2066\\u200f\\u061c\\u200bfdp.exe] done" in printed
     assert not any(c in printed for c in DIRECTION)
+
+
+CONTROLS = st.sampled_from([
+    "\x1b", "\x1b]52;c;aGlqYWNrZWQ=\x07", "\x1b]52;c;aGlqYWNrZWQ=\x1b\\", "\x1b[2J\x1b[H", "\x9b31m", "\x9d52;c;eA==\x9c",
+    "\x85", "\x07", "\r", "\x08", "\u202e", "\u2066", "\u200f", "\u061c", "\ufeff",
+])  # fmt: skip
+"""ESC, OSC 52 (a clipboard write) ended by BEL or ST, CSI, their 8-bit C1 forms, C0
+controls, and direction and invisible characters."""
+SOURCE_NAMES = st.builds(lambda head, control, tail: head + control + tail, st.text(max_size=6), CONTROLS, st.text(max_size=6)).map(
+    lambda name: name.replace("/", "_").replace("\x00", "_")
+)
+"""Names a source may hold (a run folder's name among them: no separator, no NUL)."""
+
+
+def raw_controls(printed: str, allowed: str = "\n") -> list[str]:
+    return [c for c in printed if ord(c) in ESCAPES and c not in allowed]
+
+
+def exported_run(folder: Path, names: list[str]) -> Path:
+    """A run directory of episodes as `export --episodes` writes them: each names its
+    variant (`env.name`), rollout and task by one of `names`."""
+    from tests.support.tui_standin import fixture_episodes
+    from tracewatch.core.recordings.export import ORIGIN_KEY
+
+    folder.mkdir(parents=True)
+    lines = []
+    for number, (name, episode) in enumerate(zip(names * 2, fixture_episodes() * 2)):
+        episode["env"] = {"name": name}
+        episode["task"]["data"]["name"] = f"task {name}"
+        episode[ORIGIN_KEY] = {"rollout": f"{name}/{number}", "variant": name, "task_index": 0, "rollout_index": number, "ended": "done"}
+        lines.append(json.dumps(episode) + "\n")
+    (folder / "traces.jsonl").write_text("".join(lines))
+    return folder
+
+
+@settings(max_examples=4, deadline=None)
+@given(names=st.lists(SOURCE_NAMES, min_size=2, max_size=3, unique=True), folder=SOURCE_NAMES)
+def test_no_command_prints_a_control_character_from_a_source(names, folder):
+    """Run folder names in `open`'s error, variant names and task labels in `compare`
+    and `open --headless`, rollout keys in `tokens --rollout`'s error and `export`:
+    every control, escape sequence and direction character shows as its escape."""
+    with tempfile.TemporaryDirectory() as work:
+        run = exported_run(Path(work) / f"run {folder}", names)
+        missing = Path(work) / f"gone {folder}"
+        for argv, allowed in [
+            (("open", str(missing)), "\n"),
+            (("open", "--headless", str(run)), "\n"),
+            (("compare", str(run), str(run)), "\n"),
+            (("tokens", str(run), "--rollout", f"no such {folder}"), "\n"),
+            (("tokens", str(run), "--rollout", f"{names[0]}/0"), "\n\t"),
+            (("export", str(run), str(Path(work) / "events.json"), "--trace-events"), "\n"),
+        ]:
+            done = tracewatch(*argv, cwd=Path(work))
+            printed = done.stdout + done.stderr
+            assert "Traceback" not in printed, (argv, printed)
+            assert not raw_controls(printed, allowed), (argv, printed)
+            assert done.returncode in (0, 1, 2), (argv, done.returncode)
+
+
+def test_an_osc_52_in_a_folder_name_is_shown_not_sent(tmp_path):
+    osc = "\x1b]52;c;aGlqYWNrZWQ=\x07"
+    done = tracewatch("open", str(tmp_path / f"run{osc}"), cwd=tmp_path)
+    assert done.returncode == 2 and "␛]52;c;aGlqYWNrZWQ=␇" in done.stderr and "\x1b" not in done.stderr
+    run = exported_run(tmp_path / "run", [f"a{osc}", "b\u202e"])
+    done = tracewatch("compare", str(run), cwd=tmp_path)
+    assert done.returncode == 0 and "a␛]52;c;aGlqYWNrZWQ=␇" in done.stdout and "b\\u202e" in done.stdout, done.stdout
+    assert not raw_controls(done.stdout + done.stderr)
