@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 from tracewatch.core.errors import TracewatchError
 from tracewatch.core.text import UNSAFE
@@ -211,3 +211,34 @@ def private_output(path_out: str | os.PathLike[str]) -> Iterator[TextIO]:
     except BaseException:
         os.unlink(partial)
         raise
+
+
+def open_regular(path: str | os.PathLike[str], what: str) -> IO[bytes]:
+    """Open a file for reading only if it is a regular file, else raise `OSError`
+    saying what it is: a FIFO would block until someone writes to it (it is never
+    opened: looked at first, then opened non-blocking, so a swap between the two
+    cannot block either) and a device such as /dev/zero never ends."""
+    info = os.stat(path)
+    if stat.S_ISREG(info.st_mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode):
+            os.set_blocking(fd, True)
+            return open(fd, "rb")
+        os.close(fd)
+    raise OSError(f"{path} is {file_kind(info.st_mode)}; expected {what} in a regular file")
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in a message's words."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (a named pipe), not a regular file"
+    if stat.S_ISCHR(mode):
+        return "a character device, not a regular file"
+    if stat.S_ISBLK(mode):
+        return "a block device, not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a regular file"
+    return "not a regular file"

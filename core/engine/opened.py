@@ -43,9 +43,11 @@ whose many showings took the pass's CPU."""
 
 
 class OpenedRun(Session):
-    """A finished verifiers run: every episode at once, browsable offline. An episode
+    """A finished verifiers run, browsable offline: its episodes read one at a time
+    into the store, which keeps them packed (the file is never held whole). An episode
     that `tracewatch export --episodes` wrote names its variant (`env.name`); others
-    belong to one variant named after the run."""
+    belong to one variant named after the run. Lines that are not episodes, and a
+    saved config that cannot be read, are said where a recording's damage is."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(RolloutStore(), new_session_dir(), None)
@@ -54,18 +56,32 @@ class OpenedRun(Session):
         name = (self.run.run_dir or path).name
         self.readonly_reason = f"an offline view of {name}: nothing is running"
         numbers: dict[str, TaskNumbers] = {}
-        for episode in self.run.episodes:
-            origin = episode.get(ORIGIN_KEY)
-            variant = str((episode.get("env") or {}).get("name") or name) if isinstance(origin, dict) else name
+        for episode in self.run.episodes():
+            env = episode.get("env")
+            named = env.get("name") if isinstance(env, dict) and isinstance(episode.get(ORIGIN_KEY), dict) else None
+            variant = named if isinstance(named, str) and named else name
             if variant not in self.variants:
                 self.variants[variant] = RecordedVariant(variant)
                 self.variants[variant].state = VariantState.DONE
             load_episode(self.store, variant, numbers.setdefault(variant, TaskNumbers()), episode)
-        if not self.run.episodes:  # a run that has not finished an episode yet, or wrote none
+        if not self.store.rollouts:  # a run that has not finished an episode yet, or wrote none
             empty = self.variants[name] = RecordedVariant(name)
             empty.state = VariantState.DONE
             empty.reason = f"no episodes: {self.run.traces_path} holds none yet"
             self.readonly_reason = f"an offline view of {name}: {empty.reason}"
+
+    @property
+    def truncated(self) -> str | None:
+        return skipped_note(self.run.traces_path, self.run.skipped, self.run.config_problem)
+
+
+def skipped_note(path: Path, skipped: list[str], *problems: str | None) -> str | None:
+    """What a run folder's reader passed over: lines that are not episodes (how many,
+    and the first), and any other problem."""
+    parts = [problem for problem in problems if problem]
+    if skipped:
+        parts.insert(0, f"{len(skipped)} line(s) skipped, the first: {skipped[0]}")
+    return f"{path}: " + "; ".join(parts) if parts else None
 
 
 def open_folder(path: Path) -> OpenedRun | OpenedTrainingRun:
@@ -97,6 +113,10 @@ class OpenedTrainingRun(Session):
             empty.state = VariantState.DONE
             empty.reason = f"no episodes: {folder} holds none yet"
             self.readonly_reason = f"an offline view of {name}: {empty.reason}"
+
+    @property
+    def truncated(self) -> str | None:
+        return skipped_note(self.training.rollouts_dir, self.training.skipped)
 
 
 class OpenedRecording(Session):

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from tracewatch.core.recordings.apply_records import run_of
+from tracewatch.core.recordings.episode_checks import episode_problem
 from tracewatch.core.recordings.export import ORIGIN_KEY
+from tracewatch.core.run.times import epoch_time
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.session.task_identity import episode_task_key, task_identity
 from tracewatch.core.wire.assembly import AssemblyError
@@ -36,32 +38,47 @@ def load_episode(
     (its header, every list item, every scalar), then the reply; an exported partial
     one ends as it ended (cancelled, failed, or still running). It is numbered as
     `tracewatch export --episodes` recorded it, else by its task among `numbers`;
-    `step` is the training step that logged it, where one did."""
-    task = episode.get("task") or {}
-    data = task.get("data") or task
+    `step` is the training step that logged it, where one did. An episode that no
+    reader could use (`episode_problem`, or a trace the wire's boundary check refuses)
+    is a failed row that says why. The store keeps the episode as the assembly packed
+    it, never the file's copy: a big run is held once, compactly."""
+    problem = episode_problem(episode)
+    task = _map(episode.get("task"))
+    data = _map(task.get("data") or task) if problem is None else {}  # a bad head's may nest past any bound
     task_key = episode_task_key(task)
     origin = episode.get(ORIGIN_KEY)
-    origin = origin if isinstance(origin, dict) else {}
+    origin = origin if isinstance(origin, dict) and problem is None else {}
     task_index, rollout_index = numbers.of(task_key, data)
     rollout = store.add_rollout(
         variant, origin.get("task_index", task_index), data, origin.get("rollout_index", rollout_index),
         key=origin.get("rollout") if isinstance(origin.get("rollout"), str) else None, run=run_of(origin),
         task_key=task_key, step=step,
     )
-    timing = [t.get("timing") or {} for t in episode.get("traces") or []]
-    start = min((t.get("start") or 0.0 for t in timing), default=0.0) or None
-    end = max((span.get("end") or 0.0 for t in timing for span in t.values() if isinstance(span, dict)), default=0.0)
-    store.started(rollout.key, str(episode.get("id") or rollout.key), start)
-    for trace in episode.get("traces") or []:
+    traces: list[dict[str, Any]] = (episode.get("traces") or []) if problem is None else []
+    timing = [_map(t.get("timing")) for t in traces]
+    start = min((epoch_time(t.get("start")) for t in timing), default=0.0) or None
+    end = max((epoch_time(span.get("end")) for t in timing for span in t.values() if type(span) is dict), default=0.0)
+    episode_id = episode.get("id")
+    store.started(rollout.key, episode_id if isinstance(episode_id, str) and episode_id else rollout.key, start)
+    if problem is not None:
+        store.failed(rollout.key, f"this episode cannot be shown: {problem}", t=start)
+        return
+    for trace in traces:
         try:
             store.apply_delta(rollout.key, trace_as_delta(trace), start or end)
         except AssemblyError as error:  # a value no reader could use: shown, not loaded
             store.failed(rollout.key, f"this episode cannot be shown: {error}", t=end or start)
             return
     if not episode.get("partial"):
-        store.finished(rollout.key, episode, end or start)
+        head = {key: value for key, value in episode.items() if key != "traces"}
+        summaries = [{"id": trace["id"], "nodes": len(trace.get("nodes") or ()), "calls": len(trace.get("calls") or ())} for trace in traces]
+        store.finished(rollout.key, rollout.assembly.finish(head, summaries, partial=True), end or start)
     elif origin.get("ended") != "running":
         store.failed(rollout.key, str(episode.get("error")), cancelled=origin.get("ended") == "cancelled", t=end or start)
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 HEADER_KEYS = ("version", "id", "verifiers", "task")

@@ -18,7 +18,6 @@ line, so the row shows what the trainer used.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from tracewatch.core.errors import TracewatchError
+from tracewatch.core.paths import open_regular
+from tracewatch.core.recordings.json_lines import json_lines
 
 ROLLOUTS = "rollouts"
 KINDS = ("train", "eval")
@@ -97,33 +98,28 @@ def open_prime_rl(folder: Path) -> PrimeRlRun:
 
 def _read(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
     try:
-        data = path.read_bytes()
+        lines = open_regular(path, "prime-rl's traces JSONL")
     except OSError as error:
         skipped.append(f"{path}: cannot be read ({error.strerror or error})")
         return []
     episodes: list[dict[str, Any]] = []
-    lines = data.split(b"\n")
     traced: dict[str, Any] | None = None
     """The episode the last line's trace opened (one trace a line), which the next
     trace of the same episode joins."""
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError as error:
-            cut = number == len(lines)  # no newline after it: the writer was stopped mid-line
-            skipped.append(f"{path} line {number}: " + ("cut short (the run was stopped while writing it)" if cut else f"not JSON ({error})"))
-            continue
-        episode = as_episode(value)
-        if episode is None:
-            skipped.append(f"{path} line {number}: neither an episode nor a trace record")
-        elif episode is not value and traced is not None and same_episode(traced, value):
-            join(traced, value)
-            continue  # the episode it joined is the one the next trace may join
-        else:
-            episodes.append(episode)
-        traced = episode if episode is not None and episode is not value else None
+    with lines:
+        for number, value, problem in json_lines(lines):
+            if problem is not None:
+                skipped.append(f"{path} line {number}: {problem}")
+                continue
+            episode = as_episode(value)
+            if episode is None:
+                skipped.append(f"{path} line {number}: neither an episode nor a trace record")
+            elif episode is not value and traced is not None and same_episode(traced, value):
+                join(traced, value)
+                continue  # the episode it joined is the one the next trace may join
+            else:
+                episodes.append(episode)
+            traced = episode if episode is not None and episode is not value else None
     return episodes
 
 
@@ -141,13 +137,15 @@ def join(episode: dict[str, Any], trace: dict[str, Any]) -> None:
     episode["traces"].append(trace)
     episode["ok"] = bool(episode.get("ok")) and bool(trace.get("ok"))
     episode["is_timeout"] = bool(episode.get("is_timeout")) or bool(trace.get("is_timeout"))
-    if trace.get("errors"):
-        episode["errors"] = [*(episode.get("errors") or ()), *trace["errors"]]
+    errors = trace.get("errors")
+    if errors and isinstance(errors, list) and isinstance(episode.get("errors") or [], list):
+        episode["errors"] = [*(episode.get("errors") or ()), *errors]
 
 
-def _agent(trace: dict[str, Any]) -> Any:
+def _agent(trace: dict[str, Any]) -> str | None:
     agent = trace.get("agent")
-    return agent.get("name") if isinstance(agent, dict) else None
+    name = agent.get("name") if isinstance(agent, dict) else None
+    return name if isinstance(name, str) else None  # any other value is the wire check's to refuse
 
 
 def as_episode(value: Any) -> dict[str, Any] | None:

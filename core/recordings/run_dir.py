@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tracewatch.core.errors import TracewatchError
+from tracewatch.core.paths import open_regular
+from tracewatch.core.recordings.json_lines import json_lines
+from tracewatch.core.session.config import MAX_CONFIG_BYTES
 
 TRACES_FILE = "traces.jsonl"
 RESOLVED_CONFIGS = Path("configs") / "resolved"
@@ -41,67 +45,85 @@ class FinishedRun:
     config: dict[str, Any] | None
     """The resolved config the run was launched with, if the run dir kept one."""
     config_path: Path | None
-    episodes: list[dict[str, Any]] = field(default_factory=list)
+    config_problem: str | None = None
+    """Why the saved config could not be read (the episodes still are)."""
     skipped: list[str] = field(default_factory=list)
     """Lines that are not episodes, each with why: a run killed mid-write leaves a
     cut last line, which verifiers' own resume also drops."""
 
+    def episodes(self) -> Iterator[dict[str, Any]]:
+        """The file's episodes, read now one line at a time (a reader loads each and
+        lets it go: the file is never held whole); lines that are not episodes are
+        added to `skipped`. `RunDirError` at the end if no line was an episode but
+        some line was something else: then it is not a traces file at all."""
+        try:
+            lines = open_regular(self.traces_path, "a verifiers traces JSONL file")
+        except OSError as error:
+            raise RunDirError(_cannot_read(self.traces_path, error)) from None
+        found = False
+        with lines:
+            for number, value, problem in json_lines(lines):
+                if problem is None and (not isinstance(value, dict) or not isinstance(value.get("traces"), list)):
+                    problem = "not an episode (no 'traces' list)"
+                if problem is not None:
+                    self.skipped.append(f"line {number}: {problem}")
+                else:
+                    found = True
+                    yield value
+        if self.skipped and not found:
+            raise RunDirError(f"{self.traces_path} is not a verifiers traces file: no line is an episode ({self.skipped[0]})")
+
 
 def open_run(path: str | os.PathLike[str]) -> FinishedRun:
-    """The episodes of a finished (or still running) verifiers run, from its run
-    directory or a bare traces JSONL file; `RunDirError` for anything else."""
+    """A finished (or still running) verifiers run, from its run directory or a bare
+    traces JSONL file, its episodes to be read (`FinishedRun.episodes`); `RunDirError`
+    for anything else, saying what it is."""
     path = Path(path)
     if path.is_dir():
         traces_path = path / TRACES_FILE
-        if not traces_path.is_file():
+        if not os.path.lexists(traces_path):
             raise RunDirError(_no_traces(path))
         run_dir: Path | None = path
-    elif path.is_file():
+    elif os.path.lexists(path):
         traces_path = path
         # a run dir's own traces.jsonl: its config is beside it
         run_dir = path.parent if (path.parent / RESOLVED_CONFIGS).is_dir() else None
     else:
         raise RunDirError(f"{path} does not exist")
-    config_path = _saved_config(run_dir) if run_dir is not None else None
-    config = None
-    if config_path is not None:
-        try:
-            config = json.loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise RunDirError(f"{config_path}: the run's saved config cannot be read ({error})") from None
-    run = FinishedRun(traces_path, run_dir, config, config_path)
     try:
-        lines = open(traces_path, "rb")
+        open_regular(traces_path, "a verifiers run directory or traces JSONL file").close()
     except OSError as error:
-        raise RunDirError(f"cannot read {traces_path}: {error.strerror or error}") from None
-    with lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            episode, problem = _parse_episode(line)
-            if episode is not None:
-                run.episodes.append(episode)
-            elif not line.endswith(b"\n"):
-                run.skipped.append(f"line {number} is cut short (the run was killed while writing it)")
-            else:
-                run.skipped.append(f"line {number}: {problem}")
-    if run.skipped and not run.episodes:
-        raise RunDirError(
-            f"{traces_path} is not a verifiers traces file: no line is an episode "
-            f"({run.skipped[0]})"
-        )
+        raise RunDirError(_cannot_read(traces_path, error)) from None
+    config_path = _saved_config(run_dir) if run_dir is not None else None
+    run = FinishedRun(traces_path, run_dir, None, config_path)
+    if config_path is not None:
+        run.config, run.config_problem = _read_config(config_path)
     return run
 
 
-def _parse_episode(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """The episode on this line, or what is wrong with it."""
+def _read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The run's saved config, or why it cannot be read: it only describes the run,
+    so a bad one costs the description, never the episodes."""
     try:
-        value = json.loads(line)
+        with open_regular(path, "the run's saved config (JSON)") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            return None, f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB; not read as the run's saved config"
+        config = json.loads(data)
+    except OSError as error:
+        return None, f"the run's saved config cannot be read: {_cannot_read(path, error)}"
+    except RecursionError:
+        return None, f"{path}: the run's saved config is nested deeper than JSON is read here"
     except ValueError as error:
-        return None, f"not JSON ({error})"
-    if not isinstance(value, dict) or not isinstance(value.get("traces"), list):
-        return None, "not an episode (no 'traces' list)"
-    return value, None
+        return None, f"{path}: the run's saved config is not JSON ({error})"
+    if not isinstance(config, dict):
+        return None, f"{path}: the run's saved config is not a JSON object"
+    return config, None
+
+
+def _cannot_read(path: Path, error: OSError) -> str:
+    """`open_regular`'s own words (what the file is instead), or the system's."""
+    return str(error) if error.errno is None else f"cannot read {path}: {error.strerror}"
 
 
 def _saved_config(run_dir: Path) -> Path | None:

@@ -83,12 +83,12 @@ def times_of(timing: Any, calls: array[float] | None = None) -> RolloutTimes:
     for phase in PHASES:
         span = timing.get(phase)
         span = span if isinstance(span, dict) else {}
-        start, end = _time(span.get("start")), _time(span.get("end"))
+        start, end = epoch_time(span.get("start")), epoch_time(span.get("end"))
         if start:
             spans.append(Span(phase, start, end if end and end >= start else None))
     agent = timing.get("agent")
     parts = [_duration(agent, part) for part in AGENT_PARTS] if isinstance(agent, dict) else [0.0, 0.0]
-    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()), _time(timing.get("start")))
+    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()), epoch_time(timing.get("start")))
 
 
 def call_interval(call: Any) -> tuple[float, float] | None:
@@ -96,11 +96,12 @@ def call_interval(call: Any) -> tuple[float, float] | None:
     time = call.get("time") if isinstance(call, dict) else None
     if not isinstance(time, dict):
         return None
-    start, end = _time(time.get("start")), _time(time.get("end"))
+    start, end = epoch_time(time.get("start")), epoch_time(time.get("end"))
     return (start, end) if start and end and end >= start else None
 
 
-def _time(value: Any) -> float:
+def epoch_time(value: Any) -> float:
+    """A time a view can place (epoch seconds), else 0.0: any value a file may hold."""
     return float(value) if isinstance(value, (int, float)) and 0 < value < 1e12 else 0.0
 
 

@@ -13,12 +13,11 @@ import json
 import os
 import re
 import shlex
-import stat
 import sys
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -30,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from tracewatch.core.paths import DEFAULT_KEEP_SESSIONS
+from tracewatch.core.paths import DEFAULT_KEEP_SESSIONS, open_regular
 from tracewatch.core.ports import LOOPBACK
 from tracewatch.core.session.config_errors import ConfigError, Problem, field_path, problems_of, suggest
 from tracewatch.core.session.secrets import find_secrets
@@ -518,20 +517,6 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except tomllib.TOMLDecodeError as error:
         raise ConfigError([Problem(source, "", f"invalid TOML: {error}")]) from None
     return build_config(raw, source, path.resolve().parent)
-
-
-def open_regular(path: Path, what: str) -> IO[bytes]:
-    """Open a file for reading only if it is a regular file: a FIFO would block until
-    someone writes to it (opened non-blocking, it cannot block the open either) and a
-    device such as /dev/zero never ends."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
-        raise OSError(f"{path} is {kind}; expected {what} in a regular file")
-    os.set_blocking(fd, True)
-    return open(fd, "rb")
 
 
 def _read_tasks(path: Path) -> list[dict[str, Any]]:

@@ -136,9 +136,10 @@ def test_export_of_episodes_opens_as_a_verifiers_traces_file(tmp_path):
     assert exported.partial == {"cancelled": ["fixture/cancel"]}
     episodes = verifiers_episodes()
     run = open_run(out)
+    read = list(run.episodes())
     assert run.skipped == []
     announced = [f"fixture/{run['request']}" for run in fixture_stream()[0]]
-    whole = [e for e in run.episodes if not e.get("partial")]
+    whole = [e for e in read if not e.get("partial")]
     assert [e["id"] for e in whole] == [episodes[k]["id"] for k in announced if k in episodes]
     for episode in whole:
         assert episode["env"]["name"] == "fixture" == episode[ORIGIN_KEY]["variant"]

@@ -455,7 +455,7 @@ def test_a_tasks_file_that_is_not_a_file_is_refused_at_once(tmp_path, kind):
         )
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr
-        expected = "is a directory" if kind == "directory" else "is not a regular file (a FIFO, device or socket)"
+        expected = {"device": "is a character device, not a regular file", "fifo": "is a FIFO (a named pipe), not a regular file", "directory": "is a directory"}[kind]
         assert f"{tasks} {expected}; expected a JSONL file of tasks in a regular file" in done.stderr
 
 
