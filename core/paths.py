@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TextIO
+from typing import BinaryIO, TextIO
 
 from tracewatch.core.errors import TracewatchError
 from tracewatch.core.text import UNSAFE
@@ -213,7 +213,7 @@ def private_output(path_out: str | os.PathLike[str]) -> Iterator[TextIO]:
         raise
 
 
-def open_regular(path: str | os.PathLike[str], what: str) -> IO[bytes]:
+def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:
     """Open a file for reading only if it is a regular file, else raise `OSError`
     saying what it is: a FIFO would block until someone writes to it (it is never
     opened: looked at first, then opened non-blocking, so a swap between the two

@@ -11,6 +11,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import msgpack
 
+from tracewatch.core.paths import open_regular
 from tracewatch.core.recordings.file_format import FORMAT, MAGIC, VERSION, RecordingError, open_unpacker
 from tracewatch.core.text import short_repr
 
@@ -30,9 +31,9 @@ def read_header(path: Path) -> Header:
     records; one whose header is damaged (a flipped byte) but that starts as ours
     is read from its first record, since every record stands on its own."""
     try:
-        file = open(path, "rb")
+        file = open_regular(path, "a recording")
     except OSError as error:
-        raise RecordingError(f"cannot open recording {path}: {error.strerror or error}") from None
+        raise RecordingError(str(error) if error.errno is None else f"cannot open recording {path}: {error.strerror}") from None
     with file:
         unpacker = open_unpacker(file)
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.status import Status
@@ -50,7 +51,7 @@ class Cell:
 
     @property
     def mean(self) -> float | None:
-        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+        return _mean(self.rewards)
 
 
 @dataclass
@@ -129,15 +130,30 @@ def _add(cell: Cell, rollout: Rollout) -> None:
 
 
 def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+    """The mean of finite rewards, finite whatever their size: a float sum of two
+    1e308s is inf, so past float's range the sum is exact."""
+    if not values:
+        return None
+    total = sum(values)
+    return total / len(values) if math.isfinite(total) else float(sum(map(Fraction, values)) / len(values))
 
 
 def _stderr(values: list[float]) -> float | None:
-    """The standard error of the mean (sample standard deviation / sqrt(n))."""
+    """The standard error of the mean (sample standard deviation / sqrt(n)); the
+    squares scaled by the widest deviation when they would overflow (rewards of
+    1e308), so a spread past float's range is inf, never an OverflowError."""
     if len(values) < 2:
         return None
-    mean = sum(values) / len(values)
-    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    mean = _mean(values)
+    assert mean is not None
+    try:
+        variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    except OverflowError:
+        widest = max(abs(v - mean) for v in values)
+        if not math.isfinite(widest):
+            return math.inf
+        variance = sum(((v - mean) / widest) ** 2 for v in values) / (len(values) - 1)
+        return widest * math.sqrt(variance / len(values))
     return math.sqrt(variance / len(values))
 
 

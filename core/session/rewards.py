@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,5 +30,11 @@ def trace_reward(rewards: Any) -> float | None:
 
 def _finite(value: Any) -> bool:
     """A number a reward can be computed with (a recording opened offline was never
-    checked: its values are read, not trusted)."""
-    return type(value) in (int, float) and math.isfinite(value)
+    checked: its values are read, not trusted); an integer past any float (a JSON
+    file holds any) is not one."""
+    if type(value) is int:
+        return -_LARGEST <= value <= _LARGEST
+    return type(value) is float and math.isfinite(value)
+
+
+_LARGEST = int(sys.float_info.max)

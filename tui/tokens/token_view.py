@@ -6,6 +6,7 @@ message that lands moves it on to that one."""
 from __future__ import annotations
 
 import math
+import sys
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -21,6 +22,8 @@ from tracewatch.tui.tokens.token_layout import id_piece
 from tracewatch.tui.tokens.token_lines import TokenLines
 
 REFRESH = 0.25
+MAX_EXP = math.log(sys.float_info.max)
+"""A logprob past this (a hostile source's) has no float probability: shown as inf."""
 """How often the view looks for new messages in the trace it shows."""
 LEGEND = {
     "logprob": "red: the sampler found the token unlikely (the deeper, the lower p)",
@@ -75,7 +78,7 @@ def values_text(tokens: MessageTokens, piece: Piece, index: int) -> Text:
         text.append(f" · {safe(name)} {shown}")
     logprob, trainer = row.get("logprobs"), row.get("trainer_logprobs")
     if logprob is not None:
-        text.append(f" · p {number(math.exp(logprob) if math.isfinite(logprob) else math.nan)}")
+        text.append(f" · p {number(math.exp(logprob) if logprob < MAX_EXP else math.inf if logprob > 0 else math.nan)}")
     if logprob is not None and trainer is not None:
         text.append(f" · trainer-sampler {number(trainer - logprob, 4)}")
     return text

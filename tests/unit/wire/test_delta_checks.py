@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support import delta_checks_reference as reference
+from tests.support.hostile_values import WIRE, mutate, nest
 from tests.support.repo import FIXTURE as RECORDED
 from tracewatch.core.wire.delta_checks import MAX_DEPTH, DeltaValueError, check_delta, check_scalars
 from tracewatch.core.wire.protocol import KeptItems, pack, unpack_delta
@@ -37,56 +38,15 @@ def recorded_frames() -> list[bytes]:
 
 FRAMES = recorded_frames()
 
-NAMES = st.sampled_from([
-    "rewards", "timing", "agent", "tools", "score", "weight", "start", "end", "duration", "model", "harness",
-    "boot", "setup", "finalize", "scoring", "message", "tool_calls", "semantic_parents", "token_ids", "logprobs",
-    "routed_experts", "node", "time", "usage", "prompt_tokens", "completion_tokens", "pending", "nodes", "calls",
-    "open", "set", "num_total_tokens", "num_input_tokens", "content", "x", 0, 1,
-])  # fmt: skip
-SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=5) | st.binary(max_size=4)
-ANYTHING = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(NAMES, inner, max_size=3), max_leaves=8)
-
-
-def nest(levels: int, kind: str) -> Any:
-    value: Any = "x"
-    for _ in range(levels):
-        value = {"a": value} if kind == "map" else [value]
-    return value
-
-
-VALUES = SCALARS | ANYTHING | st.floats(-2e12, 2e12) | st.integers(-3, 3)
-
-
-def containers(value: Any, depth: int, found: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
-    """Every dict and list inside `value` with its depth (the delta is 1)."""
-    if type(value) in (dict, list):
-        found.append((value, depth))
-        for item in value.values() if type(value) is dict else value:
-            containers(item, depth + 1, found)
-    return found
-
-
 @st.composite
 def mutated(draw: st.DrawFn) -> dict[str, Any]:
-    """A recorded delta with one to three changes anywhere: a value replaced or a key
-    added, by a wrong-typed value, any value, or one nested to just within or just
-    past `MAX_DEPTH` where it lands."""
+    """A recorded delta with one to three changes anywhere (`hostile_values.mutate`)."""
     delta = unpack_delta(draw(st.sampled_from(FRAMES)))
     for key in ("nodes", "calls"):  # mutable, as the reference reads them; `as_received` keeps them again
         if type(delta.get(key)) is KeptItems:
             delta[key] = list(delta[key])
     for _ in range(draw(st.integers(1, 3))):
-        target, depth = draw(st.sampled_from(containers(delta, 1, [])))
-        if draw(st.integers(0, 3)) == 0:
-            value = nest(MAX_DEPTH - depth + draw(st.integers(0, 1)), draw(st.sampled_from(["map", "list"])))
-        else:
-            value = draw(VALUES)
-        if type(target) is dict:
-            target[draw(st.sampled_from(sorted(map(str, target))) | NAMES) if target else draw(NAMES)] = value
-        elif target:
-            target[draw(st.integers(0, len(target) - 1))] = value
-        else:
-            target.append(value)
+        mutate(draw, delta, 1, WIRE)
     delta["trace"] = "t"
     return delta
 

@@ -1,0 +1,107 @@
+"""Hostile run folders through every command that reads them: generated verifiers run
+directories and prime-rl output directories (the older `rollouts/step_N` layout, one
+episode or one trace a line) whose episodes are changed where readers look, whose
+numbers break arithmetic (inf, NaN, 1e308, 5e-324, integers past 64 bits), with lines
+that are not episodes (nested 100,000 deep, cut, not JSON) and saved configs that
+are not files or not JSON. `open --headless`, `compare`, `tokens` (both formats) and
+`export --trace-events` run on each, as the command line runs them: none raises, one
+bad episode is one failed row that says why, and every episode written unchanged
+opens as it does from a clean run."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tests.support.hostile_run_dirs import BAD_LINES, CONFIGS, HostileRun, hostile_runs, write_config
+from tracewatch.cli import main
+from tracewatch.core.engine.opened import open_folder
+from tracewatch.core.recordings.run_dir import RunDirError
+from tracewatch.core.session.status import Status
+from tracewatch.core.text import ESCAPES
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def command(*argv: str) -> tuple[int, str]:
+    """`tracewatch ARGV` in this process, as the entry point runs it: any exception
+    it lets out fails the test with its traceback."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    printed = out.getvalue() + err.getvalue()
+    assert code in (0, 1, 2), (argv, code, printed)
+    return code, printed
+
+
+def every_command(path: Path, work: Path) -> None:
+    """Each command on `path`; `tokens` on a few of its rollouts and trace ids."""
+    code, printed = command("open", "--headless", str(path))
+    assert "Traceback" not in printed
+    command("compare", str(path), str(path))
+    command("export", str(path), str(work / "events.json"), "--trace-events")
+    try:
+        session = open_folder(path)
+    except RunDirError:
+        assert code == 2  # no line is an episode: said, exit 2
+        return
+    names = [*list(session.store.rollouts)[:2], *[t for r in list(session.store.rollouts.values())[:1] for t in r.trace_ids]]
+    for name in names:
+        for form in ("table", "jsonl"):
+            _, printed = command("tokens", str(path), "--rollout", name, "--format", form, "--tokenizer", "nowhere/not-cached")
+            assert not [c for c in printed if ord(c) in ESCAPES and c not in "\n\t"], printed
+
+
+def clean_endings(run: HostileRun, work: Path) -> dict[str, tuple[Status, float | None, int]]:
+    """How each unchanged episode ends when it is opened alone."""
+    clean = HostileRun([run.lines[number] for number in run.episodes], {}, "none")
+    session = open_folder(clean.write(work / "clean"))
+    return {r.request_id or "": (r.status, r.reward, len(r.traces)) for r in session.store.rollouts.values()}
+
+
+@SETTINGS
+@given(run=hostile_runs())
+def test_a_hostile_verifiers_run_directory(run: HostileRun) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        path = run.write(work / "run")
+        every_command(path, work)
+        if not run.episodes:
+            return
+        session = open_folder(path)
+        rows = {r.request_id: r for r in session.store.rollouts.values()}
+        for episode_id, ending in clean_endings(run, work).items():
+            rollout = rows[episode_id]
+            assert (rollout.status, rollout.reward, len(rollout.traces)) == ending, f"{episode_id} opened alone ends otherwise"
+        for rollout in rows.values():
+            if rollout.reason and "cannot be shown" in rollout.reason:
+                assert rollout.status is Status.FAILED
+
+
+@SETTINGS
+@given(run=hostile_runs(prime_rl=True))
+def test_a_hostile_prime_rl_run(run: HostileRun) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        every_command(run.write(work / "out"), work)
+
+
+@pytest.mark.parametrize("config", [kind for kind in CONFIGS if kind not in ("good", "none")])
+def test_each_bad_line_and_config_is_said_and_the_episodes_open(tmp_path: Path, config: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [b'{"id": "e", "traces": []}\n', *(line + b"\n" for line in BAD_LINES.values())]
+    (run / "traces.jsonl").write_bytes(b"".join(lines))
+    write_config(run / "configs" / "resolved" / "eval.json", config)
+    session = open_folder(run)
+    assert [r.request_id for r in session.store.rollouts.values()] == ["e"]
+    note = session.truncated or ""
+    assert f"{len(BAD_LINES)} line(s) skipped, the first: line 2: nested deeper than JSON is read here" in note, note
+    assert "saved config" in note and ("not a regular file" in note or "is a directory" in note or "JSON" in note), note
+    code, printed = command("open", "--headless", str(run))
+    assert code == 0 and note.split(":")[0] in printed
