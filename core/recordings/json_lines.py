@@ -16,10 +16,11 @@ tens of MB. A longer line is skipped (read past in `_SKIP_CHUNK` pieces), not he
 _SKIP_CHUNK = 1 << 20
 
 
-def json_lines(file: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any, str | None]]:
+def json_lines(file: IO[bytes]) -> Iterator[tuple[int, Any, str | None]]:
     """Each non-blank line's number and value, or (number, None, what is wrong with it):
-    longer than `limit`, cut short (the last line, with no newline: its writer was
-    stopped mid-line), not JSON, or nested deeper than JSON is read."""
+    longer than `MAX_LINE_BYTES`, cut short (the last line, with no newline: its writer
+    was stopped mid-line), not JSON, or nested deeper than JSON is read."""
+    limit = MAX_LINE_BYTES
     number = 0
     while line := file.readline(limit + 1):
         number += 1

@@ -108,7 +108,7 @@ def _read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         with open_regular(path, "the run's saved config (JSON)") as file:
             data = file.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
-            return None, f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB; not read as the run's saved config"
+            return None, f"{path}: larger than {MAX_CONFIG_BYTES / (1 << 20):g} MiB; not read as the run's saved config"
         config = json.loads(data)
     except OSError as error:
         return None, f"the run's saved config cannot be read: {_cannot_read(path, error)}"

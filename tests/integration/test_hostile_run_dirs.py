@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,8 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.support.hostile_run_dirs import BAD_LINES, CONFIGS, HostileRun, hostile_runs, write_config
+from tests.support.repo import REPO
 from tracewatch.cli import main
 from tracewatch.core.engine.opened import open_folder
+from tracewatch.core.recordings import json_lines, run_dir
 from tracewatch.core.recordings.run_dir import RunDirError
 from tracewatch.core.session.status import Status
 from tracewatch.core.text import ESCAPES
@@ -105,3 +110,47 @@ def test_each_bad_line_and_config_is_said_and_the_episodes_open(tmp_path: Path, 
     assert "saved config" in note and ("not a regular file" in note or "is a directory" in note or "JSON" in note), note
     code, printed = command("open", "--headless", str(run))
     assert code == 0 and note.split(":")[0] in printed
+
+
+def tracewatch(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TRACEWATCH_HOME": str(cwd / "home"), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "tracewatch.cli", *argv], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+
+
+def test_a_fifo_or_device_is_refused_with_what_it_is_never_read(tmp_path: Path) -> None:
+    """A FIFO blocked every command for ever and /dev/zero read until memory ran out
+    (`open /dev/zero` said it did not exist); the subprocess timeout only guards a hang."""
+    fifo = tmp_path / "traces.jsonl"
+    os.mkfifo(fifo)
+    recording = tmp_path / "fifo.twrec"
+    os.mkfifo(recording)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "traces.jsonl").symlink_to("/dev/zero")
+    cases = [
+        (("open", "/dev/zero"), "/dev/zero is a character device, not a regular file"),
+        (("open", "--headless", str(fifo)), f"{fifo} is a FIFO (a named pipe), not a regular file"),
+        (("compare", str(run)), f"{run / 'traces.jsonl'} is a character device, not a regular file"),
+        (("tokens", str(recording), "--rollout", "x"), f"{recording} is a FIFO (a named pipe), not a regular file"),
+        (("export", str(recording), str(tmp_path / "out.jsonl")), f"{recording} is a FIFO (a named pipe), not a regular file"),
+        (("export", str(fifo), str(tmp_path / "out.json"), "--trace-events"), f"{fifo} is a FIFO (a named pipe), not a regular file"),
+    ]
+    for argv, said in cases:
+        done = tracewatch(*argv, cwd=tmp_path)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr)
+
+
+def test_a_line_or_config_past_its_bound_is_said_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(json_lines, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(run_dir, "MAX_CONFIG_BYTES", 1 << 10)
+    run = tmp_path / "run"
+    run.mkdir()
+    huge = b'{"id": "huge", "traces": [], "pad": "' + b"x" * (3 << 20) + b'"}\n'
+    (run / "traces.jsonl").write_bytes(huge + b'{"id": "after", "traces": []}\n')
+    write_config(run / "configs" / "resolved" / "eval.json", "good")
+    (run / "configs" / "resolved" / "eval.json").write_text('{"pad": "' + "x" * 4096 + '"}')
+    session = open_folder(run)
+    assert [r.request_id for r in session.store.rollouts.values()] == ["after"]
+    note = session.truncated or ""
+    assert "1 line(s) skipped, the first: line 1: longer than 1 MiB: not read" in note, note
+    assert "eval.json: larger than 0.000976562 MiB; not read as the run's saved config" in note, note
