@@ -58,8 +58,13 @@ def find_traces(session: Session, wanted: str) -> tuple[str, list[TraceState]]:
 
 
 def finite(value: Any) -> Any:
+    """`value` with every non-finite float in it, at any depth, as its string."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {name: finite(item) for name, item in value.items()}
+    if isinstance(value, list):
+        return [finite(item) for item in value]
     return value
 
 
@@ -111,7 +116,7 @@ def _jsonl(out: IO[str], key: str, trace: str, index: int, role: Any, tokens: Me
         "worst_mismatch": None if summary.worst_mismatch is None else vars(summary.worst_mismatch),
         "findings": list(summary.findings),
     }
-    out.write(json.dumps(head, allow_nan=False, default=finite) + "\n")
+    out.write(json.dumps(finite(head), allow_nan=False) + "\n")  # a worst mismatch of 1e308 - -1e308 is inf
     for position, piece in enumerate(pieces):
         row = {"kind": "token", **where, **token_values(tokens, position), "text": piece.text, "special": piece.special}
         out.write(json.dumps({name: finite(value) for name, value in row.items()}, allow_nan=False) + "\n")

@@ -19,13 +19,17 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from tests.support.hostile_run_dirs import BAD_LINES, CONFIGS, HostileRun, hostile_runs, write_config
+from tests.support.hostile_values import WIRE_NUMBERS
 from tests.support.repo import REPO
+from tests.support.scripted_server import OK, header
 from tracewatch.cli import main
 from tracewatch.core.engine.opened import open_folder
 from tracewatch.core.recordings import json_lines, run_dir
+from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.recordings.run_dir import RunDirError
 from tracewatch.core.session.status import Status
 from tracewatch.core.text import ESCAPES
@@ -154,3 +158,35 @@ def test_a_line_or_config_past_its_bound_is_said_not_held(tmp_path: Path, monkey
     note = session.truncated or ""
     assert "1 line(s) skipped, the first: line 1: longer than 1 MiB: not read" in note, note
     assert "eval.json: larger than 0.000976562 MiB; not read as the run's saved config" in note, note
+
+
+def record_numbers(path: Path, reward: float, logprob: float, tokens: int) -> None:
+    """A recording of two rollouts of one task, as a live session writes it: one
+    rewarded `reward`, whose answers' logprobs are `logprob` and token count `tokens`."""
+    with Recorder(path, meta={"test": True}) as recorder:
+        for number, (score, value, count) in enumerate([(reward, logprob, tokens), (0.5, -0.5, 10)]):
+            key, trace = f"v/{number}", f"t{number}"
+            recorder.rollout(key, "v", 0, {"name": "task"}, number, t=1.0)
+            recorder.request(key, f"req-{number}", t=1.0)
+            answer = {"parent": 0, "semantic_parents": [], "sampled": True, "message": {"role": "assistant", "content": "a"},
+                      "token_ids": [1, 2, 3], "mask": [True] * 3, "logprobs": [value] * 3, "trainer_logprobs": [0.0, value, -1e308]}  # fmt: skip
+            recorder.delta(key, {"trace": trace, "open": header(trace), "nodes": [{"parent": None, "semantic_parents": [], "message": {"role": "user", "content": "q"}}, answer], "calls": [{"node": 1, "usage": {"prompt_tokens": count, "completion_tokens": count}}]}, t=2.0)
+            recorder.delta(key, {"trace": trace, "set": {"ok": True, "rewards": {"r": {"score": score, "weight": 1.0}}, "num_total_tokens": count}}, t=3.0)
+            recorder.reply(key, {**OK, "head": {"id": f"episode-{number}", "ok": True}, "traces": [{"id": trace, "nodes": 2, "calls": 1}]}, t=4.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(reward=WIRE_NUMBERS, logprob=WIRE_NUMBERS, tokens=st.integers(0, 2**63 - 1))
+@example(reward=1e308, logprob=710.0, tokens=2**62)
+def test_numbers_that_break_arithmetic_in_a_recording(reward: float, logprob: float, tokens: int) -> None:
+    """The same numbers through a recording (what a live session and a scripted
+    server write) and every command that reads one."""
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        path = work / "numbers.twrec"
+        record_numbers(path, reward, logprob, tokens)
+        for argv in (("open", "--headless", str(path)), ("compare", str(path), str(path)), ("replay", "--headless", "--speed", "0", str(path)),
+                     ("export", str(path), str(work / "records.jsonl")), ("export", str(path), str(work / "episodes.jsonl"), "--episodes"),
+                     ("export", str(path), str(work / "events.json"), "--trace-events"),
+                     ("tokens", str(path), "--rollout", "v/0"), ("tokens", str(path), "--rollout", "v/0", "--format", "jsonl")):  # fmt: skip
+            command(*argv)
