@@ -3,6 +3,7 @@ say about it before any single token."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +42,10 @@ def summarize(tokens: MessageTokens) -> Summary:
     if logprobs is not None:
         finite = np.isfinite(logprobs)
         if finite.any():
-            mean = float(logprobs[finite].mean())
+            mean = _mean(logprobs[finite])
             lowest = _extreme(logprobs, finite, np.argmin)
     if logprobs is not None and trainer is not None:
-        with np.errstate(invalid="ignore"):  # inf - inf is NaN, left out below: no warning for it on stderr
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is NaN, 1e308 - -1e308 inf, both left out below: no warning on stderr
             difference = trainer - logprobs
         mismatch = _extreme(difference, np.isfinite(difference), lambda values: np.argmax(np.abs(values)))
     return Summary(
@@ -64,3 +65,14 @@ def _extreme(values: Floats, finite: Flags, pick: Callable[[Floats], Any]) -> Ex
     where = np.flatnonzero(finite)
     at = int(where[pick(values[where])])
     return Extreme(float(values[at]), at)
+
+
+def _mean(values: np.ndarray) -> float:
+    """The mean of finite values, finite whatever their size: the sum of 1e308s
+    overflows, so then they are scaled by the largest first."""
+    with np.errstate(over="ignore"):
+        mean = float(values.mean())
+    if math.isfinite(mean):
+        return mean
+    largest = float(np.abs(values).max())
+    return float((values / largest).mean()) * largest

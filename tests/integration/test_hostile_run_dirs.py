@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -189,4 +190,6 @@ def test_numbers_that_break_arithmetic_in_a_recording(reward: float, logprob: fl
                      ("export", str(path), str(work / "records.jsonl")), ("export", str(path), str(work / "episodes.jsonl"), "--episodes"),
                      ("export", str(path), str(work / "events.json"), "--trace-events"),
                      ("tokens", str(path), "--rollout", "v/0"), ("tokens", str(path), "--rollout", "v/0", "--format", "jsonl")):  # fmt: skip
-            command(*argv)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)  # numpy's overflow notes would reach a user's stderr
+                command(*argv)
