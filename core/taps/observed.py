@@ -56,6 +56,9 @@ class ObservedRuns:
         """Run id (whatever identifies a run to its tap) -> rollout key."""
         self._task_index: dict[str, int] = {}
         self._rollouts_of: dict[int, int] = {}
+        self._numbered_before: dict[int, int] | None = None
+        """Per task, the runs numbered before the tap's source restarted its own
+        numbering (`numbers_restart`); None while the source's numbers are the first."""
         self.replied = 0
         """Runs that ended with their reply seen."""
         self.incomplete = 0
@@ -90,10 +93,14 @@ class ObservedRuns:
         gives it a slot (`slot`)."""
         task = task_data if isinstance(task_data, dict) else {"task_data": short_repr(task_data)}
         task_key = task_key if isinstance(task_key, str) and task_key else None
-        if task_index is None:
-            task_index = self._task_index.setdefault(task_identity(task_key, task), len(self._task_index))
+        identity = task_identity(task_key, task)
+        if task_index is None or self._numbered_before is not None:  # a restarted source's task numbers are its own
+            task_index = self._task_index.get(identity, max(self._task_index.values(), default=-1) + 1)
+        self._task_index.setdefault(identity, task_index)
         if rollout_index is None:
             rollout_index = self._rollouts_of.get(task_index, 0)
+        elif self._numbered_before is not None:
+            rollout_index += self._numbered_before.get(task_index, 0)
         self._rollouts_of[task_index] = max(self._rollouts_of.get(task_index, 0), rollout_index + 1)
         rollout = self.store.add_rollout(self.variant, task_index, task, rollout_index, task_key=task_key, t=started_at)
         rollout.note = run_note(model, sampling) or None
@@ -107,6 +114,12 @@ class ObservedRuns:
         else:
             self._start(rollout.key, request_id, started_at, running_since)
         return rollout.key
+
+    def numbers_restart(self) -> None:
+        """The source numbers its runs from the start again (a new driver session's
+        relay): the runs it numbers from here follow those already shown, as a proxy's
+        do, so a second session's first run is not a second `#1`."""
+        self._numbered_before = dict(self._rollouts_of)
 
     def slot(self, run: Hashable) -> None:
         """A queued run got its driver's slot: it runs from now (a retry's second

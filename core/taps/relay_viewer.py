@@ -238,9 +238,12 @@ class RelayViewer(TapVariant):
             welcome = None
         if not isinstance(welcome, dict):
             welcome = {}
+        relay_id = str(welcome.get("relay", ""))
         if self._relay_id is not None:
             self.runs.end_all("the relay went away before the run ended (the run itself may go on)")
-        self._relay_id = str(welcome.get("relay", ""))
+            if relay_id != self._relay_id:
+                self.runs.numbers_restart()
+        self._relay_id = relay_id
         heartbeat = welcome.get("heartbeat")
         self._heartbeat = float(heartbeat) if isinstance(heartbeat, int | float) and 0 < heartbeat < 60 else 1.0
         self._relay_dropped = 0

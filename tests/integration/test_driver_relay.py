@@ -346,3 +346,35 @@ async def test_a_late_viewer_counts_the_run_in_flight_as_running_and_so_does_its
     while not any(r.trace_ids for r in replay.store.rollouts.values()):
         assert replay.step(), "the recording ended before the run's first delta"
     assert replay.store.running_count() == 1
+
+
+async def test_a_second_driver_sessions_runs_are_numbered_on_from_the_first_sessions(viewers) -> None:
+    """A driver run twice with its relay at one address: the second session's runs of a
+    task follow the first's (`#3` after `#1`, `#2`), as a proxy numbers them, and a task
+    new in the second session starts at `#1`."""
+    first = Relay("tcp://127.0.0.1:0", heartbeat=0.2)
+    address = first.address
+    second = None
+    try:
+        engine = await viewers(address, "v")
+        viewer = engine.variants["v"]
+        await eventually(lambda: viewer.state is VariantState.RUNNING, WAIT, "the viewer welcomed")
+        for trace in ("a", "b"):
+            run = first.begin({"id": "x"})
+            run({"trace": trace, "open": {"id": trace}})
+            run.end(error="the driver ended it")
+        await eventually(lambda: len(engine.store.variants["v"]) == 2, WAIT, "the first session's two runs")
+        first.close()
+        await eventually(lambda: viewer.source_lost, WAIT, "the first session gone")
+        second = Relay(address, heartbeat=0.2)
+        for task_id in ("y", "x"):
+            second.begin({"id": task_id})({"trace": task_id, "open": {"id": task_id}})
+        await eventually(lambda: len(engine.store.variants["v"]) == 4, WAIT, "the second session's runs shown")
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    numbers = [(r.task_data["id"], r.rollout_index + 1) for r in engine.store.variant_rollouts("v")]
+    assert numbers == [("x", 1), ("x", 2), ("y", 1), ("x", 3)]
+    tasks = {r.task_data["id"]: r.task_index for r in engine.store.variant_rollouts("v")}
+    assert tasks["x"] != tasks["y"]
