@@ -35,7 +35,7 @@ COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compa
 def _common(parser: argparse.ArgumentParser, live: bool = True) -> None:
     parser.add_argument("--tokenizer", metavar="T", help="token text for the token view (t): a tokenizer.json, a folder holding one, or a model name in the local Hugging Face cache (never downloaded); default: each variant's own")
     parser.add_argument("--headless", action="store_true", help="no screen: print one line per rollout event and a summary; exit 0 only if every rollout finished without error")
-    parser.add_argument("--export-dir", type=Path, metavar="DIR", help="where `e` writes episodes (default: the session's folder under $TRACEWATCH_HOME/sessions)")
+    parser.add_argument("--export-dir", type=Path, metavar="DIR", help="where `e` writes episodes and the palette's Screenshot its SVGs (default: the session's folder under $TRACEWATCH_HOME/sessions)")
     if live:
         record = parser.add_mutually_exclusive_group()
         record.add_argument("--record", type=Path, metavar="PATH", help="record every delta to PATH (default: a new file under $TRACEWATCH_HOME/recordings)")

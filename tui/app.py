@@ -667,6 +667,23 @@ class TracewatchApp(App[None]):
         else:
             self.call_from_thread(self.notify, safe(path.name), title=f"Exported to {safe(home_short(path.parent))}")
 
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None, time_format: str | None = None) -> str | None:
+        """The palette's Screenshot, saved where exports go (the session's folder or
+        `--export-dir`) and the path said, or why it failed: Textual's own saves to
+        ~/Downloads, which many machines lack, and says only that it failed."""
+        name = filename or time.strftime(time_format or "screenshot-%Y-%m-%dT%H-%M-%S.svg")
+        self._save_screenshot(name, self.export_screenshot(), None if path is None else Path(path))
+        return None
+
+    @work(thread=True, group="export")
+    def _save_screenshot(self, name: str, svg: str, directory: Path | None) -> None:
+        try:
+            saved = self.session.export_text(name, svg, directory)
+        except OSError as error:
+            self.call_from_thread(self.notify, f"Could not save the screenshot: {error}", title="Screenshot", severity="error")
+        else:
+            self.call_from_thread(self.notify, safe(saved.name), title=f"Screenshot saved to {safe(home_short(saved.parent))}")
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(KEYS))
 

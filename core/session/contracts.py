@@ -210,3 +210,5 @@ class SessionView(Protocol):
         """A second screen (side by side) shows these rollouts now, loaded and kept
         loaded until it shows others (none: it closed)."""
     def export_episode(self, key: str, directory: Path | None = None) -> Path: ...
+    def export_text(self, name: str, text: str, directory: Path | None = None) -> Path:
+        """Write a file the user asked for where exports go; the path it is at."""

@@ -99,13 +99,17 @@ class Session:
         replied, else the traces as assembled so far."""
         rollout = self._readable(key)
         record = rollout.record or partial_episode(rollout.task_data, rollout.assembly.traces.values(), rollout.reason)
+        path = self.export_text(f"{key.replace('/', '-')}.json", episode_json(record), directory)
+        self.exported.append(path)
+        return path
+
+    def export_text(self, name: str, text: str, directory: Path | None = None) -> Path:
+        """Write a file the user asked for (an episode, a screenshot) where exports go,
+        the session's folder or `--export-dir`, so they find it beside the others."""
         directory = directory or self.export_dir
         if directory.is_relative_to(self.session_dir):
             self._claim()
-        directory = private_dir(directory)
-        path = write_private(directory / file_name(f"{key.replace('/', '-')}.json"), episode_json(record))
-        self.exported.append(path)
-        return path
+        return write_private(private_dir(directory) / file_name(name), text)
 
     def _readable(self, key: str) -> Rollout:
         """The rollout with its traces, wherever they are."""

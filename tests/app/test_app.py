@@ -378,6 +378,41 @@ async def test_export_writes_the_selected_episode_and_says_where(tmp_path: Path)
     assert json.loads(path.read_text()) == json.loads(episode_json(engine.store.rollouts["baseline/run0/0"].record or {}))
 
 
+async def palette_screenshot(pilot: Pilot) -> None:
+    """The command palette's Screenshot, chosen as a user does: ctrl+p, its name, enter."""
+    await pilot.press("ctrl+p")
+    await until(pilot, lambda: type(pilot.app.screen).__name__ == "CommandPalette")
+    await pilot.press(*"Screenshot")
+    await until(pilot, lambda: "Save an SVG" in screen_text(pilot.app), "the palette offering Screenshot")
+    await pilot.press("enter")
+
+
+async def test_palette_screenshot_lands_beside_the_exports_and_says_where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home-without-downloads"))
+    app = TracewatchApp(make_engine(session_dir=tmp_path))
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await started(pilot)
+        await palette_screenshot(pilot)
+        await until(pilot, lambda: any("Screenshot" in n for n in notices(app)), "a notice about the screenshot")
+        shots = list((tmp_path / "exports").glob("*.svg"))
+        assert len(shots) == 1, notices(app)
+        assert notices(app) == [f"Screenshot saved to {shots[0].parent}\n{shots[0].name}"]
+        assert "baseline" in svg_text(shots[0].read_text())
+
+
+async def test_palette_screenshot_that_cannot_be_saved_says_why(tmp_path: Path) -> None:
+    engine = make_engine(session_dir=tmp_path)
+    engine.export_dir = tmp_path / "a-file"
+    engine.export_dir.write_text("")
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await started(pilot)
+        await palette_screenshot(pilot)
+        await until(pilot, lambda: any("Screenshot" in n for n in notices(app)), "a notice about the screenshot")
+        [notice] = notices(app)
+        assert notice.startswith("Screenshot\nCould not save the screenshot: ") and "a-file" in notice, notice
+
+
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
 async def test_main_screens_render_at_small_and_large_sizes(size: tuple[int, int], tmp_path: Path) -> None:
     app = TracewatchApp(make_engine(finish=False), title="tracewatch demo")
