@@ -45,7 +45,7 @@ def node_flags(node: Any) -> frozenset[str]:
     trained = 0
     if shape is not None:
         flag_count, trained = shape
-        tool_trained = trained > 0 and not (get("sampled") and _role(node) == "assistant")
+        tool_trained = trained > 0 and not (get("sampled") and role(node) == "assistant")
         misaligned = flag_count != (_length(get("token_ids")) or 0)
     if not misaligned:
         for name in COMPACT_STREAMS:
@@ -64,7 +64,8 @@ _FLAG_SETS = {
 }
 
 
-def _role(node: Mapping[Any, Any]) -> Any:
+def role(node: Mapping[Any, Any]) -> Any:
+    """The node's message's role; None (or whatever it holds) when it has none."""
     message = node.get("message")
     return message.get("role") if isinstance(message, Mapping) else None
 

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewatch.core.text import short_repr
-from tracewatch.core.tokens.flags import COMPACT_STREAMS
+from tracewatch.core.tokens.flags import COMPACT_STREAMS, TOOL_TRAINED, node_flags, role
 from tracewatch.core.wire.protocol import Packed
 
 Floats = npt.NDArray[np.float64]
@@ -72,6 +72,8 @@ def read_message(node: Any) -> MessageTokens:
     attributed = content_items is not None and len(content_items) > 0
     compact: dict[str, Floats] = {}
     trained = int(mask.sum())
+    if TOOL_TRAINED in node_flags(node):
+        findings.insert(0, f"{_unsampled(node)} is trained: {trained:,} tokens the model did not sample are in the loss")
     for name in COMPACT_STREAMS:
         values = _items(node, name, findings)
         if values is None:
@@ -93,6 +95,16 @@ def read_message(node: Any) -> MessageTokens:
         loss_weights=_loss_weights(node.get("loss_weights"), count, findings),
         findings=tuple(findings),
     )
+
+
+UNSAMPLED = {"tool": "a tool result", "user": "a user turn", "system": "a system message", "assistant": "an assistant message the model did not sample"}
+
+
+def _unsampled(node: Mapping[Any, Any]) -> str:
+    """What a trained node the model did not sample is, in words: the header names it
+    (the mask's bug a run is watched for), not only its count of trained tokens."""
+    kind = role(node)
+    return UNSAMPLED.get(kind, "a message the model did not sample") if isinstance(kind, str) else "a node the model did not sample"
 
 
 _FLOAT64 = 0xCB

@@ -95,6 +95,24 @@ async def test_t_opens_the_newest_message_and_each_key_does_what_it_says(deltas:
         await until(pilot, lambda: not isinstance(app.screen, TokenScreen))
 
 
+async def test_the_header_names_a_trained_tool_result(deltas: list[dict]) -> None:
+    """The demo's `training` task trains one tool result: its header says so in words,
+    not only as a count of trained tokens beside a stream that does not fit."""
+    app = TracewatchApp(training_engine(deltas), tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        trace = screen.trace
+        tool = next(i for i, node in enumerate(trace.nodes) if node["message"]["role"] == "tool" and read_message(node).trained)
+        await pilot.press(*["left_square_bracket"] * (screen.node - tool))
+        await until(pilot, lambda: screen.node == tool and "(tool)" in shown(screen, "tokens-head"), "the trained tool result open")
+        trained = read_message(trace.nodes[tool]).trained
+        head = shown(screen, "tokens-head").splitlines()
+        assert f"⚠ a tool result is trained: {trained:,} tokens the model did not sample are in the loss" in head, head
+        await pilot.press(*["right_square_bracket"] * (len(trace.nodes) - 1 - tool))
+        await until(pilot, lambda: screen.node == len(trace.nodes) - 1)
+        assert "is trained" not in shown(screen, "tokens-head")
+
+
 def _head_of(trace, index: int) -> str:
     from tracewatch.core.tokens.summary import summarize
     from tracewatch.tui.tokens.token_view import summary_text

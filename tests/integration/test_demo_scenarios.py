@@ -206,6 +206,9 @@ async def test_training_streams_what_a_trainer_sees(address) -> None:
             assert trainer <= set(tokens.compact) if turn >= ANNOTATED_FROM else not trainer & set(tokens.compact)
         elif tokens.trained:
             trained_tools.append(message["role"])
-            assert tokens.findings == (f"logprobs has 0 values for {tokens.trained} trained tokens: not placed",)
+            assert tokens.findings == (
+                f"a tool result is trained: {tokens.trained:,} tokens the model did not sample are in the loss",
+                f"logprobs has 0 values for {tokens.trained} trained tokens: not placed",
+            )
     assert trained_tools == ["tool"] and turn >= 3
     assert_scored(trace, deltas)
