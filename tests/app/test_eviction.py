@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.app_screen import notices, open_side_by_side, screen_text, select
 from tests.support.demo_sessions import demo_variant, write_config
-from tests.support.polling import until
+from tests.support.polling import eventually, until
 from tracewatch.core.engine.headless import summary_lines
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.recordings import recorder as recorder_module
@@ -164,11 +164,9 @@ async def test_a_damaged_recording_is_named_not_shown_wrong(tmp_path: Path) -> N
 
 
 async def until_evicted(engine: LiveSession, keys: set[str]) -> None:
-    async def wait() -> None:
-        while engine.eviction is None or engine.eviction.evicted != keys:
-            await asyncio.sleep(0.02)
-
-    await asyncio.wait_for(wait(), 10)
+    eviction = engine.eviction
+    assert eviction is not None
+    await eventually(lambda: eviction.evicted == keys, what=lambda: f"{sorted(keys)} evicted; evicted so far: {sorted(eviction.evicted)}")
 
 
 async def test_rollouts_side_by_side_stay_while_shown(tmp_path: Path) -> None:

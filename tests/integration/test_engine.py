@@ -206,15 +206,15 @@ async def test_second_cancel_kills_a_server_that_ignores_sigterm(engine_for):
     variant = engine.variants["stubborn"]
     await eventually(lambda: variant.pid is not None and variant.health_left is not None, timeout=WAIT, what="the server to be waited on")
     pids = server_pids(engine, "stubborn")
-    started = time.monotonic()
     variant.cancel()
     await eventually(lambda: any(e.kind == "sigterm" for e in variant.escalation), timeout=WAIT, what="SIGTERM")
     assert variant.grace_left() > 20
     variant.cancel()
-    await asyncio.wait_for(engine.wait(), 10)
-    assert time.monotonic() - started < 20, "the second cancel must not wait out the grace"
+    await asyncio.wait_for(engine.wait(), WAIT)
     assert variant.state is VariantState.CANCELLED
-    assert "sigkill" in [e.kind for e in variant.escalation]
+    # who sent SIGKILL, not how long it took: a loaded machine may take its time either way
+    kills = [e.detail for e in variant.escalation if e.kind == "sigkill"]
+    assert kills and all(kill.endswith(": a second cancel") for kill in kills), kills
     assert "killed" in variant.outcome_text
     # SIGKILL from outside: the server dies when the kernel next schedules it, not when kill() returns
     await eventually(lambda: not any(alive(pid) for pid in pids), what="the killed server to be gone")

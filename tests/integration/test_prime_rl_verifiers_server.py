@@ -17,6 +17,7 @@ from verifiers.v1.types import SamplingConfig as VerifiersSampling
 from tests.support.interop import tw_calc
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.interop.servers import API_KEY_VAR, ServerProcess
+from tests.support.polling import eventually
 from tests.support.prime_rl_monitor import FileMonitor
 from tracewatch.core.recordings.prime_rl.layout import find_run
 from tracewatch.core.recordings.prime_rl.run import PrimeRlRun
@@ -86,10 +87,7 @@ async def test_rollouts_served_by_verifiers_are_followed_live_then_land_once(ser
                 episode.env.name = "tw_calc"
                 monitor.log_episodes([episode])
             monitor.finalize()
-            deadline = asyncio.get_running_loop().time() + DEADLINE
-            while len(landed) < len(TASKS):
-                assert asyncio.get_running_loop().time() < deadline, f"landed {landed}, seen live {list(seen_live)}"
-                await asyncio.sleep(0.05)
+            await eventually(lambda: len(landed) >= len(TASKS), DEADLINE, lambda: f"every task to land; landed {landed}, seen live {list(seen_live)}")
         finally:
             follower.cancel()
             await client.close()

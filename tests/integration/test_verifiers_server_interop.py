@@ -18,6 +18,7 @@ from verifiers.v1.types import SamplingConfig as VerifiersSampling
 from tests.support.interop import tw_calc
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.interop.servers import API_KEY_VAR, ServerProcess
+from tests.support.polling import eventually
 from tracewatch.core.wire.assembly import EpisodeAssembly
 from tracewatch.core.wire.client import EnvClient, RunFailed, new_request_id
 
@@ -159,10 +160,8 @@ async def test_cancel_stops_a_run_stuck_in_a_model_call(server, ours, model):
     def previewing() -> bool:
         return any(m.get("role") == "tool" for t in live.traces.values() for m in t["pending"])
 
-    deadline = asyncio.get_running_loop().time() + DEADLINE
-    while not previewing():  # the tool result's preview streams before the model answers
-        assert asyncio.get_running_loop().time() < deadline, "no pending preview arrived"
-        await asyncio.sleep(0.02)
+    # the tool result's preview streams before the model answers
+    await eventually(previewing, DEADLINE, "the tool result's pending preview")
     assert await ours.cancel(request_id) is True
     with pytest.raises(RunFailed) as failed:
         await asyncio.wait_for(run, DEADLINE)

@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from tracewatch.core.supervision.supervisor import process_alive as alive
 
@@ -17,24 +17,31 @@ MARGIN = 10.0
 """Slack for a loaded 2-core machine; a passing run never waits this long."""
 
 
-def _expired(ends_at: float, timeout: float, what: str, predicate: Any) -> None:
+What: TypeAlias = str | Callable[[], str]
+"""What a wait is for; a callable is asked at the timeout, so the failure says what
+was seen then (the screen, the processes, what had arrived so far)."""
+
+
+def _expired(ends_at: float, timeout: float, what: What, predicate: Any) -> None:
     if time.monotonic() > ends_at:
-        raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
+        said = what() if callable(what) else what
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {said or predicate}")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = MARGIN, what: str = "") -> T:
-    """Poll `predicate` from plain code until it returns something truthy."""
+def wait_until(predicate: Callable[[], T], timeout: float = MARGIN, what: What = "", every: float = 0.02) -> T:
+    """Poll `predicate` from plain code until it returns something truthy; `every` is
+    the pause between looks (longer where a look starts processes)."""
     ends_at = time.monotonic() + timeout
     while not (value := predicate()):
         _expired(ends_at, timeout, what, predicate)
-        time.sleep(0.02)
+        time.sleep(every)
     return value
 
 
 async def eventually(
     predicate: Callable[[], T],
     timeout: float = MARGIN,
-    what: str = "",
+    what: What = "",
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
 ) -> T:
     """Poll `predicate` on the event loop; `sleep` is what a miss waits on (a Textual
@@ -46,7 +53,7 @@ async def eventually(
     return value
 
 
-async def until(pilot: Any, condition: Callable[[], T], what: str = "", timeout: float = MARGIN) -> T:
+async def until(pilot: Any, condition: Callable[[], T], what: What = "", timeout: float = MARGIN) -> T:
     """`eventually` for a running app, letting it refresh between looks."""
     return await eventually(condition, timeout, what, sleep=pilot.pause)
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.polling import alive
+from tests.support.polling import alive, wait_until
 from tests.support.tether import Tether
 
 TIMEOUT = 45.0
@@ -56,16 +55,16 @@ class Terminal:
         return self.tmux("display-message", "-p", "-t", self.name, fmt).strip()
 
     def wait(self, condition: Callable[[str], object], what: str, timeout: float = TIMEOUT) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
+        def shown() -> str | None:
             screen = self.screen()
             if condition(screen):
                 return screen
             if self.pane("#{pane_dead}") == "1":
                 raise AssertionError(f"the app exited while waiting for {what}:\n{screen}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}; the screen:\n{screen}")
-            time.sleep(0.1)
+            return None
+
+        # each look starts two tmux clients: a tenth of a second apart, not a fiftieth
+        return wait_until(shown, timeout, lambda: f"{what}; the screen:\n{self.screen()}", every=0.1)
 
     def processes(self) -> str:
         """The pane's process and its children, for a failure message."""

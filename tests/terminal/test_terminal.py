@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -106,10 +105,12 @@ def test_demo_in_a_terminal_cancel_a_rollout_and_a_variant_then_quit(tmp_path: P
         term.keys("q")
         # the shell that started the app writes its status (tmux sometimes never
         # reaps a pane's process under load, so it cannot be asked)
-        deadline = time.monotonic() + TIMEOUT
-        while not (status.exists() and status.read_text().strip()):
-            assert time.monotonic() < deadline, f"the app did not exit; {term.processes()}\n{term.screen()}"
-            time.sleep(0.1)
+        wait_until(
+            lambda: status.exists() and status.read_text().strip(),
+            TIMEOUT,
+            lambda: f"the app to exit; {term.processes()}\n{term.screen()}",
+            every=0.1,
+        )
         assert status.read_text().strip() == "0", term.screen()
         found |= session_pids(home)
         left = {pid: args for pid, args in our_processes(str(home)).items() if pid != tmux_server}

@@ -4,6 +4,7 @@ while still being written, and through the index."""
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import os
 import stat
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.support.polling import wait_until
 from tracewatch.core.paths import default_recording_path
 from tracewatch.core.recordings import recorder as recording
 from tracewatch.core.recordings.file_format import RecordingError
@@ -212,17 +214,17 @@ def test_a_missing_file_is_a_recording_error(tmp_path):
 def test_the_file_is_readable_while_still_being_written(tmp_path):
     path = tmp_path / "live.twrec"
     rec = Recorder(path, flush_interval=0.05)
+
+    def on_disk(count: int) -> list[dict] | None:
+        records = list(read_recording(path))
+        return records if len(records) == count else None
+
     try:
         assert read_recording(path).header["format"] == "tracewatch-recording"  # header at once
         for n in range(3):
             rec.delta("v/0", {"trace": "t", "set": {"n": n}})
-            deadline = time.monotonic() + 10
-            while True:  # the writer thread lands the batch with no further append or close
-                got = list(read_recording(path))
-                if len(got) == n + 1:
-                    break
-                assert time.monotonic() < deadline, f"batch {n} never reached the file"
-                time.sleep(0.01)
+            # the writer thread lands the batch with no further append or close
+            got = wait_until(functools.partial(on_disk, n + 1), what=f"batch {n} to reach the file")
             assert got[-1]["d"]["set"] == {"n": n}
     finally:
         rec.close()
