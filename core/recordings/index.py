@@ -16,7 +16,15 @@ from tracewatch.core.recordings.ending import recorded_ending
 from tracewatch.core.recordings.file_format import Damage
 from tracewatch.core.recordings.reader import Scan, read_header
 from tracewatch.core.session.status import Ending, Status
-from tracewatch.core.session.trace_state import ERROR_WORDS_LIMIT, RolloutFacts, add_error_words, rollout_facts
+from tracewatch.core.session.trace_state import (
+    ERROR_WORDS_LIMIT,
+    ErrorKey,
+    RolloutFacts,
+    add_error_words,
+    count_errors,
+    error_key,
+    rollout_facts,
+)
 from tracewatch.core.tokens.flags import COMPACT_STREAMS, NO_FLAGS, node_flags
 from tracewatch.core.wire.delta_checks import DeltaValueError, check_scalars
 from tracewatch.core.wire.protocol import unpack_record
@@ -27,12 +35,14 @@ class _TraceCounts:
     without keeping them: sampled nodes (turns), errors and failed calls, its nodes'
     flags and its latest scalars; its model calls are not read (`call_spans`)."""
 
-    __slots__ = ("turns", "errors", "has_errors", "error_text", "scalars", "flags")
+    __slots__ = ("turns", "errors", "failed", "has_errors", "error_text", "scalars", "flags")
     call_spans = None
 
     def __init__(self) -> None:
         self.turns = 0
-        self.errors = 0
+        self.errors: list[ErrorKey] = []
+        self.failed: list[ErrorKey] = []
+        """Its own errors and its failed calls' (`error_key`), for `count_errors`."""
         self.has_errors = False
         """Whether it recorded errors of its own: a failed call that was retried does
         not put a trace in error (`TraceState.has_errors`)."""
@@ -43,7 +53,8 @@ class _TraceCounts:
     def add(self, delta: dict[str, Any]) -> None:
         self.turns += delta.get("sampled", 0)
         errors, failed = delta.get("errors", ()), delta.get("failed_calls", ())
-        self.errors += len(errors) + len(failed)
+        self.errors += map(error_key, errors)
+        self.failed += map(error_key, failed)
         self.has_errors = self.has_errors or bool(errors)
         if (errors or failed) and len(self.error_text) < ERROR_WORDS_LIMIT:
             self.error_text = add_error_words(self.error_text, [*errors, *failed])
@@ -54,7 +65,7 @@ class _TraceCounts:
 
     @property
     def error_count(self) -> int:
-        return self.errors
+        return count_errors(self.errors, self.failed)
 
 
 def _usable(scalars: dict[str, Any]) -> bool:

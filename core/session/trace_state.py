@@ -5,6 +5,7 @@ recording's index (`rollout_facts`)."""
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,6 +35,7 @@ class TraceState:
         "call_spans",
         "flags",
         "error_text",
+        "failed_errors",
     )
 
     def __init__(self, trace_id: str, record: dict[str, Any]) -> None:
@@ -58,6 +60,8 @@ class TraceState:
         """What is wrong with its training tokens (`node_flags`), over every node landed."""
         self.error_text = ""
         """Its errors' and failed calls' words as they landed (`add_error_words`)."""
+        self.failed_errors: list[ErrorKey] = []
+        """Its failed calls' errors (`error_key`), for `count_errors`."""
 
     @property
     def nodes(self) -> Sequence[WireNode]:
@@ -73,6 +77,7 @@ class TraceState:
             if node is None:
                 self.failed_calls.append((len(self.nodes), index))
                 failed.append(call.get("error"))
+                self.failed_errors.append(error_key(call.get("error")))
             else:
                 self.calls_by_node[int(node)] = index
             if (interval := call_interval(call)) is not None:
@@ -116,8 +121,8 @@ class TraceState:
 
     @property
     def error_count(self) -> int:
-        """Its errors and its failed model calls."""
-        return len(self.errors) + len(self.failed_calls)
+        """Its errors and its failed model calls, each error once (`count_errors`)."""
+        return count_errors([error_key(error) for error in self.errors], self.failed_errors)
 
     @property
     def has_errors(self) -> bool:
@@ -194,6 +199,35 @@ def add_error_words(text: str, errors: Iterable[object]) -> str:
             kind, message = error.get("type"), error.get("message")
             lines.append(f"{kind if isinstance(kind, str) else 'error'}: {message if isinstance(message, str) else ''}".lower())
     return "\n".join(lines)[:ERROR_WORDS_LIMIT]
+
+
+ErrorKey = int
+"""An error as `count_errors` tells one from another: its type and message, hashed
+(a recording's index keeps one per error, never a hostile server's megabytes)."""
+
+
+def error_key(error: object) -> ErrorKey:
+    """What an error (a `WireError`, or whatever a failed call or a file holds) is
+    known by: its type and message where they are text."""
+    if not isinstance(error, dict):
+        return hash(None)
+    kind, message = error.get("type"), error.get("message")
+    return hash((kind if isinstance(kind, str) else None, message if isinstance(message, str) else None))
+
+
+def count_errors(errors: Iterable[ErrorKey], failed: Iterable[ErrorKey]) -> int:
+    """A trace's errors, each once: its own errors, and its failed model calls but the
+    one each of its own errors came from. A provider's 400 that ends the trace is both
+    the trace's error and the failed call's, one error (verifiers records it twice);
+    a failed call that was retried is an error of its own."""
+    own = Counter(errors)
+    count = sum(own.values())
+    for key in failed:
+        if own[key] > 0:
+            own[key] -= 1
+        else:
+            count += 1
+    return count
 
 
 NO_FACTS = RolloutFacts(None)
