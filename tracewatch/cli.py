@@ -28,6 +28,7 @@ from tracewatch.core.taps.relay_viewer import check_relay_address
 from tracewatch.core.taps.view_priority import VIEW_NICENESS
 from tracewatch.core.text import say
 from tracewatch.core.tokens.tokenizer import Tokenizers, find_tokenizer
+from tracewatch.core.wire.probe import check_listening
 
 COMMANDS = ("attach", "proxy", "eval", "tap", "replay", "open", "export", "compare", "tokens")
 
@@ -244,7 +245,7 @@ def _recorder(args: argparse.Namespace, meta: dict[str, Any]) -> Recorder | None
 
 def _live_config(command: str | None, args: argparse.Namespace) -> Config:
     if command == "attach":
-        return Config.from_attach(
+        config = Config.from_attach(
             address=args.address,
             tasks_path=args.tasks,
             rollouts=args.rollouts,
@@ -255,6 +256,8 @@ def _live_config(command: str | None, args: argparse.Namespace) -> Config:
             name=args.name,
             health_timeout=args.health_timeout,
         )
+        check_listening(args.address, "start the env server there first (a config's `attach` waits for one still starting)")
+        return config
     if command == "eval":
         argv = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not argv:

@@ -10,8 +10,10 @@ back: a ZMQ peer answers with its own at once, an HTTP server with an error page
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import dataclass
 
+from tracewatch.core.errors import TracewatchError
 from tracewatch.core.text import short_repr
 
 SIGNATURE = b"\xff" + b"\x00" * 8 + b"\x7f"
@@ -50,3 +52,18 @@ async def probe(host: str, port: int, timeout: float = 2.0) -> Probe:
         return Probe(True, True, f"a ZMQ peer listens at {where}")
     said = f"it answered {short_repr(answer)}" if answer else "it closed the connection"
     return Probe(True, False, f"something at {where} is not a ZMQ env server ({said})")
+
+
+class NothingListens(TracewatchError, OSError):
+    """Nothing listens at an address given on the command line."""
+
+
+def check_listening(address: str, advice: str, timeout: float = 2.0) -> None:
+    """Refuse at once an address (`tcp://HOST:PORT`) where nothing listens at all: one
+    message naming it and what to do (`advice`), before any rollout is queued, rather
+    than a session of runs that were never sent."""
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as error:
+        raise NothingListens(f"nothing listens at {address} ({error}): {advice}") from None

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import signal
+import subprocess
 import sys
 
 from tests.support.demo_sessions import WAIT, demo_variant, write_config
@@ -16,6 +17,7 @@ from tests.support.repo import REPO
 from tests.support.tether import TetheredProcess
 from tracewatch.core.engine import headless
 from tracewatch.core.engine.live import LiveSession
+from tracewatch.core.ports import free_address
 from tracewatch.core.session.config import load_config
 from tracewatch.launch import main as launch
 
@@ -85,3 +87,21 @@ def test_the_command_runs_headless_with_the_collector_it_paused_on_again(tmp_pat
         gc.enable()
     assert collecting == [True]
     assert "baseline: done" in capsys.readouterr().out
+
+
+def test_an_attach_where_nothing_listens_is_one_message_naming_the_address_and_exit_2(tmp_path):
+    """Not a session of rollouts that were never sent (6 failed lines, exit 1): one
+    line naming the address, nothing counted, nothing recorded, on screen or headless."""
+    address = free_address()
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c"}\n')
+    recording = tmp_path / "attach.twrec"
+    for form in (["--headless"], []):
+        with TetheredProcess(
+            [sys.executable, "-m", "tracewatch.cli", "attach", address, "--tasks", str(tasks), "--rollouts", "2", "--record", str(recording), *form],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        ) as done:  # fmt: skip
+            out, err = done.communicate(timeout=WAIT)
+        assert done.returncode == 2, (form, out, err)
+        assert out == "" and err.splitlines() == [err.strip()] and f"nothing listens at {address}" in err, (form, out, err)
+        assert "Traceback" not in err and not recording.exists()

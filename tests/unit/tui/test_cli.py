@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from importlib.metadata import version
 
 import pytest
@@ -34,11 +35,13 @@ def test_attach_takes_a_short_name_and_a_health_timeout(tmp_path):
     """Not "127.0.0.1:42911" in every row; --health-timeout."""
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "t"}\n')
-    args = attach_parser().parse_args(["tcp://127.0.0.1:42911", "--tasks", str(tasks)])
-    assert _live_config("attach", args).variants[0].name == "attached"
-    args = attach_parser().parse_args(["tcp://127.0.0.1:42911", "--tasks", str(tasks), "--name", "pool", "--health-timeout", "5"])
-    (variant,) = _live_config("attach", args).variants
-    assert (variant.name, variant.health_timeout, variant.attach) == ("pool", 5.0, "tcp://127.0.0.1:42911")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        address = f"tcp://127.0.0.1:{listening.getsockname()[1]}"
+        args = attach_parser().parse_args([address, "--tasks", str(tasks)])
+        assert _live_config("attach", args).variants[0].name == "attached"
+        args = attach_parser().parse_args([address, "--tasks", str(tasks), "--name", "pool", "--health-timeout", "5"])
+        (variant,) = _live_config("attach", args).variants
+    assert (variant.name, variant.health_timeout, variant.attach) == ("pool", 5.0, address)
 
 
 def test_after_the_screen_closes_it_says_where_the_recording_and_exports_are(tmp_path):
