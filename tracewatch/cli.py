@@ -91,7 +91,7 @@ def attach_parser() -> argparse.ArgumentParser:
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="the model endpoint the server calls")
     parser.add_argument("--api-key-var", default="OPENAI_API_KEY", help="NAME of the environment variable (on the server) holding the API key")
     parser.add_argument("--name", default="attached", help="the variant's name on screen and in the recording")
-    parser.add_argument("--health-timeout", type=float, default=60.0, metavar="SECONDS", help="how long to wait for the server to answer health (nothing listening or something that is not an env server is told apart at once)")
+    parser.add_argument("--health-timeout", type=float, default=60.0, metavar="SECONDS", help="how long a server that listens has to answer health (an address where nothing listens, or something that is not an env server, is refused at once)")
     _common(parser)
     return parser
 
