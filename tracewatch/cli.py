@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import shutil
 import sys
+from collections.abc import Iterable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -137,9 +138,12 @@ def replay_parser() -> argparse.ArgumentParser:
 def open_parser() -> argparse.ArgumentParser:
     parser = _parser(
         "tracewatch open",
-        "Browse offline: a finished verifiers run directory, a traces JSONL file, or a recording (*.twrec, loaded one rollout at a time).",
+        "Browse offline: a finished verifiers run directory, a traces JSONL file, a recording (*.twrec, loaded one rollout at a time), "
+        "or a prime-rl run (its output dir, monitors/file/ or traces/), followed while it writes.",
     )
     parser.add_argument("path", type=Path)
+    parser.add_argument("--no-follow", action="store_true", help="a prime-rl run: show it as it is now, not as it goes on")
+    parser.add_argument("--until-idle", type=float, metavar="SECONDS", help="a prime-rl run: stop following once nothing changed for this long")
     _common(parser, live=False)
     return parser
 
@@ -150,7 +154,7 @@ def export_parser() -> argparse.ArgumentParser:
         "Write a whole recording as JSONL: every record, or with --episodes one assembled episode per line (the shape of a verifiers traces.jsonl); "
         "or with --trace-events the run's timeline as Chrome Trace Event JSON, which Perfetto and chrome://tracing open.",
     )
-    parser.add_argument("recording", type=Path, metavar="SOURCE", help="a recording (*.twrec); with --trace-events also a verifiers run directory or traces JSONL file")
+    parser.add_argument("recording", type=Path, metavar="SOURCE", help="a recording (*.twrec) or a prime-rl run (its episodes as they landed); with --trace-events also a verifiers run directory or traces JSONL file")
     parser.add_argument("output", type=Path)
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--episodes", action="store_true", help="one assembled episode per line instead of every record")
@@ -163,7 +167,7 @@ def compare_parser() -> argparse.ArgumentParser:
         "tracewatch compare",
         "Compare variants task by task, offline: per task each variant's mean reward, passes of k, turns and time; each variant's mean reward ± standard error; the tasks where they disagree.",
     )
-    parser.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="a recording (*.twrec), a verifiers run directory or a traces JSONL file; several side by side")
+    parser.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="a recording (*.twrec), a verifiers run directory, a traces JSONL file or a prime-rl run; several side by side")
     return parser
 
 
@@ -172,7 +176,7 @@ def tokens_parser() -> argparse.ArgumentParser:
         "tracewatch tokens",
         "Print a rollout's messages token by token, offline: id, text and every stream (mask, is_content, logprobs, advantages, reference and trainer logprobs, entropies, loss weights), the values the token view shows.",
     )
-    parser.add_argument("source", type=Path, metavar="SOURCE", help="a recording (*.twrec), a verifiers run directory or a traces JSONL file")
+    parser.add_argument("source", type=Path, metavar="SOURCE", help="a recording (*.twrec), a verifiers run directory, a traces JSONL file or a prime-rl run")
     parser.add_argument("--rollout", required=True, metavar="ID", help="the rollout's key (as the table and `export` name it) or one of its trace ids")
     parser.add_argument("--node", type=int, metavar="N", help="only node N of each trace (default: every node that carries token ids)")
     parser.add_argument("--tokenizer", metavar="T", help="token text: a tokenizer.json, a folder holding one, or a model name in the local Hugging Face cache (default: the demo's for its model, else ids)")
@@ -198,13 +202,21 @@ def compare_sources(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    from tracewatch.core.recordings.export import export_recording
+    from tracewatch.core.engine.followed_run import FollowedRun
+    from tracewatch.core.recordings.export import export_recording, export_records
+    from tracewatch.core.recordings.prime_rl.layout import StreamRun, detect
 
     if args.trace_events:
         return export_trace_events(args.recording, args.output)
-    result = export_recording(args.recording, args.output, episodes=args.episodes)
-    what = "episodes" if args.episodes else "lines"
+    run = detect(args.recording) if args.recording.is_dir() else None
+    if isinstance(run, StreamRun):  # a prime-rl run holds episodes, not records: each record as it landed
+        result = export_records(FollowedRun(run, follow=False).snapshot().records(), args.output)
+    else:
+        result = export_recording(args.recording, args.output, episodes=args.episodes)
+    what = "episodes" if args.episodes or isinstance(run, StreamRun) else "lines"
     say(sys.stdout, f"wrote {result.lines} {what} to {args.output}")
+    if result.unreadable:
+        say(sys.stdout, f"  left out {len(result.unreadable)} whose record cannot be read: {_some(result.unreadable, 3)}")
     for ended, ids in result.partial.items():
         say(sys.stdout, f"  {len(ids)} {ended} without an episode, written partial (traces so far): {_some(ids)}")
     if result.skipped:
@@ -223,7 +235,13 @@ def export_trace_events(source: Path, output: Path) -> int:
     from tracewatch.core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
 
     written = TraceEventsWritten()
-    rollouts = recording_rollouts(source, written) if source.suffix == RECORDING_SUFFIX else open_folder(source).store.rollouts.values()
+    if source.suffix == RECORDING_SUFFIX:
+        rollouts: Iterable[Rollout] = recording_rollouts(source, written)
+    else:
+        session = open_folder(source)
+        for key in list(session.store.rollouts):
+            session.load(key)  # a prime-rl run's episodes are read when opened: their timing is in the records
+        rollouts = session.store.rollouts.values()
     write_trace_events(rollouts, output, written)
     say(sys.stdout, f"wrote {written.rollouts} rollouts ({written.slices} slices) to {output}: open it in Perfetto or chrome://tracing")
     if written.skipped:
@@ -288,7 +306,7 @@ def _offline_session(command: str, args: argparse.Namespace) -> Session:
         return ReplaySession(args.file, speed=args.speed)
     if args.path.suffix == RECORDING_SUFFIX:
         return OpenedRecording(args.path, at_once=False)  # rows join as the index reads on
-    return open_folder(args.path)
+    return open_folder(args.path, follow=not args.no_follow, until_idle=args.until_idle)
 
 
 def main(argv: list[str] | None = None) -> int:

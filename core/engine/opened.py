@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from tracewatch.core.engine.followed_run import FollowedRun
 from tracewatch.core.paths import new_session_dir
 from tracewatch.core.recordings.apply_records import (
     RecordedVariant,
@@ -23,6 +24,7 @@ from tracewatch.core.recordings.apply_records import (
 from tracewatch.core.recordings.export import ORIGIN_KEY
 from tracewatch.core.recordings.index import RecordingIndex, RolloutSummary
 from tracewatch.core.recordings.load_episodes import TaskNumbers, load_episode
+from tracewatch.core.recordings.prime_rl.layout import StreamRun, detect
 from tracewatch.core.recordings.prime_rl_dir import ROLLOUTS, open_prime_rl, rollouts_dir
 from tracewatch.core.recordings.run_dir import open_run
 from tracewatch.core.session.contracts import VariantState
@@ -84,9 +86,15 @@ def skipped_note(path: Path, skipped: list[str], *problems: str | None) -> str |
     return f"{path}: " + "; ".join(parts) if parts else None
 
 
-def open_folder(path: Path) -> OpenedRun | OpenedTrainingRun:
-    """A finished run's folder or traces file: a prime-rl output directory as its
-    training run, anything else as a verifiers run."""
+def open_folder(path: Path, follow: bool = False, until_idle: float | None = None) -> OpenedRun | OpenedTrainingRun | FollowedRun:
+    """A run's folder or traces file: a prime-rl run in the stream layout (its output
+    dir, `monitors/file/` or `traces/`) followed, or read as it is now unless
+    `follow`; a prime-rl output directory of the older layout as its training run;
+    anything else as a verifiers run."""
+    found = detect(path) if path.is_dir() else None
+    if isinstance(found, StreamRun):
+        run = FollowedRun(found, follow, until_idle)
+        return run if follow else run.snapshot()
     folder = rollouts_dir(path)
     return OpenedTrainingRun(folder) if folder is not None else OpenedRun(path)
 

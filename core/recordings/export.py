@@ -107,6 +107,8 @@ class Exported:
     """Rollout ids written as partial episodes, by how they ended (cancelled, ...)."""
     skipped: list[str] = field(default_factory=list)
     """Rollouts not written: they never started, so there is nothing to write."""
+    unreadable: list[str] = field(default_factory=list)
+    """Episodes whose record could not be read, each with why."""
     unwritable: int = 0
     """Records (or episodes) left out because JSON cannot hold them: nested deeper
     than `episode_json.JSON_DEPTH`, which only a hostile server sends (the run failed on it)."""
@@ -147,6 +149,20 @@ def export_recording(
                     record = {**record, "end": end_field(recorded_ending(record))}
                 result.lines += _write_line(out, record, result)
             result.truncated = recording.truncated
+    return result
+
+
+def export_records(records: Iterable[tuple[str, dict[str, Any] | None, str | None]], path_out: str | os.PathLike[str]) -> Exported:
+    """Episode records read elsewhere (a prime-rl run's, one at a time) as JSONL, one
+    a line, written as `export_recording` writes; a record that cannot be read is
+    left out and said (`unreadable`)."""
+    result = Exported()
+    with private_output(path_out) as out:
+        for key, record, problem in records:
+            if record is None:
+                result.unreadable.append(f"{key}: {problem}")
+            else:
+                result.lines += _write_line(out, record, result)
     return result
 
 

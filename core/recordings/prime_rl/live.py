@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,6 +233,11 @@ class LiveFollower:
         self._folder: tuple[int, int] | None = None
         self._turn = 0
         """Where the next poll starts reading, so a big file cannot starve the others."""
+        self.on_delta: Callable[[LiveTrace, EpisodeAssembly, dict[str, Any]], None] | None = None
+        """Told of each delta once its file's assembly folded it (the trace, that
+        assembly, the delta): a session's store derives its rows from the same fold
+        (`RolloutStore.observe`), never folding the file a second time. A file folded
+        again from its start (`LiveTrace.attempt`) comes with a new assembly."""
 
     def visible_placeholders(self) -> list[Placeholder]:
         """Placeholders but those whose dispatch already streams a trace (the
@@ -407,6 +412,8 @@ class LiveFollower:
             return str(error)
         except Exception as error:  # noqa: BLE001 - one bad file is one bad row, never a traceback
             return f"cannot be folded ({type(error).__name__}: {short_repr(str(error), 200)})"
+        if self.on_delta is not None:
+            self.on_delta(live, file.assembly, delta)
         return None
 
     def _stop(self, file: _File, reason: str) -> None:

@@ -1,0 +1,346 @@
+"""A prime-rl run in the stream layout (`monitors/file/`), followed while it writes:
+its in-flight traces turn by turn, its queued episodes, and every finished episode,
+in the store the app and the headless runner read (docs/prime-rl.md).
+
+One rollout is one dispatched episode, keyed by its dispatch id (a trace's own id
+where the orchestrator gave none): a placeholder queues it, its trace's deltas run it
+(a retry's new trace takes the same row over), and when its record lands it ends with
+the index's word on it, so a live row becomes its finished row, never a second one. A
+finished episode never seen live joins as a row of its index facts alone; its record
+is read from its chunk only when it is opened (`load`).
+
+The live rows fold through the follower's own assembly (`LiveFollower.on_delta`): the
+store derives its rows from the deltas that assembly folded, as it does behind the
+wire's client, so a trace is folded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tracewatch.core.paths import new_session_dir
+from tracewatch.core.recordings.apply_records import RecordedVariant
+from tracewatch.core.recordings.load_episodes import TaskNumbers, trace_as_delta
+from tracewatch.core.recordings.prime_rl.chunks import RecordUnreadable
+from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN
+from tracewatch.core.recordings.prime_rl.layout import StreamRun
+from tracewatch.core.recordings.prime_rl.live import Dispatch, LiveTrace, Placeholder
+from tracewatch.core.recordings.prime_rl.run import PrimeRlRun, RunChanges
+from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.session import Session
+from tracewatch.core.session.status import Ending, Status
+from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.trace_state import RolloutFacts
+from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+
+POLL_SECONDS = 0.25
+"""Between polls of a run that is caught up (prime-rl's dashboard polls every 0.5-2 s)."""
+SCAN_ROWS = 4096
+"""Records read for their task and step a call, reading a run whole."""
+UNOBSERVED = "the viewer stopped following; the run goes on"
+
+
+def variant_name(kind: str | None, env: str | None) -> str:
+    """The env, train and eval apart (`train:gsm8k`, `eval:math`)."""
+    return f"{kind or 'train'}:{env or 'env'}"
+
+
+class FollowedRun(Session):
+    """A stream-layout prime-rl run, followed until quit (`follow`), or read to where it
+    is now and left there; with `until_idle`, the following ends once nothing changed
+    for that many seconds."""
+
+    def __init__(self, layout: StreamRun, follow: bool = True, until_idle: float | None = None) -> None:
+        super().__init__(RolloutStore(), new_session_dir(), None)
+        self.layout = layout
+        self.follow = follow
+        self.until_idle = until_idle
+        self.run = PrimeRlRun(layout)
+        self.run.live.on_delta = self._observe
+        self.variants: dict[str, RecordedVariant] = {}
+        name = (layout.traces.parent.parent.parent if layout.monitor is not None and layout.monitor.name == "file" else layout.traces.parent).name
+        self.readonly_reason = f"following the prime-rl run {name}: tracewatch only watches it"
+        self._numbers: dict[str, TaskNumbers] = {}
+        self._by_trace: dict[str, str] = {}
+        """Trace id -> the key of its episode's rollout, for every trace seen live."""
+        self._assemblies: dict[str, EpisodeAssembly] = {}
+        """A live rollout's key -> the follower's assembly its rows are derived from."""
+        self._by_row: dict[int, str] = {}
+        self._row_of: dict[str, int] = {}
+        self._loaded: set[str] = set()
+        self._follower: asyncio.Task[None] | None = None
+        self._rows_deferred = False
+        self.problem: str | None = None
+        """Why an episode opened could not be read, the latest."""
+
+    # -- the session -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await super().start()
+        self._follower = asyncio.get_running_loop().create_task(self._follow())
+
+    async def wait(self) -> None:
+        if self._follower is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+
+    async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+        await self.wait()
+        self._settle()
+        await super().shutdown(on_progress)
+
+    def snapshot(self) -> FollowedRun:
+        """Read the run to where it is now, at once (the offline commands and
+        `--no-follow`), every finished episode with its task and step: the records of
+        those never seen live are read for them (`PrimeRlRun.scan_steps`) before their
+        rows are made, so `compare` tells their tasks apart."""
+        self._rows_deferred = True
+        while True:
+            changes = self.run.poll(slice_seconds=1.0)
+            self._apply(changes)
+            if not changes.more:
+                break
+        while self.run.scan_steps(max_rows=SCAN_ROWS, kind=None):
+            pass
+        self._rows_deferred = False
+        self._add_rows(range(len(self.run.table)))
+        self._settle()
+        return self
+
+    def records(self) -> Iterator[tuple[str, dict[str, Any] | None, str | None]]:
+        """Each finished episode's record as it landed, its annotations folded in, read
+        one at a time: (its row's key, the record, or why it cannot be read)."""
+        for row in range(len(self.run.table)):
+            key = self._by_row.get(row, f"row {row}")
+            try:
+                yield key, self.run.open_episode(row).record, None
+            except RecordUnreadable as error:
+                yield key, None, str(error)
+
+    async def _follow(self) -> None:
+        quiet_since = time.monotonic()
+        while True:
+            changes = self.run.poll()
+            if self._apply(changes):
+                quiet_since = time.monotonic()
+            if changes.more:
+                await asyncio.sleep(0)
+                continue
+            if not self.follow or self.until_idle is not None and time.monotonic() - quiet_since >= self.until_idle:
+                break
+            await asyncio.sleep(POLL_SECONDS)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Following ended: what still runs goes on without the viewer."""
+        for key in list(self.store.rollouts):
+            if not self.store.rollouts[key].status.finished:
+                self.store.unobserved(key, UNOBSERVED)
+        for variant in self.variants.values():
+            if variant.state is not VariantState.DONE:
+                variant.state = VariantState.DONE
+                self.store.touch_variant(variant.name)
+
+    # -- what a poll brought -----------------------------------------------------------
+
+    def _apply(self, changes: RunChanges) -> bool:
+        """Changes into the store; whether anything changed."""
+        if changes.restarted:  # the index was replaced: every row is read again (and landed again)
+            self._by_row.clear()
+            self._row_of.clear()
+        for placeholder in changes.live.placed:
+            self._queue(placeholder)
+        for trace_id, row in changes.landed:
+            self._land(trace_id, row)
+        for trace in changes.lost:
+            self._lose(trace)
+        for trace in changes.live.changed:
+            if trace.error is not None and (key := self._by_trace.get(trace.trace_id)) is not None:
+                self.store.failed(key, f"its live file cannot be followed: {trace.error}")
+        if not self._rows_deferred:
+            self._add_rows(changes.rows)
+        return bool(changes.live or changes.rows or changes.landed or changes.lost or len(changes.annotated) or changes.metrics)
+
+    def _variant(self, name: str) -> str:
+        if name not in self.variants:
+            variant = self.variants[name] = RecordedVariant(name)
+            variant.state = VariantState.RUNNING if self.follow else VariantState.DONE
+            self._numbers[name] = TaskNumbers()
+            self.store.add_variant(name)
+        return name
+
+    def _add(self, key: str, dispatch: Dispatch | None, t: float | None) -> Rollout:
+        variant = self._variant(variant_name(dispatch.kind if dispatch else None, dispatch.env if dispatch else None))
+        data = {"name": dispatch.task} if dispatch is not None and dispatch.task else {}
+        task_index, rollout_index = self._numbers[variant].of(None, data)
+        step = dispatch.step if dispatch is not None else None
+        return self.store.add_rollout(variant, task_index, data, rollout_index, key=key, t=t, step=step)
+
+    def _queue(self, placeholder: Placeholder) -> None:
+        key = self._key(placeholder.dispatch, placeholder.dispatch_id)
+        if key not in self.store.rollouts:
+            dispatch = placeholder.dispatch
+            self._add(key, dispatch, dispatch.started if dispatch else None)
+
+    def _key(self, dispatch: Dispatch | None, fallback: str) -> str:
+        variant = variant_name(dispatch.kind if dispatch else None, dispatch.env if dispatch else None)
+        return f"{variant}/{dispatch.id if dispatch is not None and dispatch.id else fallback}"
+
+    def _observe(self, trace: LiveTrace, assembly: EpisodeAssembly, delta: dict[str, Any]) -> None:
+        """A delta the follower folded: its rollout runs from its dispatch's start."""
+        key = self._by_trace.get(trace.trace_id)
+        if key is None:
+            key = self._by_trace[trace.trace_id] = self._key(trace.dispatch, trace.trace_id)
+        store = self.store
+        rollout = store.rollouts.get(key)
+        if rollout is None:
+            started = trace.dispatch.started if trace.dispatch else None
+            rollout = self._add(key, trace.dispatch, started)
+        if key in self._row_of:
+            return  # it landed before its file stopped growing: the row is the record's
+        if self._assemblies.get(key) is not assembly:  # its first trace, a retry's, or its file folded again
+            rollout = store.reset_rollout(key) if key in self._assemblies else rollout
+            self._assemblies[key] = rollout._assembly = assembly
+            started = trace.dispatch.started if trace.dispatch and trace.dispatch.started else None
+            store.started(key, trace.trace_id, started)
+            if started is not None:
+                store.running_from(key, started)
+        store.observe(key, delta)
+
+    def _land(self, trace_id: str, row: int) -> None:
+        key = self._by_trace.get(trace_id)
+        if key is None or key not in self.store.rollouts:
+            return  # seen listed, never folded: it joins as a new row
+        self._by_row[row] = key
+        self._row_of[key] = row
+        self._assemblies.pop(key, None)
+        self._as_finished(key, row)
+        self._end(key, row)
+
+    def _as_finished(self, key: str, row: int) -> None:
+        """The row reads the index from now on, as a row never seen live does: the live
+        file may have vanished before its last deltas were read, and the record is what
+        landed. Its traces leave memory until it is opened."""
+        rollout = self.store.rollouts[key]
+        rollout.traces = {}
+        rollout.record = None
+        rollout._assembly = rollout._facts = None
+        rollout.facts = self._facts(row)
+        self.store.touch_rollout(key)
+
+    def _lose(self, trace: LiveTrace) -> None:
+        key = self._by_trace.pop(trace.trace_id, None)
+        if key is None or key not in self.store.rollouts or key in self._row_of:
+            return
+        rollout = self.store.rollouts[key]
+        if rollout.status.finished or rollout.primary is not None and rollout.primary.id != trace.trace_id:
+            return  # a retry's trace runs it now
+        self._assemblies.pop(key, None)
+        self.store.failed(key, "its trace vanished and no record of it landed (discarded, or its episode was cancelled)")
+
+    def _end(self, key: str, row: int) -> None:
+        """The row's ending as the index says: ok, else failed with its errors counted."""
+        table = self.run.table
+        ok = int(table.column("ok")[row])
+        errors = int(table.column("num_errors")[row])
+        arrival = float(table.column("arrival")[row])
+        t = arrival if not math.isnan(arrival) else None
+        if ok == 0:
+            reason = f"the episode ended with {errors} error(s)" if errors > 0 else "the episode is not ok"
+            self.store.ended(key, Ending(Status.FAILED, reason), t=t)
+        else:
+            self.store.ended(key, Ending(Status.DONE), t=t)
+
+    def _add_rows(self, rows: range) -> None:
+        """Finished episodes never seen live, each a row of its index facts."""
+        if not rows:
+            return
+        table = self.run.table
+        steps, source = table.steps()
+        for row in rows:
+            if row in self._by_row:
+                continue
+            episode = table.episode_id(row) or f"row-{row}"
+            kind, env = table.text("kind", row), table.text("env", row)
+            key = f"{variant_name(kind, env)}/{episode}"
+            if key in self.store.rollouts:
+                self._by_row[row], self._row_of[key] = key, row
+                continue
+            variant = self._variant(variant_name(kind, env))
+            task = table.text("task", row)
+            data = {"name": task} if task else {}
+            task_index, rollout_index = self._numbers[variant].of(None, data)
+            step = int(steps[row]) if source[row] != STEP_UNKNOWN else None
+            dispatch = float(table.column("dispatch")[row])
+            rollout = self.store.add_rollout(variant, task_index, data, rollout_index, key=key, t=None if math.isnan(dispatch) else dispatch, step=step)
+            rollout.facts = self._facts(row)
+            self._by_row[row], self._row_of[key] = key, row
+            self.store.started(key, episode, rollout.created_at)
+            self._end(key, row)
+
+    def _facts(self, row: int) -> RolloutFacts:
+        table = self.run.table
+        reward = float(table.column("reward")[row])
+        tokens = [int(table.column(name)[row]) for name in ("input_tokens", "output_tokens")]
+        errors = int(table.column("num_errors")[row])
+        return RolloutFacts(
+            phase="done" if int(table.column("ok")[row]) != 0 else "error",
+            turns=max(0, int(table.column("turns")[row])),
+            tokens=sum(count for count in tokens if count > 0),
+            reward=None if math.isnan(reward) else reward,
+            scored_traces=0 if math.isnan(reward) else 1,
+            errors=max(0, errors),
+            trace_ids=tuple(table.traces_of(row)),
+        )
+
+    # -- an episode opened -------------------------------------------------------------
+
+    def load(self, key: str) -> None:
+        """A finished episode's record, read from its chunk, annotations folded in, into
+        its rollout (once)."""
+        row = self._row_of.get(key)
+        if row is None or key in self._loaded:
+            return
+        self._loaded.add(key)
+        try:
+            opened = self.run.open_episode(row)
+        except RecordUnreadable as error:
+            self.store.rollouts[key].unavailable = str(error)
+            self.problem = str(error)
+            self.store.touch_rollout(key)
+            return
+        old = self.store.rollouts[key]
+        store = self.store
+        rollout = store.reset_rollout(key)
+        store.started(key, old.request_id or key, old.started_at)
+        record = opened.record
+        traces = [trace for trace in record.get("traces") or () if type(trace) is dict and type(trace.get("id")) is str]
+        try:
+            for trace in traces:
+                store.apply_delta(key, trace_as_delta(trace), old.started_at)
+        except AssemblyError as error:
+            store.failed(key, f"this episode cannot be shown: {error}", t=old.ended_at)
+            return
+        head = {name: value for name, value in record.items() if name != "traces"}
+        summaries = [{"id": trace["id"], "nodes": len(trace.get("nodes") or ()), "calls": len(trace.get("calls") or ())} for trace in traces]
+        store.ended(key, old.ending or Ending(Status.DONE), rollout.assembly.finish(head, summaries, partial=True), t=old.ended_at)
+
+    def row_of(self, key: str) -> int | None:
+        """The finished episode's row of a rollout, once it has one."""
+        return self._row_of.get(key)
+
+    @property
+    def truncated(self) -> str | None:
+        skipped = self.run.index.skipped
+        notes = [f"{skipped.count} index line(s) skipped, the first: {skipped.first[0]}"] if skipped.count and skipped.first else []
+        if self.problem:
+            notes.append(self.problem)
+        return "; ".join(notes) or None
