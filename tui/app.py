@@ -604,8 +604,11 @@ class TracewatchApp(App[None]):
         self._second()
 
     def action_switch_pane(self, step: int = 1) -> None:
-        """Cycle focus over the panes (table, the trace switcher when there is one, the
-        details, the variant cards), not every button; shift+tab goes back."""
+        """Cycle focus over the panes (table, the variant cards, the trace switcher when
+        there is one, the details), not every button; shift+tab goes back. The details
+        come last, so a Tab pressed in them (as a user does who came by `4` and expects to
+        have to focus the list) lands on the table, not on a card whose Enter would open
+        the table's trace."""
         if self.screen is not self.screen_stack[0]:
             raise SkipAction()
         panel = self.query_one(VariantsPanel)
@@ -617,7 +620,7 @@ class TracewatchApp(App[None]):
             details.append(self.trace_pane.transcript)
         else:
             details.append(next((w for w in pane.query("*") if w.focusable and w.display), self.detail))
-        panes: list[Widget] = [self.table, *details, panel]
+        panes: list[Widget] = [self.table, panel, *details]
         focused = self.focused
         current = next((i for i, p in enumerate(panes) if focused is p or (focused and p in focused.ancestors)), -1)
         target = panes[(current + step) % len(panes)]

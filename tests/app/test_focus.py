@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from tests.app.test_footer import footer_labels
 from tests.support.app_screen import select
 from tests.support.polling import until
 from tests.support.tui_standin import T0, make_engine
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.run_views.compare_view import CompareView
 from tracewatch.tui.run_views.side_by_side import SideBySideScreen
+from tracewatch.tui.run_views.timeline_view import TimelineView
+from tracewatch.tui.run_views.variants_panel import VariantCard
 
 
 async def test_escape_from_the_transcript_returns_to_the_table() -> None:
@@ -45,6 +48,33 @@ async def test_showing_compare_focuses_its_task_list_and_enter_opens_side_by_sid
         await pilot.press("down", "enter")
         screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
         assert screen.shown_task != first and screen.shown_task == view.cursor_task
+
+
+async def test_the_footer_names_the_focused_panes_keys_and_tab_from_compare_goes_to_the_table() -> None:
+    """After `4` the footer leads with the list's own key; a Tab pressed there (as the
+    old keys.md told) goes to the table, not to a card whose Enter opened the table's
+    trace; Tab from the table reaches the cards, then the details."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(140, 30)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await until(pilot, lambda: footer_labels(app)[:1] == ["Help"], "the table's footer")
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        await until(pilot, lambda: app.focused is view and footer_labels(app)[:2] == ["Side by side", "Help"], f"the Compare list's key first, not {footer_labels(app)}")
+        await pilot.press("tab")
+        await until(pilot, lambda: app.focused is app.table and "Side by side" not in footer_labels(app), f"the table focused, not {app.focused}")
+        await pilot.press("tab")
+        await until(pilot, lambda: isinstance(app.focused, VariantCard), f"a card focused, not {app.focused}")
+        await pilot.press("tab")
+        await until(pilot, lambda: app.focused is view and footer_labels(app)[0] == "Side by side")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, SideBySideScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, SideBySideScreen))
+        await pilot.press("5")
+        timeline = app.query_one(TimelineView)
+        await pilot.press("shift+tab")
+        await until(pilot, lambda: app.focused is timeline and footer_labels(app)[:3] == ["Zoom", "Whole run", "Open trace"], f"the Timeline's keys first, not {footer_labels(app)}")
 
 
 async def test_enter_in_the_trace_search_gives_the_keys_back_to_the_transcript() -> None:

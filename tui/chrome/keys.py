@@ -23,7 +23,9 @@ class Key:
     (the side-by-side traces), tokens (the token view), or replay (app keys that only a
     replay enables)."""
     footer: str = ""
-    """Its footer label; empty: not in the footer (the help has every key)."""
+    """Its footer label; empty: not in the footer (the help has every key). A pane's
+    own keys come first while it has focus (Textual's footer lists the focused
+    widget's bindings before the app's), so the footer says where the keys go."""
     priority: bool = False
     palette: bool = True
     writes: bool = False
@@ -71,8 +73,8 @@ WHERE = {
     "app": "Anywhere",
     "table": "Rollouts table",
     "transcript": "Trace (when the transcript has focus)",
-    "compare": "Compare tab (when it has focus: tab, or a click)",
-    "timeline": "Timeline tab (when it has focus: tab, or a click)",
+    "compare": "Compare tab (`4` gives it focus; so do tab past the cards, and a click)",
+    "timeline": "Timeline tab (when it has focus: tab past the cards, or a click)",
     "sides": "Side by side (a task's traces, opened from the Compare tab)",
     "tokens": "Tokens (a message's tokens: t, or a double click on the message)",
     "replay": "Replays only",
@@ -90,7 +92,7 @@ KEYS: tuple[Key, ...] = (
     Key("c", "cancel_rollout", "Cancel rollout", "cancel the selected rollout (a cancel goes over the wire)", footer="Cancel", writes=True),
     Key("e", "export", "Export episode", "export the selected episode as JSON (the path is shown)", footer="Export"),
     Key("enter", "open_trace", "Open trace", "open the selected rollout's trace"),
-    Key("tab", "switch_pane(1)", "Next pane", "next pane: table, trace switcher, details, variant cards", priority=True),
+    Key("tab", "switch_pane(1)", "Next pane", "next pane: table, variant cards, trace switcher, details (then the table)", priority=True),
     Key("shift+tab", "switch_pane(-1)", "Previous pane", "previous pane", priority=True),
     Key("1", "show_tab('tab-trace')", "Show trace tab", "details: the transcript"),
     Key("2", "show_tab('tab-timing')", "Show timing tab", "details: phase waterfall and per-variant p50/p95"),
@@ -115,7 +117,7 @@ KEYS: tuple[Key, ...] = (
     Key("O", "reverse_sort", "Reverse sort", "table: reverse the order", where="table"),
     Key("up,left_square_bracket", "cursor(-1)", "Previous message", "trace: select the previous message", where="transcript", palette=False),
     Key("down,right_square_bracket", "cursor(1)", "Next message", "trace: select the next message", where="transcript", palette=False),
-    Key("end", "jump_end", "Follow the newest", "trace: go to the newest turn and follow it", where="transcript", palette=False),
+    Key("end", "jump_end", "Follow the newest", "trace: go to the newest turn and follow it", where="transcript", footer="Newest", palette=False),
     Key("escape", "clear_cursor", "Clear selection", "trace: clear the message selection", where="transcript", palette=False),
     Key("n", "search_next(1)", "Next match", "trace: the next search match", where="transcript", palette=False),
     Key("N", "search_next(-1)", "Previous match", "trace: the previous search match", where="transcript", palette=False),
@@ -123,19 +125,19 @@ KEYS: tuple[Key, ...] = (
     Key("down", "cursor(1)", "Task down", "compare: next task", where="compare", palette=False),
     Key("home,g", "first", "First task", "compare: the first task", where="compare", palette=False),
     Key("end,G", "last", "Last task", "compare: the last task", where="compare", palette=False),
-    Key("enter", "choose", "Traces side by side", "compare: the task's traces side by side (a click too)", where="compare", palette=False),
+    Key("enter", "choose", "Traces side by side", "compare: the task's traces side by side (a click too)", where="compare", footer="Side by side", palette=False),
     Key("up", "cursor(-1)", "Rollout up", "timeline: previous rollout", where="timeline", palette=False),
     Key("down", "cursor(1)", "Rollout down", "timeline: next rollout", where="timeline", palette=False),
     Key("pageup", "page(-1)", "Page up", "timeline: a page up", where="timeline", palette=False),
     Key("pagedown", "page(1)", "Page down", "timeline: a page down", where="timeline", palette=False),
     Key("home,g", "first", "First rollout", "timeline: the first rollout", where="timeline", palette=False),
     Key("end,G", "last", "Last rollout", "timeline: the last rollout", where="timeline", palette=False),
-    Key("plus,equals_sign", "zoom(0.5)", "Zoom in", "timeline: zoom in (shift or ctrl with the mouse wheel too)", where="timeline", palette=False),
+    Key("plus,equals_sign", "zoom(0.5)", "Zoom in", "timeline: zoom in (shift or ctrl with the mouse wheel too)", where="timeline", footer="Zoom", palette=False),
     Key("minus", "zoom(2.0)", "Zoom out", "timeline: zoom out", where="timeline", palette=False),
     Key("left,h", "pan(-1)", "Earlier", "timeline: pan to earlier (the wheel sideways too)", where="timeline", palette=False),
     Key("right,l", "pan(1)", "Later", "timeline: pan to later", where="timeline", palette=False),
-    Key("0", "fit", "Whole run", "timeline: the whole run again, following it live", where="timeline", palette=False),
-    Key("enter", "choose", "Open trace", "timeline: open the rollout's trace (a click on it too)", where="timeline", palette=False),
+    Key("0", "fit", "Whole run", "timeline: the whole run again, following it live", where="timeline", footer="Whole run", palette=False),
+    Key("enter", "choose", "Open trace", "timeline: open the rollout's trace (a click on it too)", where="timeline", footer="Open trace", palette=False),
     Key("comma", "cycle(-1)", "Previous rollout", "side by side: the focused side's previous rollout of the task", where="sides", palette=False),
     Key("full_stop", "cycle(1)", "Next rollout", "side by side: the focused side's next rollout of the task", where="sides", palette=False),
     Key("v", "choose_variant(1)", "Next variant", "side by side: the focused side's next variant that ran the task", where="sides", palette=False),

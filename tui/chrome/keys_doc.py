@@ -12,9 +12,11 @@ Every key tracewatch binds, by where it works: the same table the bindings, the 
 palette (`ctrl+p`) and the help screen (`?`) are read from (`tui/chrome/keys.py`). This page is
 generated from it: `python -m tracewatch.tui.chrome.keys_doc > docs/keys.md`.
 
-The footer shows the main keys; below 100 columns it drops the space around them, so an
-80-column terminal shows every one. A replay or an opened recording leaves `s`, `x` and
-`c` off it (pressed, they say the session is read-only) for its own keys.
+The footer shows the focused pane's own keys first (the Compare tab's Enter, the
+Timeline's zoom, the transcript's End), then the main keys, so it says where a key goes;
+below 100 columns it drops the space around them, so an 80-column terminal shows every
+main one with the table focused. A replay or an opened recording leaves `s`, `x` and `c`
+off it (pressed, they say the session is read-only) for its own keys.
 
 The mouse works too: click rows (a Compare tab task opens its traces side by side),
 column headers (to sort), tabs, a card's buttons and the "+N new" badge.
