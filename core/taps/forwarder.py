@@ -277,10 +277,14 @@ class Forwarder:
 
     def _pay(self) -> None:
         """Put the failure replies owed on each driver's side once that side rests
-        between messages, all of it relayed so far having gone on."""
+        between messages, all of it relayed so far having gone on, and the driver
+        has sent its own READY: a message that reaches libzmq before it sent its
+        READY is a protocol error, so the driver dropped the connection, reconnected
+        and was owed the replies again (under load, until they were no longer owed,
+        and its runs waited for ever)."""
         for link in list(self._owing):
             leg = link.legs[1]
-            if not leg.unsent and leg.stream.between_messages:
+            if not leg.unsent and leg.stream.between_messages and link.legs[0].stream.commanded:
                 owed, link.owed = link.owed, b""
                 self._owing.discard(link)
                 try:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.support.polling import wait_until
 from tests.support.tether import TetheredProcess
 from tracewatch.core.taps.forward_process import ForwardingProcess
-from tracewatch.core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy
+from tracewatch.core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy, Forwarder
 from tracewatch.core.taps.zmtp import ZmtpStream
 from tracewatch.core.wire.protocol import pack
 
@@ -374,3 +374,53 @@ def test_a_forwarding_thread_that_dies_ends_its_process(context) -> None:
         assert "a fault planted in the copy side" in child.stderr.read().decode()
     for sock in (sender, copies, server):
         sock.close()
+
+
+class CountingTurns(Forwarder):
+    """The forwarder as the forwarding process runs it, counting its loop's turns."""
+
+    turns = 0
+
+    def _tick(self) -> None:
+        self.turns += 1
+
+
+def test_a_reply_owed_to_a_driver_waits_for_the_drivers_own_ready() -> None:
+    """A forwarder that replaced a dead one owes each driver that connects the failed
+    replies of the runs that were in flight. Put on the connection before the
+    driver's libzmq sent its READY, such a reply is a protocol error there: the driver
+    drops the connection, reconnects, is owed the replies again, and under load its
+    runs waited for ever. The reply waits until the driver's READY went by."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    forwarder = CountingTurns("tcp://127.0.0.1:0", f"tcp://127.0.0.1:{listener.getsockname()[1]}", health_interval=None)
+    forwarder.start()
+    forwarder.fail(b"r" * 32, "the forwarding process died")
+    driver = RawPeer(socket.create_connection(("127.0.0.1", int(forwarder.listen.rsplit(":", 1)[1]))))
+    greeting = GREETING[:-31] + b"d" * 31  # its filler tells its connection from the forwarder's own DEALER's
+    accepted: list[RawPeer] = []
+
+    def the_drivers_connection() -> RawPeer | None:
+        with contextlib.suppress(BlockingIOError):
+            accepted.append(RawPeer(listener.accept()[0]))
+        return next((peer for peer in accepted if peer.read() == greeting), None)
+
+    try:
+        driver.sock.sendall(greeting)  # its READY not yet: libzmq sends it once it has read the server's greeting
+        server = wait_until(the_drivers_connection, WAIT, "the driver's greeting at the server")
+        server_handshake = GREETING + encode([b"\x05READY"], command=True)
+        server.sock.sendall(server_handshake)
+        wait_until(lambda: len(driver.read()) >= len(server_handshake), WAIT, "the server's handshake at the driver")
+        turns = forwarder.turns
+        wait_until(lambda: forwarder.turns >= turns + 3, WAIT, "three turns of the forwarder after the handshake went by")
+        assert driver.read() == server_handshake, f"nothing but the server's handshake before the driver's READY: {driver.received!r}"
+        driver.sock.sendall(encode([b"\x05READY"], command=True))
+        wait_until(lambda: b"the forwarding process died" in driver.read(), WAIT, "the owed reply at the driver after its READY")
+    finally:
+        forwarder.stop()
+        for sock in (listener, driver.sock, *(peer.sock for peer in accepted)):
+            sock.close()
+    reply_start = encode([b"r" * 32, b"reply", b"payload"])[: 2 + 32 + 2 + 5]
+    assert driver.received.startswith(server_handshake + reply_start), "the owed reply, whole, right after the handshake"
