@@ -18,6 +18,7 @@ line, so the row shows what the trainer used.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -127,9 +128,41 @@ def same_episode(episode: dict[str, Any], trace: dict[str, Any]) -> bool:
     """Whether a trace line belongs to the episode the lines before it opened. A trace
     record names no episode (prime-rl excluded its link), but the monitor wrote an
     episode's traces one after the other: the next of the same task by an agent not
-    seen in the episode yet is taken as its next trace."""
+    seen in the episode yet is taken as its next trace, if it started once the
+    episode's traces had ended. verifiers plays an episode's agents one at a time
+    (`--env.max-concurrent-agents`), while a group's episodes run at once: without the
+    time, an episode that lost an agent's trace took the next episode's first trace."""
     traces = episode["traces"]
-    return trace.get("task") == traces[0].get("task") and _agent(trace) not in {_agent(t) for t in traces}
+    if trace.get("task") != traces[0].get("task") or _agent(trace) in {_agent(t) for t in traces}:
+        return False
+    started = _started(trace)
+    ends = [end for t in traces if (end := _ended(t)) is not None]
+    return started is None or not ends or started >= max(ends)
+
+
+def _started(trace: dict[str, Any]) -> float | None:
+    timing = trace.get("timing")
+    return _time(timing.get("start")) if isinstance(timing, dict) else None
+
+
+def _ended(trace: dict[str, Any]) -> float | None:
+    """When the trace's last timing span ended (verifiers writes 0 for one that never did)."""
+    timing = trace.get("timing")
+    if not isinstance(timing, dict):
+        return None
+    ends = [end for span in timing.values() if isinstance(span, dict) and (end := _time(span.get("end")))]
+    return max(ends, default=None)
+
+
+def _time(value: Any) -> float | None:
+    """A timestamp as written, or None for any other value (the wire check's to refuse)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def join(episode: dict[str, Any], trace: dict[str, Any]) -> None:

@@ -74,5 +74,15 @@ def with_judge(episode: dict[str, Any], name: str = "judge") -> dict[str, Any]:
     judge = copy.deepcopy(episode["traces"][0])
     judge["id"] = f"{len(episode['traces']):02x}{judge['id'][::-1][2:]}"
     judge["agent"]["name"] = name
+    judge["timing"] = after(episode["traces"][-1]["timing"], judge["timing"])
     episode["traces"].append(judge)
     return episode
+
+
+def after(previous: dict[str, Any], timing: dict[str, Any]) -> dict[str, Any]:
+    """`timing` moved to start when `previous` ended, as verifiers plays an episode's
+    agents one at a time."""
+    ended = max(span["end"] for span in previous.values() if isinstance(span, dict))
+    shift = ended - timing["start"]
+    moved = {key: {**span, "start": span["start"] + shift, "end": span["end"] + shift} if isinstance(span, dict) else span for key, span in timing.items()}
+    return {**moved, "start": timing["start"] + shift}

@@ -140,3 +140,18 @@ def test_an_episode_of_three_traces_logged_one_a_line_opens_with_all_three(tmp_p
     log_episodes(tmp_path / "out", episodes, 1, "train", "all", per_trace=True)
     store = open_folder(tmp_path / "out").store
     assert [(key, len(r.traces)) for key, r in store.rollouts.items()] == [("train/0", 3), ("train/1", 3)]
+
+
+def test_an_episode_missing_a_trace_does_not_take_the_next_episodes_first(tmp_path, episode):
+    """The first episode lost its solver's trace (only its judge's was logged); the
+    second, run at the same time as a group's episodes are, logged both. Its solver's
+    trace, the next line, is of the same task by an agent the first had not seen, and
+    was joined to it: two episodes became one of a judge then a solver, and one of a
+    lone judge. It started before the first's judge ended, so it is an episode's first."""
+    lost_solver = with_judge(renamed(episode, 1))
+    lost_solver["traces"] = lost_solver["traces"][1:]
+    whole = with_judge(renamed(episode, 2))
+    log_episodes(tmp_path / "out", [lost_solver, whole], 1, "train", "all", per_trace=True)
+    store = open_folder(tmp_path / "out").store
+    opened = [list(r.traces) for r in store.rollouts.values()]
+    assert opened == [[t["id"] for t in e["traces"]] for e in (lost_solver, whole)]
