@@ -214,6 +214,8 @@ class TracewatchApp(App[None]):
         with self.batch_update():
             self.table.sync([*changes.added, *changes.rollouts])
             self.trace_pane.set_hidden(self.table.pinned)
+            if changes:
+                self._rejudge_filter_hint()
             if self.selected in changes.rollouts:
                 self.trace_pane.refresh_trace(changes.traces)
                 self._show_timing(now)
@@ -238,6 +240,7 @@ class TracewatchApp(App[None]):
         self._next_second = now + 1.0
         self._stalled = self.store.live_counts(now)[1]
         self.table.tick()
+        self._rejudge_filter_hint()
         self._redraw_cards(self.session.variants)
         self._show_timing(now)
         self._draw_status()
@@ -468,6 +471,13 @@ class TracewatchApp(App[None]):
         if text != hint.content:  # an update lays the screen out again: not per keystroke
             hint.update(text)
             hint.display = bool(problems)
+
+    def _rejudge_filter_hint(self) -> None:
+        """The hint weighs the rows as they are now: rollouts that arrive, finish or
+        cross the filter's line with time change whether anything matches, and a "no
+        rollout matches" judged only at the last keystroke stayed under rows that did."""
+        if self.table.row_filter:
+            self._show_filter_hint(self.table.row_filter)
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self) -> None:

@@ -543,3 +543,18 @@ async def test_c_twice_asks_the_server_to_abort_the_run_once(tmp_path: Path, mon
             await asyncio.wait_for(engine.shutdown(), TIMEOUT)
         assert rollout.status is Status.CANCELLED
         assert server.cancels == [rollout.request_id]
+
+
+async def test_the_filters_no_match_hint_goes_when_matching_rollouts_finish(tmp_path: Path) -> None:
+    """An outcome filter typed before anything finished matches nothing, and says so;
+    as the rollouts finish with their reward the rows come and the hint goes, with no
+    keystroke. It was judged only at a keystroke and stayed under the rows."""
+    async with live(tmp_path, demo("solo", ["slow", "slow"])) as (app, engine, pilot):
+        store = engine.store
+        await rows_shown(pilot, app, engine, 2)
+        await pilot.press("slash", *"reward:>=1")
+        hint = app.query_one("#filter-hint", Static)
+        await until(pilot, lambda: hint.display and "no rollout matches" in str(hint.render()), "the no-match hint")
+        assert not any(r.status.finished for r in store.rollouts.values()), "typed before anything finished"
+        await until(pilot, lambda: all(r.status is Status.DONE for r in store.rollouts.values()), "both rollouts done")
+        await until(pilot, lambda: app.table.row_count == 2 and not hint.display, f"the rows and no hint; the hint says {hint.render()!s}")
