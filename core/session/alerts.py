@@ -39,12 +39,18 @@ class AlertWatch:
 
     def __init__(self, session: SessionView, cancel_stalled: float | None = None) -> None:
         self.session = session
+        self.offline = session.readonly_reason is not None and session.replay is None
+        """An opened recording or run folder: what it holds ended long ago, and its
+        index reading on is no news. A replay re-enacts its run at the recorded pace,
+        so it says what the live session said when it happened."""
         self.cancels = StallCancels(session, cancel_stalled)
         self._stalled: set[str] = set()
         self._states = {name: variant.state for name, variant in session.variants.items()}
         self._ended = self._run_over()  # a run opened after it ended is not news
 
     def check(self, now: float) -> list[Alert]:
+        if self.offline:
+            return []
         return [*self._stalls(now), *self._variants(), *self._run_end()]
 
     def _stalls(self, now: float) -> list[Alert]:

@@ -5,11 +5,15 @@ as headless does."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from tests.support.polling import until
 from tests.support.scripted_server import ScriptedServer, attached, header
-from tests.support.tui_standin import StandInEngine, StandInVariant
+from tests.support.tui_standin import T0, StandInEngine, StandInVariant, load_fixture
 from tracewatch.core.engine.live import LiveSession
+from tracewatch.core.engine.opened import OpenedRecording
+from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.alerts import AlertSettings
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.status import Ending, Status
@@ -62,3 +66,45 @@ async def test_a_variant_slow_to_call_a_stall_is_cancelled_at_the_cancel_time_as
             await until(pilot, lambda: rollout.status is Status.CANCELLED, "the hung run cancelled", 30.0)
             await asyncio.wait_for(engine.shutdown(), 30.0)
     assert server.cancels == [rollout.request_id]
+
+
+def write_cancelled_run(path: Path) -> None:
+    """A run whose candidate was cancelled and whose baseline ended: two alerts' worth."""
+    deltas, tasks, replies = load_fixture()
+    with Recorder(path, meta={"test": True}) as rec:
+        for variant in ("baseline", "candidate"):
+            rec.event(variant, "starting", t=T0)
+            rec.event(variant, "running", t=T0 + 1)
+            for index, (run, task) in enumerate(tasks.items()):
+                rec.rollout(f"{variant}/{run}", variant, index, task, 0, t=T0 + 1)
+                rec.request(f"{variant}/{run}", f"req-{variant}-{run}", t=T0 + 1)
+        for item in deltas:
+            rec.delta(f"baseline/{item['request']}", item["delta"], t=T0 + 1 + item["t"])
+        for run, reply in replies.items():
+            rec.reply(f"baseline/{run}", reply, t=T0 + 2)
+            rec.reply(f"candidate/{run}", {"success": False, "error": "cancelled"}, t=T0 + 2)
+        rec.event("candidate", "cancelled", t=T0 + 2, reason="cancelled by the user")
+        rec.event("baseline", "done", t=T0 + 3)
+
+
+async def test_an_opened_recording_says_nothing_while_a_replay_re_enacts_its_alerts(tmp_path):
+    """`open` reads a recording while its first screen is up: the variants it meets
+    settled and the run ended long ago, and it popped "Variant cancelled" and "Run
+    ended" as if they happened now. A replay plays the run at its pace and says them
+    when they happen in it, as the live session did."""
+    path = tmp_path / "cancelled.twrec"
+    write_cancelled_run(path)
+    opened = OpenedRecording(path, at_once=False)
+    app = TracewatchApp(opened, alerts=AlertSettings(bell=True))
+    rings: list[None] = []
+    app.bell = lambda: rings.append(None)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await until(pilot, lambda: opened.store.partial is None and app.table.row_count == len(opened.store.rollouts) > 0, "the recording indexed")
+        indexed = app._ticks
+        await until(pilot, lambda: app._ticks > indexed + 30, "a second of ticks over the indexed run")
+        assert [(n.title, n.message) for n in app._notifications] == [] and not rings
+    replay = ReplaySession(path, speed=0)
+    app = TracewatchApp(replay)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await until(pilot, lambda: any(n.title == "Run ended" for n in app._notifications), "the replayed run's end told")
+        assert ("Variant cancelled", "candidate: cancelled by the user") in [(n.title, n.message) for n in app._notifications]
