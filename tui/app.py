@@ -26,6 +26,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from tracewatch.core.demo import TOKENIZERS as DEMO_TOKENIZERS
+from tracewatch.core.run.durations import clock
 from tracewatch.core.session.alerts import Alert, AlertSettings, AlertWatch, terminal_notification
 from tracewatch.core.session.contracts import ReplayControls, ReplayPosition, SessionView, VariantState, VariantView
 from tracewatch.core.session.retention import freeze_startup
@@ -37,7 +38,6 @@ from tracewatch.tui.chrome.footer import SteadyFooter
 from tracewatch.tui.chrome.keys import KEYS, bindings, hide_writes
 from tracewatch.tui.chrome.screens import ConfirmScreen, HelpScreen, QuitScreen
 from tracewatch.tui.drawing.literal import safe
-from tracewatch.tui.drawing.numbers import clock
 from tracewatch.tui.drawing.palette import Palette
 from tracewatch.tui.run_views.compare_view import CompareView
 from tracewatch.tui.run_views.logs_view import LogsView

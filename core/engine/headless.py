@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
+from tracewatch.core.run.durations import seconds_text
 from tracewatch.core.session.contracts import SessionView, VariantState, VariantView
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.stall_cancels import StallCancels
@@ -29,7 +30,7 @@ def rollout_line(rollout: Rollout, now: float) -> str:
     text = f"{rollout.key} [{rollout.task_label}] {rollout.status.value}"
     if rollout.status.finished:
         reward = "-" if rollout.reward is None else f"{rollout.reward:g}"
-        text += f" · reward {reward} · {rollout.turns} turns · {rollout.tokens} tokens · {rollout.elapsed(now):.1f}s"
+        text += f" · reward {reward} · {rollout.turns} turns · {rollout.tokens} tokens · {seconds_text(rollout.elapsed(now))}"
     if rollout.reason:
         text += f" · {rollout.reason}"
     return text

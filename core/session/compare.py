@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from tracewatch.core.run.durations import seconds_text
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.status import Status
 from tracewatch.core.session.store import RolloutStore
@@ -193,7 +194,7 @@ def cell_parts(cell: Cell | None) -> tuple[str, ...]:
     passes = sum(r >= PASS for r in cell.rewards)
     turns = sum(cell.turns) / cell.k
     seconds = sum(cell.seconds) / cell.k
-    return f"{cell.mean:.2f}", f"({passes}/{cell.k})", f"{turns:.0f}t", f"{seconds:.{1 if seconds < 10 else 0}f}s", f"{cell.errors}!" if cell.errors else ""
+    return f"{cell.mean:.2f}", f"({passes}/{cell.k})", f"{turns:.0f}t", seconds_text(seconds, 1 if seconds < 10 else 0), f"{cell.errors}!" if cell.errors else ""
 
 
 def variant_cells(comparison: Comparison, name: str) -> dict[tuple[int, str], str]:

@@ -10,9 +10,10 @@ from rich.cells import cell_len
 from tests.support.app_screen import screen_text, select
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine
+from tracewatch.core.run.durations import span_text
 from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES
 from tracewatch.tui.app import TracewatchApp
-from tracewatch.tui.run_views.timing_view import seconds_text, waterfall
+from tracewatch.tui.run_views.timing_view import waterfall
 
 
 @pytest.mark.parametrize("size", [(200, 50), (80, 24)])
@@ -32,7 +33,7 @@ async def test_every_phase_line_shows_its_numbers_whole(size: tuple[int, int]) -
         if width < 100:  # narrow panes put each phase's p50/p95 after its bar
             for phase, (p50, p95) in app.store.stats(rollout.variant).phases.items():
                 if phase in {"agent", "setup", "scoring"} and f"\\n{phase}" in "\\n" + "\\n".join(lines):
-                    assert f"p50/p95 {seconds_text(p50)}/{seconds_text(p95)}" in text, phase
+                    assert f"p50/p95 {span_text(p50)}/{span_text(p95)}" in text, phase
 
 
 def _timing(durations: list[float], open_: bool) -> dict:
@@ -73,7 +74,7 @@ async def test_the_waterfall_fits_any_width_with_any_numbers() -> None:
             text = waterfall(timing, 1000.0 + sum(durations) + 1, width, palette, typicals)
             lines = text.plain.splitlines()
             assert all(cell_len(line) <= width for line in lines), (width, lines)
-            shown = f"p50/p95 {seconds_text(typical[0])}/{seconds_text(typical[1])}"
+            shown = f"p50/p95 {span_text(typical[0])}/{span_text(typical[1])}"
             durations_shown = [line for line in lines[:-1] if "p50/p95" not in line]
             assert all(line.endswith(shown) for line in lines[:-1] if line not in durations_shown), lines
             assert width < 50 or not durations_shown, "p50/p95 left out only where it cannot fit"

@@ -1,16 +1,6 @@
-"""Numbers as a glance reads them: clocks, rewards, byte sizes."""
+"""Numbers as a glance reads them: rewards, byte sizes (durations: `core/run/durations`)."""
 
 from __future__ import annotations
-
-
-def clock(seconds: float | None) -> str:
-    """`0:41`, `12:03`, `1:02:03`: what a glance at a running rollout needs."""
-    if seconds is None:
-        return ""
-    total = int(max(0.0, seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
 
 
 def reward_text(reward: float | None) -> str:

@@ -18,6 +18,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracewatch.core.run.durations import clock
 from tracewatch.core.run.series import Column
 from tracewatch.core.run.times import SEGMENTS, bar_segments
 from tracewatch.core.session.rollout import Rollout
@@ -25,7 +26,6 @@ from tracewatch.core.session.status import Status
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.literal import safe
-from tracewatch.tui.drawing.numbers import clock
 from tracewatch.tui.drawing.palette import Palette
 from tracewatch.tui.drawing.virtual_size import set_virtual_size
 

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
+from tracewatch.core.run.durations import span_text
 from tracewatch.core.session.phases import DURATION_KEYS
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.store import RolloutStore
@@ -23,10 +24,6 @@ NARROW = 100
 shows its variant's p50/p95 for that phase."""
 
 
-def seconds_text(seconds: float) -> str:
-    return f"{seconds * 1000:.0f}ms" if seconds < 1 else f"{seconds:.1f}s"
-
-
 class _Row(NamedTuple):
     label: str
     start: float
@@ -38,11 +35,11 @@ class _Row(NamedTuple):
 
 def _tail(row: _Row, typical: dict[str, tuple[float, float]] | None) -> str:
     """What follows a bar: its duration, then the variant's p50/p95 for that phase."""
-    tail = f" {seconds_text(row.seconds)}{' …' if row.open else ''}"
+    tail = f" {span_text(row.seconds)}{' …' if row.open else ''}"
     phase = row.label.strip(" └")
     if typical is not None and phase in typical:
         p50, p95 = typical[phase]
-        tail += f"  p50/p95 {seconds_text(p50)}/{seconds_text(p95)}"
+        tail += f"  p50/p95 {span_text(p50)}/{span_text(p95)}"
     return tail
 
 
@@ -95,7 +92,7 @@ def waterfall(
         if typical_text:
             text.append(f"  p50/p95{typical_text}", style=palette.muted)
         text.append("\n")
-    axis = seconds_text(total)
+    axis = span_text(total)
     text.append(f"{'':{LABEL_WIDTH}}0s{'':>{max(0, bar_width - 2 - len(axis))}}")
     text.append(axis, style=palette.muted)
     return text
@@ -112,7 +109,7 @@ def variant_table(store: RolloutStore, palette: Palette) -> Table:
         row = [Text(f"└ {phase}" if phase in AGENT_PARTS else phase, style=palette.phase(phase))]
         for variant in stats.values():
             p50_p95 = variant.phases.get(phase)
-            row.append(Text(f"{seconds_text(p50_p95[0])} / {seconds_text(p50_p95[1])}" if p50_p95 else "–"))
+            row.append(Text(f"{span_text(p50_p95[0])} / {span_text(p50_p95[1])}" if p50_p95 else "–"))
         table.add_row(*row)
     return table
 

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widget import Widget
 
+from tracewatch.core.run.durations import clock
 from tracewatch.core.run.series import Column
 from tracewatch.core.run.trends import METRICS, Metric
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.drawing.literal import safe
-from tracewatch.tui.drawing.numbers import clock
 from tracewatch.tui.drawing.palette import Palette
 
 LEVELS = "▁▂▃▄▅▆▇█"

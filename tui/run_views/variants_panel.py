@@ -9,12 +9,12 @@ from textual.containers import Horizontal, HorizontalScroll, Vertical
 from textual.message import Message
 from textual.widgets import Button, Static
 
+from tracewatch.core.run.durations import clock
 from tracewatch.core.session.contracts import VariantState, VariantView
 from tracewatch.core.session.status import Status
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.tokens.flags import FLAGS
 from tracewatch.tui.drawing.literal import safe
-from tracewatch.tui.drawing.numbers import clock
 from tracewatch.tui.drawing.palette import Palette
 from tracewatch.tui.run_views.trends_view import card_trends
 

@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 
 from rich.style import Style
 
+from tracewatch.core.run.durations import clock
 from tracewatch.core.session.phases import ROLLOUT_PHASES
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.status import Status
 from tracewatch.core.session.store import StallTest
 from tracewatch.core.tokens.flags import FLAGS
 from tracewatch.tui.drawing.literal import safe
-from tracewatch.tui.drawing.numbers import clock, reward_text
+from tracewatch.tui.drawing.numbers import reward_text
 from tracewatch.tui.drawing.palette import Palette
 
 if TYPE_CHECKING:

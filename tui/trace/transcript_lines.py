@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tracewatch.core.run.durations import clock, seconds_text
 from tracewatch.core.wire.protocol import WireError, WireMessage, WireModelCall, WireNode, WireToolCall, WireTrace
 from tracewatch.tui.drawing.literal import safe, safe_lines
-from tracewatch.tui.drawing.numbers import clock, rollout_reward_text
+from tracewatch.tui.drawing.numbers import rollout_reward_text
 
 Seg = tuple[str, str]
 """Literal (already safe) text and a style key: the `transcript--<key>` component."""
@@ -297,7 +298,7 @@ def slice_segs(segs: list[Seg], start: int, end: int) -> list[Seg]:
 
 def _seconds(seconds: float) -> str:
     if seconds < 10:
-        return f"{seconds:.2f}s"
+        return seconds_text(seconds, 2)
     if seconds < 60:
-        return f"{seconds:.1f}s"
+        return seconds_text(seconds)
     return clock(seconds)
