@@ -15,6 +15,7 @@ import msgpack
 from tracewatch.core.recordings.ending import recorded_ending
 from tracewatch.core.recordings.file_format import Damage
 from tracewatch.core.recordings.reader import Scan, read_header
+from tracewatch.core.run.times import Attempt, discarded_attempt
 from tracewatch.core.session.status import Ending, Status
 from tracewatch.core.session.trace_state import (
     ERROR_WORDS_LIMIT,
@@ -94,6 +95,7 @@ class RolloutSummary:
         "ended_t",
         "ending",
         "_traces",
+        "_attempts",
         "_offsets",
         "_lengths",
     )
@@ -113,6 +115,8 @@ class RolloutSummary:
         self.ending: Ending | None = None
         """How its (latest) run ended; None while it had not."""
         self._traces: dict[str, _TraceCounts] = {}
+        self._attempts: tuple[Attempt, ...] = ()
+        """Its (latest) run's attempts discarded and retried (`Rollout.discard`)."""
         self._offsets = array("q")
         self._lengths = array("L")
 
@@ -130,7 +134,7 @@ class RolloutSummary:
     @property
     def facts(self) -> RolloutFacts:
         """What the store would show once this rollout's records are loaded."""
-        return rollout_facts(self._traces)
+        return rollout_facts(self._traces, self._attempts)
 
     def _add(self, offset: int, length: int, record: dict[str, Any]) -> None:
         self._offsets.append(offset)
@@ -144,7 +148,7 @@ class RolloutSummary:
             self.announce = record
         elif kind == "request":
             self.request_ids.append(str(record.get("request_id")))
-            self._traces = {}  # a fresh run: the store starts a fresh assembly too
+            self._traces, self._attempts = {}, ()  # a fresh run: the store starts a fresh assembly too
             running = record.get("running_t")
             self.started_t, self.running_t, self.ended_t, self.ending = t, running if type(running) in (int, float) else None, None, None
         elif kind == "delta":
@@ -156,7 +160,10 @@ class RolloutSummary:
                 return
             trace = str(delta.get("trace"))
             if delta.get("discard"):
-                self._traces.pop(trace, None)
+                primary = next(iter(self._traces), None)
+                dropped = self._traces.pop(trace, None)
+                if dropped is not None and trace == primary and (attempt := discarded_attempt(dropped.scalars.get("timing"))) is not None:
+                    self._attempts = (*self._attempts, attempt)
             else:
                 self._traces.setdefault(trace, _TraceCounts()).add(delta)
         elif kind == "reply":

@@ -1,7 +1,8 @@
 """A run in Chrome's Trace Event format, for Perfetto and chrome://tracing: one process
 per variant, one track (thread) per rollout, a slice for the whole rollout with its
 task, reward and ending as args, and nested in it a slice for waiting for a slot, for
-each timing span, and for each model call inside the agent span.
+each attempt that was discarded and retried, for each timing span of the attempt that
+stood, and for each model call inside the agent span.
 
 A track's slices must nest: a child inside its parent, siblings apart. The spans come
 from the server's clock and the queue times from ours, and a hostile or damaged trace
@@ -89,6 +90,7 @@ class _Writer:
         known = [t for t in (rollout.created_at, rollout.started_at, rollout.ended_at, rollout.last_delta_at) if t is not None and _usable(t)]
         if times is not None:
             known += [t for span in times.spans for t in (span.start, span.end) if t is not None and _usable(t)]
+            known += [t for attempt in times.attempts for t in attempt if _usable(t)]
         if not known:
             return None
         start, end = min(known), max(known)
@@ -110,10 +112,16 @@ class _Writer:
         count = 1
         cursor = start
         spans = times.spans if times is not None else ()
-        first_span = spans[0].start if spans else rollout.started_at
+        attempts = times.attempts if times is not None else ()
+        first_span = attempts[0][0] if attempts else spans[0].start if spans else rollout.started_at
         if first_span is not None and _usable(first_span) and first_span > start:
             cursor = self._slice("waiting for a slot", "waiting", start, min(first_span, end), pid, tid)
             count += 1
+        for number, (attempt_start, attempt_end) in enumerate(attempts, 1):
+            attempt_start, attempt_end = max(attempt_start, cursor), min(attempt_end, end)
+            if attempt_end >= attempt_start:
+                cursor = self._slice(f"attempt {number} (discarded, retried)", "attempt", attempt_start, attempt_end, pid, tid)
+                count += 1
         for span in spans:
             span_start = max(span.start, cursor)
             span_end = min(span.end if span.end is not None else end, end)

@@ -11,10 +11,15 @@ from typing import Any
 
 from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES
 
-SEGMENTS = ("waiting", "boot", "setup", "model", "harness", "finalize", "scoring")
+SEGMENTS = ("waiting", "attempt", "boot", "setup", "model", "harness", "finalize", "scoring")
 """What a timeline colours a rollout's bar by, in the order its time passes: waiting
-for a slot (queued until its first span starts), each span, and the agent span as its
-model calls and the harness time between them."""
+for a slot (queued until its first attempt starts), each attempt that was discarded
+and retried, each span of the attempt that stands, and the agent span as its model
+calls and the harness time between them."""
+
+Attempt = tuple[float, float]
+"""A discarded attempt's (start, end) by its server's clock: its first span's start to
+the last time it reported (`discarded_attempt`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,8 @@ class RolloutTimes:
     calls: array[float] = field(default_factory=lambda: array("d"))
     start: float = 0.0
     """When the trace began, as the server stamped it (0: not reported)."""
+    attempts: tuple[Attempt, ...] = ()
+    """The rollout's earlier attempts, discarded and retried before this trace's, in order."""
 
     @property
     def first_start(self) -> float | None:
@@ -44,8 +51,10 @@ class RolloutTimes:
 
     @property
     def began(self) -> float | None:
-        """The rollout's own start: its timing's start, else its first span's."""
-        return self.start or self.first_start
+        """The rollout's own start: its first attempt's, else its timing's start, else
+        its first span's. A retried rollout's time is from its request, not from the
+        attempt that stood."""
+        return self.attempts[0][0] if self.attempts else self.start or self.first_start
 
     @property
     def finished(self) -> float | None:
@@ -74,10 +83,10 @@ class RolloutTimes:
         return zip(calls[::2], calls[1::2])
 
 
-def times_of(timing: Any, calls: array[float] | None = None) -> RolloutTimes:
+def times_of(timing: Any, calls: array[float] | None = None, attempts: tuple[Attempt, ...] = ()) -> RolloutTimes:
     """A trace's `timing` scalar (read, not trusted: an opened file was never checked)
     as `RolloutTimes`; `calls` its model calls' (start, end) pairs, as the store
-    collects them (`call_interval`)."""
+    collects them (`call_interval`); `attempts` the rollout's discarded ones before it."""
     timing = timing if isinstance(timing, dict) else {}
     spans = []
     for phase in PHASES:
@@ -88,7 +97,20 @@ def times_of(timing: Any, calls: array[float] | None = None) -> RolloutTimes:
             spans.append(Span(phase, start, end if end and end >= start else None))
     agent = timing.get("agent")
     parts = [_duration(agent, part) for part in AGENT_PARTS] if isinstance(agent, dict) else [0.0, 0.0]
-    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()), epoch_time(timing.get("start")))
+    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()), epoch_time(timing.get("start")), attempts)
+
+
+def discarded_attempt(timing: Any, calls: array[float] | None = None) -> Attempt | None:
+    """A trace that is being discarded (its attempt failed and is retried) as the
+    attempt it was: from its start to the last time it reported; None if it reported
+    no time."""
+    times = times_of(timing, calls)
+    began = times.began
+    if began is None:
+        return None
+    known = [t for span in times.spans for t in (span.start, span.end) if t is not None]
+    known += list(times.calls)
+    return began, max(began, *known)
 
 
 def call_interval(call: Any) -> tuple[float, float] | None:
@@ -119,10 +141,18 @@ def bar_segments(times: RolloutTimes | None, queued: float | None, horizon: floa
     proportion the server reported."""
     pieces: list[tuple[float, float, str]] = []
     spans = times.spans if times is not None else ()
+    attempts = times.attempts if times is not None else ()
     first = spans[0].start if spans else horizon
-    if queued is not None and queued < first:
-        pieces.append((queued, first, "waiting"))
-    cursor = first
+    began = attempts[0][0] if attempts else first
+    if queued is not None and queued < began:
+        pieces.append((queued, began, "waiting"))
+    cursor = began
+    for index, (start, _) in enumerate(attempts):  # each up to the next: its retry's wait is its own
+        following = attempts[index + 1][0] if index + 1 < len(attempts) else first
+        start, end = max(start, cursor), min(following, horizon)
+        if end > start:
+            pieces.append((start, end, "attempt"))
+            cursor = end
     for span in spans:
         start, end = max(span.start, cursor), min(span.end if span.end is not None else horizon, horizon)
         if end <= start:

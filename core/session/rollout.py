@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from tracewatch.core.run.series import Occupancy, Outcome
-from tracewatch.core.run.times import RolloutTimes
+from tracewatch.core.run.times import Attempt, RolloutTimes, discarded_attempt
 from tracewatch.core.session.status import LIVE, Ending, Status
 from tracewatch.core.session.tallies import Counted
 from tracewatch.core.session.task_identity import task_identity
@@ -51,6 +51,8 @@ class Rollout:
     """verifiers' key of its task, when the source gave it (`task_identity`)."""
     step: int | None = None
     """The training step that logged it, in a training run's files (None elsewhere)."""
+    attempts: tuple[Attempt, ...] = ()
+    """Its attempts that were discarded and retried, by its server's clock (`discard`)."""
     _assembly: EpisodeAssembly | None = field(default=None, repr=False)
     _facts: tuple[tuple[tuple[str, int], ...], RolloutFacts] | None = field(default=None, repr=False, compare=False)
     """Its facts and the (id, revision) of each trace they were derived from."""
@@ -97,13 +99,23 @@ class Rollout:
     def summary(self) -> RolloutFacts:
         """What its row shows, as facts that outlive its traces: derived again only
         when one of its traces changed, or kept while none is loaded."""
-        if not self.traces:
+        if not self.traces and (self.facts is not None or not self.attempts):
             return self.facts or NO_FACTS
-        stamp = tuple((trace.id, trace.revision) for trace in self.traces.values())
+        stamp = (*((trace.id, trace.revision) for trace in self.traces.values()), ("attempts", len(self.attempts)))
         cached = self._facts
         if cached is None or cached[0] != stamp:
-            cached = self._facts = (stamp, rollout_facts(self.traces))
+            cached = self._facts = (stamp, rollout_facts(self.traces, self.attempts))
         return cached[1]
+
+    def discard(self, trace_id: str) -> TraceState | None:
+        """Its trace `trace_id` is discarded: an attempt that failed and is retried.
+        The attempt stays part of its time (`attempts`, when it was its primary trace):
+        its elapsed runs from its request, and its timeline and export draw the attempt."""
+        primary = next(iter(self.traces), None)
+        dropped = self.traces.pop(trace_id, None)
+        if dropped is not None and trace_id == primary and (attempt := discarded_attempt(dropped.timing, dropped.call_spans)) is not None:
+            self.attempts = (*self.attempts, attempt)
+        return dropped
 
     @property
     def trace_ids(self) -> tuple[str, ...]:
@@ -158,7 +170,7 @@ class Rollout:
         """Sent to its server but not begun: no trace yet, as a run waiting for one of
         the server's (or vf-eval's) slots has none. Not running, not timed; it can
         still stall (a server that never answers looks the same)."""
-        return self.status is Status.RUNNING and not self.summary().trace_ids
+        return self.status is Status.RUNNING and not self.summary().trace_ids and not self.attempts
 
     @property
     def began_at(self) -> float | None:

@@ -262,7 +262,7 @@ class RolloutStore:
             self._bump(rollout)
 
     def _discard(self, rollout: Rollout, trace_id: str) -> None:
-        dropped = rollout.traces.pop(trace_id, None)
+        dropped = rollout.discard(trace_id)
         if dropped is not None and (dropped.flags or not rollout.traces):  # a card counts flags, and one with no trace as waiting
             self._bump(rollout)
 

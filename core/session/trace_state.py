@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol, cast
 
-from tracewatch.core.run.times import RolloutTimes, call_interval, times_of
+from tracewatch.core.run.times import Attempt, RolloutTimes, call_interval, times_of
 from tracewatch.core.session.phases import trace_phase
 from tracewatch.core.session.rewards import scored_rewards
 from tracewatch.core.tokens.flags import NO_FLAGS, node_flags
@@ -234,11 +234,12 @@ NO_FACTS = RolloutFacts(None)
 """A rollout with no trace yet."""
 
 
-def rollout_facts(traces: Mapping[str, TraceCounts]) -> RolloutFacts:
-    """Every fact a row shows, from a rollout's traces (the first is its primary)."""
+def rollout_facts(traces: Mapping[str, TraceCounts], attempts: tuple[Attempt, ...] = ()) -> RolloutFacts:
+    """Every fact a row shows, from a rollout's traces (the first is its primary) and
+    the attempts it discarded before them (its times start with the first)."""
     counts = list(traces.values())
     if not counts:
-        return NO_FACTS
+        return RolloutFacts(None, times=RolloutTimes(attempts=attempts)) if attempts else NO_FACTS
     primary = counts[0]
     timing: WireTiming = primary.scalars.get("timing") or WireTiming()
     rewards = scored_rewards(trace.scalars.get("rewards") for trace in counts)
@@ -251,6 +252,6 @@ def rollout_facts(traces: Mapping[str, TraceCounts]) -> RolloutFacts:
         errors=sum(trace.error_count for trace in counts),
         error_text="\n".join(text for trace in counts if (text := trace.error_text)),
         trace_ids=tuple(traces),
-        times=times_of(timing, primary.call_spans),
+        times=times_of(timing, primary.call_spans, attempts),
         flags=NO_FLAGS.union(*(trace.flags for trace in counts)),
     )

@@ -5,12 +5,18 @@ server replied (its episode) and with the same session's recording opened again.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from pathlib import Path
+
+import pytest
 
 from tests.support.demo_sessions import demo_variant, write_config
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.recordings.recorder import Recorder
+from tracewatch.core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
+from tracewatch.core.run.times import bar_segments
 from tracewatch.core.session.config import load_config
 from tracewatch.core.session.status import Status
 
@@ -44,3 +50,57 @@ async def test_a_provider_400_is_one_error_live_and_opened_as_in_the_servers_epi
     assert rollout.errors == 1
     (opened,) = OpenedRecording(path).store.rollouts.values()
     assert (opened.errors, opened.error_text, opened.phase) == (1, rollout.error_text, rollout.phase)
+
+
+def logged_seconds(engine: LiveSession, variant: str, request_id: str) -> float:
+    """What the demo server logged for a run: "run ID: done in 9.4s"."""
+    path = engine.variants[variant].stderr_path
+    assert path is not None
+    found = re.search(rf"run {re.escape(request_id)}: done in ([0-9.]+)s", path.read_text())
+    assert found is not None, f"no 'done in' line for {request_id} in {path.read_text()[-2000:]}"
+    return float(found.group(1))
+
+
+async def test_a_retried_rollouts_elapsed_is_from_its_request_to_its_reply_as_the_server_logged(tmp_path: Path) -> None:
+    """The demo's `retried` run: its first attempt dies, is discarded, and a fresh one
+    runs to the end. Its elapsed is the server's own "done in" (request to reply), not
+    the attempt that stood; the live clock never read more than the end result; the
+    Timeline draws the first attempt as an attempt, not as waiting, and the
+    `--trace-events` export has it as an attempt slice, waiting only before it; the
+    recording opened later reads the same."""
+    path = tmp_path / "session.twrec"
+    variant = demo_variant("v", ["retried"]).replace('"--speed", "40"', '"--speed", "10"')
+    engine = LiveSession(load_config(write_config(tmp_path, [variant])), recorder=Recorder(path, meta={}), session_dir=tmp_path / "session")
+    try:
+        await engine.start()
+        await asyncio.wait_for(engine.wait(), WAIT)
+    finally:
+        await engine.shutdown()
+    (rollout,) = engine.store.variant_rollouts("v")
+    assert rollout.status is Status.DONE and rollout.request_id is not None, rollout.reason
+    logged = logged_seconds(engine, "v", rollout.request_id)
+    timing = rollout.record["traces"][0]["timing"] if rollout.record else {}
+    stood = timing["scoring"]["end"] - timing["start"]  # the attempt that stood, alone
+    assert logged - stood > 0.3, "the scenario: a first attempt worth seeing"
+    assert abs(rollout.elapsed(0.0) - logged) <= 0.15, (rollout.elapsed(0.0), logged)
+    assert rollout.running_since is not None and rollout.last_delta_at is not None
+    assert rollout.elapsed(0.0) >= rollout.last_delta_at - rollout.running_since - 0.15, "the clock ran back at the end"
+    times = rollout.times
+    assert times is not None and len(times.attempts) == 1
+
+    pieces = bar_segments(times, rollout.created_at, rollout.ended_at or 0.0)
+    kinds = [name for _, _, name in pieces]
+    assert "attempt" in kinds and kinds.index("attempt") < kinds.index("boot")
+    assert all(end <= times.attempts[0][0] + 0.05 for start, end, name in pieces if name == "waiting"), pieces
+
+    export = tmp_path / "trace.json"
+    write_trace_events(recording_rollouts(path, TraceEventsWritten()), export)
+    events = [e for e in json.loads(export.read_text())["traceEvents"] if e.get("ph") == "X"]
+    (attempt,) = [e for e in events if e["cat"] == "attempt"]
+    waits = [e for e in events if e["cat"] == "waiting"]
+    assert all(w["ts"] + w["dur"] <= attempt["ts"] + 1 for w in waits), (waits, attempt)
+    (whole,) = [e for e in events if e["cat"] == "rollout"]
+    assert attempt["dur"] / 1e6 > 0.1 and whole["dur"] / 1e6 >= logged - 0.15
+
+    (opened,) = OpenedRecording(path).store.rollouts.values()
+    assert opened.elapsed(0.0) == pytest.approx(rollout.elapsed(0.0), abs=1e-6)

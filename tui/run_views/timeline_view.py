@@ -1,6 +1,6 @@
 """The Timeline tab: every rollout a bar on one wall-clock axis, a row each, grouped by
-variant, coloured by where its time went (waiting for a slot, boot, setup, model,
-harness, finalize, scoring), failed and cancelled ends marked; above them each
+variant, coloured by where its time went (waiting for a slot, an attempt discarded and
+retried, boot, setup, model, harness, finalize, scoring), failed and cancelled ends marked; above them each
 variant's rollouts running and waiting over the same axis. Drawn from the store's
 summaries (`Rollout.times`, the run's series), only the rows on screen, so a run of
 5,000 rollouts costs what the screen shows."""
@@ -30,11 +30,12 @@ from tracewatch.tui.drawing.palette import Palette
 from tracewatch.tui.drawing.virtual_size import set_virtual_size
 
 LABEL_WIDTH = 16
-GLYPHS = {"waiting": "░", "harness": "▒"}
+GLYPHS = {"waiting": "░", "attempt": "▚", "harness": "▒"}
 """A segment's cell; the others are full blocks in their phase's colour (model and
-harness share the agent's colour, as the waterfall draws them, told apart by glyph)."""
+harness share the agent's colour, as the waterfall draws them, told apart by glyph; a
+discarded attempt is drawn in the error colour)."""
 ENDS = {Status.FAILED: "✗", Status.CANCELLED: "⊘"}
-LEGEND = {"waiting": "wait", "finalize": "final"}
+LEGEND = {"waiting": "wait", "attempt": "retried", "finalize": "final"}
 """Shorter names where the legend must fit a narrow pane."""
 LEVELS = " ▁▂▃▄▅▆▇█"
 ZOOM = 2.0
@@ -372,7 +373,7 @@ class TimelineView(ScrollView, can_focus=True):
 
     @staticmethod
     def _look(segment: str, palette: Palette) -> Style:
-        return palette.muted if segment == "waiting" else palette.phase(segment)
+        return palette.muted if segment == "waiting" else palette.error if segment == "attempt" else palette.phase(segment)
 
 
 def _round_step(seconds: float) -> float:
