@@ -34,6 +34,16 @@ REPLY = b"reply"
 BATCH = b"batch"
 """Many messages as one, from a relay to a viewer (payload: a msgpack array of
 `[kind, run, payload]` arrays; `unbatch` reads it). An empty one is a heartbeat."""
+LOSS = b"loss"
+"""A relay dropped messages for this viewer (payload: `lost`, the runs it dropped
+messages of since its last loss, and `running`, the runs in flight at the relay): it
+comes before anything else the viewer is sent after the drop, so a run it names as
+lost, or a run the viewer holds open that is no longer running, is known incomplete
+before any later message of it."""
+CLOSED = b"closed"
+"""A relay closed (payload: as `loss`'s, what this viewer lost that no loss told it
+yet): published on the relay's notices socket, which no backlog of the viewer's data
+can hold up, under the viewer's identity (`welcome`'s `you`)."""
 BYE = b"bye"
 """A viewer leaving a relay (one frame)."""
 RUN_DIR = b"run_dir"

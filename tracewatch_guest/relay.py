@@ -26,6 +26,13 @@ first; a run too large for it is skipped, and the late viewer told how many were
 half for what viewers have not yet taken, shared between them. A viewer that falls
 behind its share (slow, suspended) has messages dropped for it and is told its count
 with every message, so it can say its view is incomplete; the driver never grows.
+What it lost is told it as runs, in a `loss` that comes before anything else it is
+sent after a drop (and at its heartbeats, one at a time, whatever its share): which
+runs lost messages and which are still running, so it ends the runs whose end it
+missed whenever it reads again, with no more traffic needed. A drop at the hand-over
+queue is such a loss for every viewer. At `close()` each viewer is told what it lost
+on a notices socket of its own (PUB, by its identity): a backlog of data a stopped
+viewer never read, discarded at the close, cannot hold that up.
 
 A viewer is a peer that sent a well-formed hello; anything else is counted
 (`garbage`) and ignored. Each viewer is sent the runs in flight once, and a few new
@@ -57,8 +64,10 @@ from tracewatch_guest.framing import (
     BATCH,
     BEGIN,
     BYE,
+    CLOSED,
     DELTA,
     HELLO,
+    LOSS,
     NO_RUN,
     REPLY,
     WELCOME,
@@ -81,7 +90,10 @@ TICK_SECONDS = 0.05
 a viewer is a person, and each wakeup costs the driver's thread the GIL."""
 BATCH_BYTES = 1 << 20
 BATCH_MESSAGES = 2000
-"""The most a viewer is sent as one message (beyond one message that is larger)."""
+"""The most a viewer is sent as one message (beyond one message that is larger), by
+size once packed: a delta handed over unpacked counts as `OBJECT_BYTES` until then."""
+NOTICE_LINGER_MS = 50
+"""How long the close waits for the notices to leave (they go on an idle connection)."""
 IDLE_BATCHES = 2
 """Batch buffers (of two batches' size at most) kept to pack the next batches into."""
 OBJECT_BYTES = 256
@@ -225,17 +237,26 @@ class _Viewer:
     def __init__(self) -> None:
         self.dropped = 0
         """Messages dropped for this viewer: it fell behind its share."""
-        self.sent: collections.deque[tuple[zmq.MessageTracker, int, int]] = collections.deque()
-        """What pyzmq still holds for it: (tracker, bytes, messages), oldest first."""
+        self.sent: collections.deque[tuple[zmq.MessageTracker, int, int, frozenset[bytes]]] = collections.deque()
+        """What pyzmq still holds for it: (tracker, bytes, messages, their runs), oldest first."""
         self.held = 0
         self.last_sent = 0.0
+        self.lost: set[bytes] = set()
+        """Runs it lost messages of that no `loss` told it yet."""
+        self.loss: zmq.MessageTracker | None = None
+        """The last `loss` sent to it: the next waits until pyzmq let this one go."""
+        self.base = 0
+        """The relay's hand-over drops before it joined (not its loss)."""
 
     def reap(self) -> None:
         while self.sent and self.sent[0][0].done:
             self.held -= self.sent.popleft()[1]
 
     def unsent(self) -> int:
-        return sum(messages for tracker, _, messages in list(self.sent) if not tracker.done)
+        return sum(messages for tracker, _, messages, _ in list(self.sent) if not tracker.done)
+
+    def unsent_runs(self) -> set[bytes]:
+        return {run for tracker, _, _, runs in list(self.sent) if not tracker.done for run in runs}
 
 
 class Relay:
@@ -260,6 +281,9 @@ class Relay:
         """Bytes the driver queued (written by the driver's thread only)."""
         self._taken = 0
         """Bytes the relay thread took (written by the relay thread only)."""
+        self._gaps: collections.deque[bytes] = collections.deque()
+        """Runs the driver offered a message of while the hand-over queue was full
+        (appended by the driver's thread, taken by the relay thread)."""
         self._ids = itertools.count()
         self._tasks: dict[str, int] = {}
         self._rollouts_of: dict[int, int] = {}
@@ -290,6 +314,14 @@ class Relay:
             os.close(self._wake_write)
             raise OSError(f"the relay cannot listen on {address}: {error}") from None
         self.address = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._notices = self._context.socket(zmq.PUB)
+        self._notices.setsockopt(zmq.LINGER, NOTICE_LINGER_MS)
+        self.notices_port: int | None = None
+        """Where viewers hear of the close: the relay's host, this port (a relay at an
+        address that is not TCP has none; its viewers learn of the close by silence)."""
+        if self.address.startswith("tcp://"):
+            self._notices.bind(self.address.rpartition(":")[0] + ":*")
+            self.notices_port = int(self._notices.getsockopt_string(zmq.LAST_ENDPOINT).rpartition(":")[2])
         self._runs: dict[bytes, list[_Message]] = {}
         """Per run in flight, every message so far: what a late viewer is sent first."""
         self._run_bytes: dict[bytes, int] = {}
@@ -347,6 +379,7 @@ class Relay:
     def _offer(self, kind: bytes, run: bytes, payload: Any, size: int) -> None:
         if self._offered - self._taken + size > self.max_bytes // 4:
             self.dropped += 1
+            self._gaps.append(run)
             return
         self._offered += size
         self._queue.append((kind, run, payload, size))
@@ -384,6 +417,7 @@ class Relay:
             self._finish()
         finally:
             sock.close(linger=0)
+            self._notices.close()
             self._context.term()
 
     def _wait(self, poller: zmq.Poller, seconds: float) -> None:
@@ -409,6 +443,22 @@ class Relay:
         with self._counting:
             if not self._abandoned:
                 self.unsent = len(self._queue) + sum(viewer.unsent() for viewer in self._viewers.values())
+        self._tell_closed()
+
+    def _tell_closed(self) -> None:
+        """Each viewer told, on the notices socket, what it lost that no `loss` told
+        it: what was dropped for it, and the runs of what it never got (queued, or
+        still in pyzmq, which the close discards)."""
+        self._merge_gaps()
+        left = {message[1] for message in list(self._queue)}
+        running = self._running()
+        for identity, viewer in list(self._viewers.items()):
+            lost = viewer.lost | viewer.unsent_runs() | left
+            payload = _pack({"lost": sorted(lost), "running": running})
+            try:
+                self._notices.send_multipart([identity, *encode(CLOSED, NO_RUN, payload, self._count(viewer))], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                continue
 
     def _take(self) -> list[_Message]:
         """The oldest messages queued, up to a batch's worth."""
@@ -423,13 +473,16 @@ class Relay:
         return taken
 
     def _relay(self, taken: list[_Message]) -> None:
-        """Keep each message for late viewers, then send them all as one."""
+        """Keep each message for late viewers, then send them as batches of
+        `BATCH_BYTES` packed (one much larger is dropped whole for a viewer)."""
         if not taken:
             return
+        self._merge_gaps()
         self._in_hand = len(taken)
         out: list[tuple[bytes, bytes, bytes]] = []
         size = 0
         watched = bool(self._viewers)
+        running = self._running_if_lost()
         for kind, run, payload, _ in taken:
             if kind == REPLY:
                 self._forget(run)
@@ -440,12 +493,53 @@ class Relay:
             self._keep(run, kind, payload)
             out.append((kind, run, payload))
             size += len(payload)
+            if watched and size >= BATCH_BYTES:
+                self._broadcast(out, size, running)
+                out, size = [], 0
+                running = self._running_if_lost()
         if watched and out:
-            batch = self._batches.pack(out, size)
-            for identity, viewer in list(self._viewers.items()):
-                if (tracker := self._send(identity, viewer, batch, len(out))) is not None:
-                    self._batches.sent(tracker)
+            self._broadcast(out, size, running)
         self._in_hand = 0
+
+    def _broadcast(self, out: list[tuple[bytes, bytes, bytes]], size: int, running: list[bytes] | None) -> None:
+        """One batch to every viewer; `running` as it stood before the batch's messages."""
+        batch = self._batches.pack(out, size)
+        runs = frozenset(run for _, run, _ in out)
+        for identity, viewer in list(self._viewers.items()):
+            if (tracker := self._send(identity, viewer, batch, len(out), runs, running)) is not None:
+                self._batches.sent(tracker)
+
+    def _merge_gaps(self) -> None:
+        """The runs of the hand-over queue's drops, lost for every viewer; taken after
+        the queue was, so no later message of such a run goes before its `loss`."""
+        while self._gaps:
+            run = self._gaps.popleft()
+            for viewer in self._viewers.values():
+                viewer.lost.add(run)
+
+    def _running(self) -> list[bytes]:
+        return [*self._runs, *self._too_big]
+
+    def _running_if_lost(self) -> list[bytes] | None:
+        return self._running() if any(viewer.lost for viewer in self._viewers.values()) else None
+
+    def _count(self, viewer: _Viewer) -> int:
+        return viewer.dropped + self.dropped - viewer.base
+
+    def _tell_loss(self, identity: bytes, viewer: _Viewer, running: list[bytes] | None) -> bool:
+        """A `loss` to this viewer, beyond its share (it is small), unless the last one
+        is still in pyzmq (a stopped viewer is sent one, not one a heartbeat)."""
+        if viewer.loss is not None and not viewer.loss.done:
+            return False
+        payload = _pack({"lost": sorted(viewer.lost), "running": self._running() if running is None else running})
+        frame = zmq.Frame(payload, copy=False, track=True)
+        try:
+            self._socket.send_multipart([identity, LOSS, NO_RUN, frame, str(self._count(viewer)).encode()], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return False
+        viewer.loss = frame.tracker
+        viewer.lost = set()
+        return True
 
     def _packed(self, kind: bytes, run: bytes, payload: Any) -> bytes:
         try:
@@ -476,33 +570,41 @@ class Relay:
         self._kept -= self._run_bytes.pop(run, 0)
         self._too_big.discard(run)
 
-    def _send(self, identity: bytes, viewer: _Viewer, batch: bytes | memoryview, messages: int) -> zmq.MessageTracker | None:
+    def _send(
+        self, identity: bytes, viewer: _Viewer, batch: bytes | memoryview, messages: int, runs: frozenset[bytes], running: list[bytes] | None
+    ) -> zmq.MessageTracker | None:
         """One message of many to one viewer, or its messages dropped for it when it is
-        behind its share of what the relay may hold; what tells when pyzmq let it go."""
+        behind its share of what the relay may hold, or has lost runs that no `loss`
+        can tell it yet; what tells when pyzmq let it go."""
         viewer.reap()
-        if viewer.held + len(batch) > self.max_bytes // 2 // len(self._viewers):
+        if viewer.held + len(batch) > self.max_bytes // 2 // len(self._viewers) or (viewer.lost and not self._tell_loss(identity, viewer, running)):
             viewer.dropped += messages
+            viewer.lost |= runs
             return None
         frame = zmq.Frame(batch, copy=False, track=True)
         try:
-            self._socket.send_multipart([identity, BATCH, NO_RUN, frame, str(viewer.dropped + self.dropped).encode()], zmq.NOBLOCK)
+            self._socket.send_multipart([identity, BATCH, NO_RUN, frame, str(self._count(viewer)).encode()], zmq.NOBLOCK)
         except zmq.Again:
             viewer.dropped += messages
+            viewer.lost |= runs
             return None
         except zmq.ZMQError:  # gone without a bye
             self._viewers.pop(identity, None)
             return None
         tracker: zmq.MessageTracker = frame.tracker
-        viewer.sent.append((tracker, len(batch), messages))
+        viewer.sent.append((tracker, len(batch), messages, runs))
         viewer.held += len(batch)
         viewer.last_sent = time.monotonic()
         return tracker
 
     def _beat(self) -> None:
+        self._merge_gaps()
         now = time.monotonic()
         for identity, viewer in list(self._viewers.items()):
+            if viewer.lost:  # told whenever it reads again, whatever else comes or not
+                self._tell_loss(identity, viewer, None)
             if now - viewer.last_sent >= self.heartbeat:
-                self._send(identity, viewer, _EMPTY, 0)
+                self._send(identity, viewer, _EMPTY, 0, frozenset(), None)
                 viewer.last_sent = now  # dropped too: the next try is a heartbeat away, not at once
 
     def _read_peers(self) -> None:
@@ -529,6 +631,7 @@ class Relay:
             return
         self._welcome_tokens -= 1
         viewer = _Viewer()
+        viewer.base = self.dropped
         self._viewers[identity] = viewer
         share = self.max_bytes // 2 // len(self._viewers)
         runs, size, skipped = [], 0, len(self._too_big)
@@ -539,9 +642,12 @@ class Relay:
                 continue
             runs.append(messages)
             size += run_bytes
-        welcome = {"in_flight": len(runs), "too_big": skipped, "relay": self.id, "heartbeat": self.heartbeat}
+        welcome = {
+            "in_flight": len(runs), "too_big": skipped, "relay": self.id, "heartbeat": self.heartbeat,
+            "you": identity, "notices": self.notices_port,
+        }  # fmt: skip
         try:
-            self._socket.send_multipart([identity, *encode(WELCOME, NO_RUN, _pack(welcome), self.dropped)], zmq.NOBLOCK)
+            self._socket.send_multipart([identity, *encode(WELCOME, NO_RUN, _pack(welcome), 0)], zmq.NOBLOCK)
         except zmq.ZMQError:
             del self._viewers[identity]
             return
@@ -552,10 +658,10 @@ class Relay:
                 chunk.append((kind, run, payload))
                 chunk_bytes += length
                 if chunk_bytes >= BATCH_BYTES:
-                    self._send(identity, viewer, _pack(chunk), len(chunk))
+                    self._send(identity, viewer, _pack(chunk), len(chunk), frozenset(item[1] for item in chunk), None)
                     chunk, chunk_bytes = [], 0
         if chunk:
-            self._send(identity, viewer, _pack(chunk), len(chunk))
+            self._send(identity, viewer, _pack(chunk), len(chunk), frozenset(item[1] for item in chunk), None)
         viewer.last_sent = now
 
 

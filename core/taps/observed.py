@@ -254,6 +254,18 @@ class ObservedRuns:
         self.store.failed(key, reason)
         self._record_reply(key, {"success": False, "error": reason})
 
+    def missed_end(self, run: Hashable, reason: str) -> None:
+        """The view lost this run's end (its reply, dropped for the viewer): it ended
+        at its driver, we cannot say how; not a failure of anyone's."""
+        key = self.keys.pop(run, None)
+        self.lossy.pop(run, None)
+        self.queued.pop(run, None)
+        if key is None or self.store.rollouts[key].status.finished:
+            return
+        reason = f"{VIEW_INCOMPLETE}: {reason}"
+        self.store.unobserved(key, reason)
+        self._record_reply(key, {"success": False, "error": reason})
+
     def unobserve_all(self, reason: str) -> None:
         """Every run still open is left unobserved here (the viewer stopped; they go on)."""
         for run in list(self.keys):

@@ -23,8 +23,9 @@ from tracewatch.core.errors import TracewatchError
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.taps.drain import STOP_SECONDS, SocketQueue, left_unread, read_until
+from tracewatch.core.taps.observed import ObservedRuns
 from tracewatch.core.taps.tap_variant import TapVariant
-from tracewatch_guest.framing import BATCH, BYE, HELLO, WELCOME, decode
+from tracewatch_guest.framing import BATCH, BYE, CLOSED, HELLO, LOSS, WELCOME, decode
 
 WELCOME_TIMEOUT = 5.0
 HELLO_SECONDS = 1.0
@@ -32,6 +33,39 @@ HELLO_SECONDS = 1.0
 SILENT_BEATS = 3
 """Heartbeats missed before a viewer says the relay went away."""
 NOT_OURS = "a relay only publishes: the runs belong to the program that drives them"
+CLOSED_QUIET = 0.5
+"""Told the relay closed, the viewer first reads what it had sent until this long passes
+without a message: the runs whose ends are among it end as they did."""
+
+
+def view_loss(dropped: int) -> str | None:
+    """What a viewer says of the messages a relay dropped for it (card, summary, runs)."""
+    return f"the relay dropped {dropped:,} messages for this viewer" if dropped else None
+
+
+def _runs_in(value: Any) -> set[bytes]:
+    return {run for run in value if isinstance(run, bytes)} if isinstance(value, list | tuple) else set()
+
+
+def apply_loss(runs: ObservedRuns, payload: bytes, dropped: int, closed: bool = False) -> None:
+    """A relay's `loss` (or, `closed`, its last word): a run it names as lost goes on
+    marked incomplete; a run we hold open that is no longer running at the relay had
+    its end dropped for us, and ends here, incomplete. At the close a run that lost
+    messages ends too: nothing more of it comes."""
+    try:
+        loss = msgpack.unpackb(payload)
+    except Exception:
+        loss = None
+    if not isinstance(loss, dict):
+        return
+    lost, running = _runs_in(loss.get("lost")), _runs_in(loss.get("running"))
+    said = view_loss(max(dropped, 1)) or ""
+    for run in list(runs.keys):
+        if run not in running or (closed and (run in lost or run in runs.lossy)):
+            ending = "the run's end among them" if run not in running else "and the relay closed before the run ended"
+            runs.missed_end(run, f"{said}, {ending} (the run itself is the driver's)")
+        elif run in lost:
+            runs.lost_copies(run)
 
 
 class RelayError(TracewatchError, OSError):
@@ -88,6 +122,8 @@ class RelayViewer(TapVariant):
         self._heartbeat = 1.0
         self._relay_dropped = 0
         """The current relay's last count of what it dropped for us."""
+        self._notices_at: tuple[str, bytes] | None = None
+        """Where the current relay tells of its close, and our identity there."""
 
     @property
     def can_start(self) -> bool:
@@ -105,8 +141,11 @@ class RelayViewer(TapVariant):
             return None
         if self.source_lost:
             return self.source_lost
-        text = f"viewing the relay at {self.address}"
-        return text + (f" · the relay dropped {self.dropped:,} messages for us" if self.dropped else "")
+        return " · ".join(filter(None, [f"viewing the relay at {self.address}", self.view_loss]))
+
+    @property
+    def view_loss(self) -> str | None:
+        return view_loss(self.dropped)
 
     def grace_left(self, now: float | None = None) -> float | None:
         return None
@@ -138,6 +177,7 @@ class RelayViewer(TapVariant):
             self.reason = f"the relay at {self.address} went away (no heartbeat) and had not come back"
         if self.unread:
             self.reason = f"the viewer {left_unread(self.unread, 'relay messages')} (the runs themselves go on)"
+        self.reason = "; ".join(filter(None, [self.reason, self.view_loss])) or None
         if self.state.active:
             self._set(VariantState.DONE)
 
@@ -146,6 +186,8 @@ class RelayViewer(TapVariant):
         dealer = context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.connect(self.address)
+        notices = context.socket(zmq.SUB)
+        notices.setsockopt(zmq.LINGER, 0)
         try:
             queue = SocketQueue(dealer)
             if not await self._greeted(dealer, queue):
@@ -153,7 +195,7 @@ class RelayViewer(TapVariant):
             self.server_started_at = time.time()
             self._set(VariantState.RUNNING)
             try:
-                await self._read(dealer, queue)
+                await self._read(dealer, queue, notices)
             except asyncio.CancelledError:  # the stop: the relay sends no more; what it sent is read for a while
                 _bye(dealer)
                 self.unread = await queue.read_at_stop(self._handle, lambda: self._stop_by, quiet=0)
@@ -161,6 +203,7 @@ class RelayViewer(TapVariant):
         finally:
             _bye(dealer)
             dealer.close(linger=100)
+            notices.close()
             context.term()
 
     async def _greeted(self, dealer: zmq.asyncio.Socket, queue: SocketQueue) -> bool:
@@ -184,20 +227,68 @@ class RelayViewer(TapVariant):
                 self._handle(frames)
         return True
 
-    async def _read(self, dealer: zmq.asyncio.Socket, queue: SocketQueue) -> None:
-        """Every message as it comes; a relay silent for `SILENT_BEATS` heartbeats is
-        said to be gone, and greeted each `HELLO_SECONDS` until one answers (the same
-        relay, or a new one at the address)."""
+    async def _read(self, dealer: zmq.asyncio.Socket, queue: SocketQueue, notices: zmq.asyncio.Socket) -> None:
+        """Every message as it comes, and the relay's word that it closed; a relay
+        silent for `SILENT_BEATS` heartbeats is said to be gone, and greeted each
+        `HELLO_SECONDS` until one answers (the same relay, or a new one at the address)."""
+        poller = zmq.asyncio.Poller()
+        poller.register(dealer, zmq.POLLIN)
+        poller.register(notices, zmq.POLLIN)
+        following: tuple[str, bytes] | None = None
         while True:
+            following = self._follow(notices, following)
             silent_after = self._heartbeat * SILENT_BEATS if not self.relay_gone else HELLO_SECONDS
-            if await queue.wait(silent_after):
+            ready = dict(await poller.poll(math.ceil(silent_after * 1000)))
+            if dealer in ready:
                 await read_until(lambda: math.inf, queue.take, self._handle)
+            if notices in ready:
+                await self._closed(notices, queue)
+            if ready:
                 continue
             if not self.relay_gone:
                 self.relay_gone = True
                 self._say(f"the relay at {self.address} went silent: it is gone or stopped; waiting for it to come back")
                 self.store.touch_variant(self.name)
             await dealer.send_multipart([HELLO])
+
+    def _follow(self, notices: zmq.asyncio.Socket, following: tuple[str, bytes] | None) -> tuple[str, bytes] | None:
+        """Listen where the current relay tells of its close (a new relay, a new place)."""
+        if self._notices_at == following:
+            return following
+        if following is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                notices.disconnect(following[0])
+            notices.setsockopt(zmq.UNSUBSCRIBE, following[1])
+        if self._notices_at is not None:
+            notices.setsockopt(zmq.SUBSCRIBE, self._notices_at[1])
+            notices.connect(self._notices_at[0])
+        return self._notices_at
+
+    async def _closed(self, notices: zmq.asyncio.Socket, queue: SocketQueue) -> None:
+        """The relay closed: what it sent us is read first (to a quiet), so the runs
+        whose ends we have end as they did; then those we lost end, incomplete."""
+        words: list[list[bytes]] = []
+        with contextlib.suppress(zmq.Again):
+            while True:
+                words.append(await notices.recv_multipart(zmq.NOBLOCK))
+        told = [decode(frames[1:]) for frames in words if self._notices_at is not None and frames[:1] == [self._notices_at[1]]]
+        closes = [message for message in told if message is not None and message.kind == CLOSED]
+        if not closes:
+            return
+        while await queue.wait(CLOSED_QUIET):
+            await read_until(lambda: math.inf, queue.take, self._handle)
+        for message in closes:
+            self._count_dropped(message.dropped)
+            apply_loss(self.runs, message.payload, self.dropped, closed=True)
+        self._say(f"the relay at {self.address} closed" + (f"; {self.view_loss}" if self.view_loss else ""))
+        self.store.touch_variant(self.name)
+
+    def _count_dropped(self, dropped: int | None) -> None:
+        if dropped is not None and dropped > self._relay_dropped:
+            self.dropped += dropped - self._relay_dropped
+            self._relay_dropped = dropped
+            self._say(f"the relay dropped messages for us ({self.dropped:,} so far)")
+            self.store.touch_variant(self.name)
 
     def _handle(self, frames: list[bytes]) -> None:
         message = decode(frames)
@@ -209,13 +300,9 @@ class RelayViewer(TapVariant):
             self.store.touch_variant(self.name)
         if message.kind == WELCOME:
             self._welcomed(message.payload)
-        if message.dropped is not None and message.dropped > self._relay_dropped:
-            self.dropped += message.dropped - self._relay_dropped
-            self._relay_dropped = message.dropped
-            self._say(f"the relay dropped messages for us ({self.dropped:,} so far); runs in flight lose their view")
-            for lost in list(self.runs.keys):
-                self.runs.lose(lost, "the relay dropped messages for this viewer")
-            self.store.touch_variant(self.name)
+        self._count_dropped(message.dropped)
+        if message.kind == LOSS:
+            apply_loss(self.runs, message.payload, self.dropped)
         if message.kind != BATCH:
             return
         try:
@@ -247,6 +334,10 @@ class RelayViewer(TapVariant):
         heartbeat = welcome.get("heartbeat")
         self._heartbeat = float(heartbeat) if isinstance(heartbeat, int | float) and 0 < heartbeat < 60 else 1.0
         self._relay_dropped = 0
+        you, port = welcome.get("you"), welcome.get("notices")
+        host = self.address.removeprefix("tcp://").rpartition(":")[0]
+        known = type(port) is int and 0 < port < 65536 and self.address.startswith("tcp://")
+        self._notices_at = (f"tcp://{host}:{port}", you) if known and isinstance(you, bytes) else None
         too_big = welcome.get("too_big")
         skipped = f"; {too_big:,} runs in flight too large to be sent to a late viewer" if isinstance(too_big, int) and too_big > 0 else ""
         self._say(f"connected to the relay at {self.address}{skipped}")

@@ -6,10 +6,13 @@ the driver close it at once."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 import msgpack
 import pytest
@@ -21,6 +24,7 @@ from verifiers.v1.serve import EnvClient
 from verifiers.v1.types import SamplingConfig
 
 from tests.support.polling import MARGIN, eventually, wait_until
+from tests.support.relay_driver import LIVE_ERROR
 from tests.support.repo import FIXTURE
 from tests.support.scripted_server import ScriptedServer
 from tests.support.tether import TetheredProcess
@@ -106,47 +110,121 @@ async def test_relayed_client_forwards_the_bytes_its_server_sent() -> None:
     assert len(seen) == len(frames) and episode.traces[0].id == reply["traces"][0]["id"]
 
 
+class Said:
+    """What a child process prints, line by line, read on a thread of its own: a test
+    waits for a line with a deadline, and its failure says what was printed."""
+
+    def __init__(self, proc: TetheredProcess) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        assert proc.stdout is not None
+        threading.Thread(target=self._read, args=(proc.stdout,), daemon=True).start()
+
+    def _read(self, out) -> None:
+        for line in out:
+            self.lines.append(line.rstrip("\n"))
+
+    def line(self, matches: Callable[[str], bool], what: str) -> str:
+        def found() -> str | None:
+            if (line := next((line for line in list(self.lines) if matches(line)), None)) is not None:
+                return line
+            assert self.proc.poll() is None, f"{what}: the process ended (status {self.proc.poll()}); it said {self.lines[-15:]}"
+            return None
+
+        return wait_until(found, WAIT, lambda: f"{what}; it said {self.lines[-15:]}")
+
+
+class StoppedViewer:
+    """A driver with a relay, a headless viewer of it that sees a live run begin and is
+    then suspended (SIGSTOP) while the driver relays a run of 300 MB."""
+
+    def __init__(self) -> None:
+        self.driver = TetheredProcess(
+            [sys.executable, "-m", "tests.support.relay_driver", str(16 * MB), "3000", "100000"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.viewer: TetheredProcess | None = None
+        assert self.driver.stdout is not None
+        self.address = self.driver.stdout.readline().strip()
+
+    def tell(self, command: str) -> dict:
+        assert self.driver.stdin is not None and self.driver.stdout is not None
+        self.driver.stdin.write(command + "\n")
+        self.driver.stdin.flush()
+        return json.loads(self.driver.stdout.readline())
+
+    def start(self) -> Said:
+        self.viewer = TetheredProcess(
+            [sys.executable, "-m", "tracewatch.cli", "tap", self.address, "--name", "v", "--headless", "--no-record"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        said = Said(self.viewer)
+        said.line(lambda line: line.startswith("v: running"), "the viewer welcomed")
+        self.tell("live")
+        said.line(lambda line: "[live" in line and "running" in line, "the live run seen running")
+        self.viewer.send_signal(signal.SIGSTOP)
+        return said
+
+    def stop(self) -> None:
+        """SIGINT to the viewer: it prints its summary and exits."""
+        assert self.viewer is not None
+        self.viewer.send_signal(signal.SIGINT)
+        self.viewer.wait(WAIT)
+
+    def end(self) -> None:
+        for proc in (self.driver, self.viewer):
+            if proc is not None:
+                proc.send_signal(signal.SIGCONT)
+                proc.end()
+
+
+def missed_the_big_run(line: str) -> bool:
+    return "[big" in line and re.search(r"unobserved .* view incomplete: the relay dropped [\d,]+ messages for this viewer, the run's end among them", line) is not None
+
+
 def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() -> None:
     """A viewer suspended (SIGSTOP) while the driver relays 300 MB: the driver's memory
     stays within the relay's bound, the relay counts what it dropped for the viewer,
-    and the viewer, resumed, says its view of the run is incomplete."""
-    driver = TetheredProcess(
-        [sys.executable, "-m", "tests.support.relay_driver", str(16 * MB), "3000", "100000"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    viewer = None
+    and the viewer, resumed after the run ended, is told at once (no other message
+    needs to come): the run it missed the end of ends incomplete, and the run that
+    is still live goes on and ends as its driver ends it."""
+    setup = StoppedViewer()
     try:
-        assert driver.stdout is not None and driver.stdin is not None
-        address = driver.stdout.readline().strip()
-        viewer = TetheredProcess(
-            [sys.executable, "-m", "tracewatch.cli", "tap", address, "--name", "v", "--headless", "--no-record"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        assert viewer.stdout is not None
-        line = viewer.stdout.readline()
-        while not line.startswith("v: running"):
-            assert line, "the viewer ended before it was welcomed"
-            line = viewer.stdout.readline()
-        viewer.send_signal(signal.SIGSTOP)
-        driver.stdin.write("go\n")
-        driver.stdin.flush()
-        measured = json.loads(driver.stdout.readline())
-        viewer.send_signal(signal.SIGCONT)
-        line = viewer.stdout.readline()
-        while "the relay dropped messages for this viewer" not in line:
-            assert line, "the viewer ended without saying what it missed"
-            line = viewer.stdout.readline()
-        viewer.send_signal(signal.SIGINT)
-        viewer.communicate(timeout=WAIT)
-        driver.stdin.write("close\n")
-        driver.stdin.flush()
-        driver.communicate(timeout=WAIT)
+        said = setup.start()
+        measured = setup.tell("go")
+        assert setup.viewer is not None
+        setup.viewer.send_signal(signal.SIGCONT)
+        said.line(missed_the_big_run, "the resumed viewer ending the big run, incomplete")
+        assert not any("[live" in line and "unobserved" in line for line in said.lines), said.lines
+        setup.tell("finish")
+        live = said.line(lambda line: "[live" in line and "failed" in line, "the live run ended as its driver ended it")
+        setup.stop()
+        said.line(lambda line: line.startswith("v: ") and "the relay dropped" in line and "messages for this viewer" in line, "the summary's count")
     finally:
-        for proc in (driver, viewer):
-            if proc is not None:
-                proc.end()
+        setup.end()
     assert measured["dropped_for_viewers"] > 0
     assert measured["peak"] - measured["before"] < 100 * MB, measured
+    assert LIVE_ERROR in live and "view incomplete" not in live
+
+
+def test_a_viewer_resumed_after_its_relay_closed_is_told_what_it_missed() -> None:
+    """The relay closes while its viewer is suspended, the big run's end among what it
+    dropped or never sent: the viewer, resumed, hears of the close on the relay's
+    notices (its data, discarded at the close, never comes) and ends that run
+    incomplete; the run still running at the close is not called lost."""
+    setup = StoppedViewer()
+    try:
+        said = setup.start()
+        setup.tell("go")
+        setup.tell("close")
+        assert setup.viewer is not None
+        setup.viewer.send_signal(signal.SIGCONT)
+        said.line(missed_the_big_run, "the resumed viewer ending the big run, incomplete")
+        setup.stop()
+        said.line(lambda line: line.startswith("v: ") and "the relay dropped" in line and "messages for this viewer" in line, "the summary's count")
+    finally:
+        setup.end()
+    assert not any("[live" in line and "view incomplete" in line for line in said.lines), said.lines
 
 
 def test_a_huge_run_costs_a_driver_without_viewers_no_more_than_the_relay_holds() -> None:
