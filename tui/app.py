@@ -455,10 +455,12 @@ class TracewatchApp(App[None]):
         self._typed = time.monotonic()
         if self._settle is not None:
             self._show_when_settled()
-        row_filter = RowFilter.parse(text)
-        self.table.set_filter(row_filter)
+        self.table.set_filter(RowFilter.parse(text), self._filter_applied)
+
+    def _filter_applied(self) -> None:
+        """Once the table's rows are the filter's (a long pass ends frames after the key)."""
         self.trace_pane.set_hidden(self.table.pinned)
-        self._show_filter_hint(row_filter)
+        self._show_filter_hint(self.table.row_filter)
 
     def _show_filter_hint(self, row_filter: RowFilter) -> None:
         """Say why a filter shows nothing: a value no rollout can have (and which exist),

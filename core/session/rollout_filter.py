@@ -184,8 +184,8 @@ class RowFilter:
     def matcher(self, now: float, is_stalled: StallTest) -> Callable[[Rollout], bool]:
         """This filter as one test per rollout, its values weighed once: the statuses
         it lets through as a set, each variant's and phase's verdict as first met, the
-        words looked for in the rollout's kept `search_text`, then in its trace ids (a
-        word has no space, so it is inside the joined text only if inside one part).
+        words looked for in the rollout's kept `search_text`, then in its kept trace ids
+        (a word has no space, so it is inside the joined text only if inside one part).
         A pass over 5,000 rollouts then costs a few lookups a row, not a substring
         search per value and a joined, lowered text per row."""
         variants, phases, words = self.variants, self.phases, self.words
@@ -214,13 +214,10 @@ class RowFilter:
             if outcome is not None and not outcome(rollout):
                 return False
             if words:
-                text, ids = rollout.search_text, None
+                text = rollout.search_text
                 for word in words:
-                    if word not in text:
-                        if ids is None:
-                            ids = " ".join(rollout.trace_ids).lower()
-                        if word not in ids:
-                            return False
+                    if word not in text and word not in rollout.summary().ids_text:
+                        return False
             return True
 
         return matches

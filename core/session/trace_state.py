@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, Protocol, cast
 
 from tracewatch.core.run.times import Attempt, RolloutTimes, call_interval, times_of
@@ -181,6 +182,13 @@ class RolloutFacts:
     """Its first trace's timing spans and model calls (None: no trace opened)."""
     flags: frozenset[str] = NO_FLAGS
     """What is wrong with its traces' training tokens (`tracewatch.core.tokens.flags`)."""
+
+    @cached_property
+    def ids_text(self) -> str:
+        """Its trace ids joined, lower case, where the filter's words look after the
+        row's own text: kept with the facts (made again only when a trace changes), so
+        `s` typed over every row does not join and lower each row's ids per keystroke."""
+        return " ".join(self.trace_ids).lower()
 
 
 ERROR_WORDS_LIMIT = 4096

@@ -12,14 +12,19 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from textual.strip import Strip
+from textual.widgets import Input
 
 from tests.support.filter_reference import reference_matches
-from tests.support.tui_standin import TableApp, queued_and_running
+from tests.support.polling import until
+from tests.support.tui_standin import TableApp, make_engine, queued_and_running
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.core.session.status import Status
 from tracewatch.core.session.store import RolloutStore
-from tracewatch.tui.table.rollouts_table import RolloutsTable
+from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.table import rollouts_table
+from tracewatch.tui.table.rollouts_table import PASS_CHUNK, RolloutsTable
 
 STALL_SECONDS = 10.0
 PIECES = (
@@ -90,7 +95,21 @@ def change(store: RolloutStore, clock: Clock, index: int, what: str) -> None:
             store.failed(key, "boom", cancelled=what == "cancel")
 
 
-async def test_narrowing_keystrokes_match_a_full_scan() -> None:
+def finish(table: RolloutsTable, store: RolloutStore, clock: Clock, moves: list[tuple[int, str]]) -> None:
+    """The table's pass a chunk at a time, as its frames would run it, the store
+    changing between chunks; a key's pass that looks at the rows shown runs at once."""
+    while table.filtering:
+        for index, what in moves:
+            change(store, clock, index, what)
+        changed = store.take_changes()
+        table.sync([*changed.added, *changed.rollouts])
+        table._weigh(table._pass)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("chunk", [PASS_CHUNK, 3])
+async def test_narrowing_keystrokes_match_a_full_scan(chunk: int) -> None:
+    """With a chunk of 3 rows, a pass runs over several frames with the store changing
+    between them, and a key may come before the last pass ended."""
     clock = Clock()
     app = TableApp(RolloutStore(stall_seconds=STALL_SECONDS, clock=clock))
     async with app.run_test(size=(140, 30)):
@@ -110,7 +129,8 @@ async def test_narrowing_keystrokes_match_a_full_scan() -> None:
                 if status in ("failed", "cancelled"):
                     store.failed(key, "boom", cancelled=status == "cancelled")
             store.take_changes()
-            table.store, table.row_filter = store, RowFilter()
+            table.store, table.row_filter, table.pass_chunk = store, RowFilter(), chunk
+            table.set_filter(RowFilter())  # a pass a last example left is dropped
             table.rebuild()
             moves = iter(changes)
             for text, by_key in typed:
@@ -119,6 +139,9 @@ async def test_narrowing_keystrokes_match_a_full_scan() -> None:
                         change(store, clock, index, what)
                     row_filter = RowFilter.parse(text[:end])
                     table.set_filter(row_filter)
+                    if end < len(text) and not end % 2:
+                        continue  # the next key comes while this one's pass runs
+                    finish(table, store, clock, next(moves, []))
                     changed = store.take_changes()
                     table.sync([*changed.added, *changed.rollouts])
                     assert set(table.ordered_keys) == full_scan(store, row_filter), text[:end]
@@ -161,3 +184,27 @@ async def test_typing_a_narrower_filter_looks_only_at_the_rows_shown_or_at_none(
         assert table.row_count == 8 and len(seen) == 60 + 20  # 1, 11, 13, ..., 19, 21, 31
         table.set_filter(RowFilter.parse("status:running 1 variant:v"))  # the only variant
         assert table.row_count == 8 and len(seen) == 80
+
+
+async def test_a_key_reaches_the_screen_before_a_long_pass_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The field is painted with the key while the table still shows the last filter's
+    rows: the pass over every rollout (here 4 a frame) comes after, and its rows are
+    a full scan's."""
+    monkeypatch.setattr(rollouts_table, "PASS_CHUNK", 4)
+    app = TracewatchApp(make_engine(copies=3))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 42)
+        field = app.query_one("#filter", Input)
+        painted: list[tuple[str, int]] = []
+        render_line = field.render_line
+
+        def line(y: int) -> Strip:
+            painted.append((field.value, app.table.row_count))
+            return render_line(y)
+
+        monkeypatch.setattr(field, "render_line", line)
+        await pilot.press("slash", "1", "7")
+        await until(pilot, lambda: app.table.row_count == len(full_scan(app.store, RowFilter.parse("17"))) < 42, "the rows filtered")
+        first = next(rows for value, rows in painted if value == "17")
+        assert first == 42, f"the key was first painted over {first} rows, not the last filter's 42"
+        assert set(app.table.ordered_keys) == full_scan(app.store, RowFilter.parse("17"))

@@ -37,6 +37,24 @@ PADDING = 1
 """Blank cells each side of a column's text."""
 TASK_NARROW = 12
 TICKING = frozenset(column.key for column in COLUMNS if column.ticks)
+PASS_CHUNK = 2000
+"""Rollouts a filter's pass weighs between two frames: a keystroke that is neither a
+narrowing nor the same rows weighs every rollout, and done at once the field would not
+echo the key until the pass over 20,000 rows ended (docs/performance.md)."""
+
+
+class _Pass:
+    """A filter's pass under way, a chunk a frame: the rows it kept so far, where it
+    reads next, and the rollouts that changed meanwhile (weighed again at its end)."""
+
+    def __init__(self, row_filter: RowFilter, keys: list[str], sort: bool, done: Callable[[], None]) -> None:
+        self.row_filter = row_filter
+        self.keys = keys
+        self.sort = sort
+        self.done = done
+        self.kept: list[str] = []
+        self.at = 0
+        self.changed: dict[str, None] = {}
 
 
 def available(steps: bool) -> tuple[Column, ...]:
@@ -134,6 +152,9 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._base_style: Style | None = None
         self.rows_drawn = 0
         """How many rows were drawn from the store (to check a tick costs what changed)."""
+        self.pass_chunk = PASS_CHUNK
+        self._pass: _Pass | None = None
+        """The filter being applied, while its pass runs: `row_filter` is the one shown."""
 
     # -- what the app and tests read ---------------------------------------------------
 
@@ -198,20 +219,69 @@ class RolloutsTable(ScrollView, can_focus=True):
         self.palette = palette
         self._forget_drawing()
 
-    def set_filter(self, row_filter: RowFilter) -> None:
+    @property
+    def filtering(self) -> bool:
+        """A filter's pass is under way: the rows shown are still the last filter's."""
+        return self._pass is not None
+
+    def set_filter(self, row_filter: RowFilter, done: Callable[[], None] = lambda: None) -> None:
         """A filter the user typed moves the cursor onto a row it shows, so `c` and `x`
         act on what is in view; only a rollout that leaves the view by itself (it
-        finished, say) keeps the cursor (`pinned`)."""
-        if row_filter != self.row_filter:
-            wider, self.row_filter = self.row_filter, row_filter
-            if row_filter.same_rows(wider, self.store.variants):
-                pass  # the rows shown are the answer; rollouts changed since are still marked
-            elif row_filter.narrows(wider):
-                self._refine()
+        finished, say) keeps the cursor (`pinned`). A pass over more rollouts than a
+        chunk runs a chunk a frame, the last filter's rows shown meanwhile, so the key
+        reaches the screen first; `done` is called once the rows are the new filter's.
+        A key typed during a pass drops it and starts its own."""
+        if self._pass is not None:
+            self._pass = None
+        elif row_filter == self.row_filter:
+            done()
+            return
+        shown = self.row_filter
+        if row_filter.same_rows(shown, self.store.variants):
+            self.row_filter = row_filter  # the rows shown are the answer; rollouts changed since are still marked
+        elif not row_filter:
+            self.row_filter = row_filter
+            self.rebuild()
+        else:
+            narrows = row_filter.narrows(shown)
+            keys = list(self._keys if narrows else self.store.rollouts)
+            self._pass = _Pass(row_filter, keys, sort=not narrows, done=done)
+            if len(keys) > self.pass_chunk:
+                self.call_after_refresh(self._weigh, self._pass)  # the key's echo first
             else:
-                self.rebuild()
-            if self.pinned:
-                self._move_cursor(self._cursor_row)
+                self._weigh(self._pass)
+            return
+        self._filtered()
+        done()
+
+    def _weigh(self, work: _Pass) -> None:
+        """A chunk of the pass, then the next after the screen's next frame; at its end
+        the kept rows become the index, and those that changed meanwhile are weighed
+        against the new filter."""
+        if work is not self._pass:
+            return  # dropped by a later key
+        wanted, rollouts = work.row_filter.matcher(self.now(), self.store.is_stalled), self.store.rollouts
+        stop = min(len(work.keys), work.at + self.pass_chunk)
+        work.kept.extend(key for key in work.keys[work.at : stop] if (rollout := rollouts.get(key)) is not None and wanted(rollout))
+        work.at = stop
+        if stop < len(work.keys):
+            self.call_after_refresh(self._weigh, work)
+            return
+        self._pass = None
+        self.row_filter = work.row_filter
+        if work.sort:
+            for key in self._dirty:
+                self._strips.pop(key, None)
+            self._dirty.clear()
+        self._keys = work.kept
+        self._reindex(sort=work.sort)
+        self.sync(work.changed)
+        self._filtered()
+        work.done()
+
+    def _filtered(self) -> None:
+        if self.pinned:
+            self._move_cursor(self._cursor_row)
 
     def rebuild(self) -> None:
         """The index from scratch, one pass over the store: a filter change or the
@@ -227,16 +297,6 @@ class RolloutsTable(ScrollView, can_focus=True):
             self._keys = list(rollouts)
         self._reindex(sort=True)
 
-    def _refine(self) -> None:
-        """The index for a filter that only narrows the last one: the rows shown,
-        kept in their order, less those it turns away; rollouts changed since are
-        still marked, and the next `sync` weighs them against this filter."""
-        wanted, rollouts = self._wanted(), self.store.rollouts
-        kept = [key for key in self._keys if (rollout := rollouts.get(key)) is not None and wanted(rollout)]
-        if len(kept) != len(self._keys):
-            self._keys = kept
-            self._reindex(sort=False)
-
     def mark(self, keys: Iterable[str]) -> None:
         """Rollouts whose rows the next `sync` redraws."""
         self._dirty.update(dict.fromkeys(keys))
@@ -248,6 +308,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         self.mark(keys)
         if not self._dirty:
             return
+        if self._pass is not None:
+            self._pass.changed.update(self._dirty)
         if self.store.steps_known != self._steps:  # the first rollout with a step: its column joins
             self._fit_columns()
         wanted = self._wanted()
