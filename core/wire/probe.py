@@ -17,6 +17,9 @@ from tracewatch.core.errors import TracewatchError
 from tracewatch.core.text import short_repr
 
 SIGNATURE = b"\xff" + b"\x00" * 8 + b"\x7f"
+ANSWER_BYTES = 512
+"""Read of a peer's first answer: an HTTP status line or an SSH banner fits."""
+LINE_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ async def probe(host: str, port: int, timeout: float = 2.0) -> Probe:
     try:
         writer.write(SIGNATURE)
         await writer.drain()
-        answer = await asyncio.wait_for(reader.read(len(SIGNATURE)), timeout)
+        answer = await asyncio.wait_for(reader.read(ANSWER_BYTES), timeout)
     except TimeoutError:
         answer = None
     except OSError as error:
@@ -50,8 +53,24 @@ async def probe(host: str, port: int, timeout: float = 2.0) -> Probe:
         return Probe(True, False, f"{where} accepted the connection but sent no ZMQ greeting within {timeout:g}s: not a ZMQ env server")
     if answer[:1] == SIGNATURE[:1]:
         return Probe(True, True, f"a ZMQ peer listens at {where}")
-    said = f"it answered {short_repr(answer)}" if answer else "it closed the connection"
-    return Probe(True, False, f"something at {where} is not a ZMQ env server ({said})")
+    return Probe(True, False, f"something at {where} is not a ZMQ env server ({answered(answer)})")
+
+
+def answered(answer: bytes) -> str:
+    """What a peer that is not ZMQ answered, in words: an HTTP or SSH server by its
+    first line (its status, its version), other text by its first line, else its size;
+    never a cut bytes literal such as `b'HTTP/1.0 4'` that a user has to decode."""
+    if not answer:
+        return "it closed the connection"
+    line = answer.split(b"\n", 1)[0].strip().decode("ascii", "replace")
+    printable = line.isprintable() and line.isascii()
+    if answer.startswith(b"HTTP/") and printable:
+        return f"an HTTP server answered {short_repr(line, LINE_CHARS)}"
+    if answer.startswith(b"SSH-") and printable:
+        return f"an SSH server answered {short_repr(line, LINE_CHARS)}"
+    if printable and line:
+        return f"it answered in text: {short_repr(line, LINE_CHARS)}"
+    return f"it answered {len(answer)} bytes that are not a ZMQ greeting"
 
 
 class NothingListens(TracewatchError, OSError):

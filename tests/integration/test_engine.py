@@ -157,7 +157,7 @@ async def test_attach_to_something_that_is_not_an_env_server_fails_at_once(engin
         await asyncio.wait_for(engine.wait(), 15)
     variant = engine.variants["remote"]
     assert variant.state is VariantState.FAILED
-    assert variant.reason == f"something at 127.0.0.1:{port} is not a ZMQ env server (it answered b'HTTP/1.1 4')"
+    assert variant.reason == f"something at 127.0.0.1:{port} is not a ZMQ env server (an HTTP server answered 'HTTP/1.1 400 Bad Request')"
     assert variant.log_tail()[0].startswith(f"(attached to tcp://127.0.0.1:{port}: its output stays where it runs")
 
 
