@@ -341,7 +341,10 @@ class TracewatchApp(App[None]):
             path = self.session.recording_path
             if path is not None and note == str(path):  # the file's name fits a narrow line; quit prints it whole
                 note = home_short(path) if self.size.width >= NARROW_STATUS else path.name
-            text.append(f"  rec {safe(note)}", style=self.palette.muted)
+                if text.cell_len + len(f"  rec {note}") > self.size.width:
+                    note = ""  # a bare "rec…" says nothing: left off, as quit prints it
+            if note:
+                text.append(f"  rec {safe(note)}", style=self.palette.muted)
         if (cut := self.session.truncated) is not None:
             text.append(f"  {safe(cut)}", style=self.palette.warning)
         self.status.update(text, layout=False)  # one line, whatever it says

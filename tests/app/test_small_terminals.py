@@ -3,6 +3,10 @@ variant's card is on screen."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine
 from tracewatch.tui.app import TracewatchApp
@@ -28,3 +32,17 @@ async def test_at_60_columns_every_card_is_on_screen() -> None:
         for name, card in app.cards.items():
             assert card.region.width >= 20 and card.region.right <= 60, f"{name}'s card is at {card.region}"
             assert str(card.body.render()).startswith(name)
+
+
+@pytest.mark.parametrize("width, shown", [(60, False), (160, True)])
+async def test_a_recording_that_does_not_fit_the_status_line_is_left_off_it(tmp_path: Path, width: int, shown: bool) -> None:
+    """At 60 columns the recording's name does not fit beside the counts: the line
+    does not end in a bare "rec…"; at 160 it reads whole."""
+    engine = make_engine()
+    engine.recording_path = tmp_path / "2026-12-07T12-00-00-1234.twrec"
+    app = TracewatchApp(engine, title="tracewatch demo")
+    async with app.run_test(size=(width, 20)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        line = await until(pilot, lambda: (text := str(app.status.render())).startswith("tracewatch demo  14 rollouts") and text)
+        after = line.split("running", 1)[1]
+        assert after == f"  rec {engine.recording_path}" if shown else "rec" not in after, line
