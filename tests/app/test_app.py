@@ -443,10 +443,10 @@ async def test_copy_the_selected_message_and_switch_panes() -> None:
         await pilot.press("down", "w")
         await until(pilot, lambda: copied)
         assert copied[0] == transcript.selected_block()
+        await pilot.press("tab")  # the details come last: on to the table, then the cards
+        assert app.focused is rows
         await pilot.press("tab")
         assert app.focused in app.cards.values() or app.focused.parent in app.cards.values()
-        await pilot.press("tab")
-        assert app.focused is rows
 
 
 def engine_with_a_multi_trace_rollout() -> tuple[StandInEngine, Rollout]:
@@ -473,10 +473,12 @@ async def test_trace_switcher_for_a_multi_trace_episode() -> None:
         assert app.trace_pane.trace_id == first
         assert [value for _label, value in switcher._options] == [first, second], "no blank entry"
         await pilot.press("tab")
+        assert app.focused in app.cards.values(), "the cards come after the table"
+        await pilot.press("tab")
         assert app.focused is switcher, "tab reaches the switcher, before the transcript"
         await pilot.press("tab")
         assert app.focused is app.trace_pane.transcript
-        await pilot.press("shift+tab", "shift+tab")
+        await pilot.press("shift+tab", "shift+tab", "shift+tab")
         assert app.focused is app.table
         switcher.value = second
         await until(pilot, lambda: app.trace_pane.trace_id == second)
