@@ -23,13 +23,11 @@ from verifiers.v1.types import SamplingConfig
 
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import alive, children, eventually, pid_gone, wait_until
+from tests.support.proxy_sessions import ProxySessions
 from tests.support.tether import TetheredProcess
-from tracewatch.core.engine.live import LiveSession
-from tracewatch.core.ports import PORT_ATTEMPTS, free_address
-from tracewatch.core.session.config import Config
+from tracewatch.core.ports import free_address
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.status import Status
-from tracewatch.core.taps.proxy_variant import ProxyVariant
 
 WAIT = 60.0
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
@@ -81,20 +79,9 @@ async def test_a_killed_app_leaves_the_forwarder_forwarding_until_its_driver_dis
 
 @pytest.fixture
 async def proxy_engine(upstream, tmp_path):
-    engines: list[LiveSession] = []
-    for _ in range(PORT_ATTEMPTS):  # another process may bind the free port before the proxy does
-        engine = LiveSession(Config.for_proxy(free_address(), upstream, "px"), session_dir=tmp_path / "s")
-        engines.append(engine)
-        await engine.start()
-        variant = engine.variants["px"]
-        assert isinstance(variant, ProxyVariant)
-        await eventually(lambda v=variant: v.state is not VariantState.STARTING, WAIT, "the forwarding process up")
-        if variant.state is not VariantState.FAILED or "in use" not in (variant.reason or ""):
-            break
-    assert variant.state is VariantState.RUNNING, variant.reason
-    yield engine, variant
-    for engine in engines:
-        await engine.shutdown()
+    sessions = ProxySessions(upstream, tmp_path / "s")
+    yield await sessions.start()
+    await sessions.shutdown()
 
 
 async def test_a_killed_forwarder_is_replaced_on_its_address_and_the_runs_it_carried_fail_at_once(proxy_engine) -> None:

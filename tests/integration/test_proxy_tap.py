@@ -25,15 +25,15 @@ from verifiers.v1.types import SamplingConfig
 
 from tests.support.demo_launch import launch, stop
 from tests.support.polling import alive, children, eventually, pid_gone, wait_until
+from tests.support.proxy_sessions import ProxySessions
 from tests.support.tether import TetheredProcess, run_tethered
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
-from tracewatch.core.ports import PORT_ATTEMPTS, free_address
+from tracewatch.core.ports import free_address
 from tracewatch.core.session.config import Config
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.status import Status
 from tracewatch.core.taps.forwarder import TO_DRIVER, TO_SERVER, Forwarder
-from tracewatch.core.taps.proxy_variant import ProxyVariant
 from tracewatch.core.wire.client import EnvClient
 
 SPEED = 60.0
@@ -54,24 +54,9 @@ def upstream():
 
 @pytest.fixture
 async def proxy_engine(upstream, tmp_path):
-    engines: list[LiveSession] = []
-
-    async def make(recorder=None, upstream_address: str = upstream) -> tuple[LiveSession, ProxyVariant]:
-        for _ in range(PORT_ATTEMPTS):  # another process may bind the free port before the proxy does
-            engine = LiveSession(Config.for_proxy(free_address(), upstream_address, "px"), recorder=recorder, session_dir=tmp_path / "s")
-            engines.append(engine)
-            await engine.start()
-            variant = engine.variants["px"]
-            assert isinstance(variant, ProxyVariant)
-            await eventually(lambda v=variant: v.state is not VariantState.STARTING, WAIT, "the forwarding process up")
-            if variant.state is not VariantState.FAILED or "in use" not in (variant.reason or ""):
-                break
-        assert variant.state is VariantState.RUNNING, variant.reason
-        return engine, variant
-
-    yield make
-    for engine in engines:
-        await engine.shutdown()
+    sessions = ProxySessions(upstream, tmp_path / "s")
+    yield sessions.start
+    await sessions.shutdown()
 
 
 class ScriptedServer:
@@ -197,7 +182,7 @@ async def test_cancel_from_the_view_sends_a_real_cancel_and_the_driver_gets_veri
 
 async def test_a_down_upstream_gets_no_answer_until_it_comes_up(proxy_engine) -> None:
     upstream = free_address()
-    _engine, variant = await proxy_engine(upstream_address=upstream)
+    _engine, variant = await proxy_engine(upstream=upstream)
     client = EnvClient(variant.listen)
     proc = None
     try:
