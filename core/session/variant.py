@@ -120,14 +120,6 @@ class Variant(CapturedChild):
         return self._child
 
     @property
-    def can_start(self) -> bool:
-        return self.state.can_start
-
-    @property
-    def can_cancel(self) -> bool:
-        return self.state.can_cancel
-
-    @property
     def model(self) -> str | None:
         return self.config.model
 
@@ -161,14 +153,8 @@ class Variant(CapturedChild):
         keys = self._queue_rollouts(upcoming)
         self._main = asyncio.get_running_loop().create_task(self._run(keys, upcoming), name=f"variant {self.name}")
 
-    def cancel(self) -> None:
-        """First call: cancel the runs over the wire, then stop the server (SIGTERM,
-        grace, SIGKILL). A second call while that is under way kills at once."""
-        if self.state is VariantState.CANCELLING:
-            self._kill_now = True
-            return
-        if not self.can_cancel:
-            return
+    def _begin_cancel(self) -> None:
+        """Cancel the runs over the wire, then stop the server (SIGTERM, grace, SIGKILL)."""
         self._set(VariantState.CANCELLING)
         self._stopping = asyncio.get_running_loop().create_task(self._cancel())
 

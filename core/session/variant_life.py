@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tracewatch.core.session.contracts import Escalation, VariantState
+from tracewatch.core.session.start_cancel import StartAndCancel
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.supervision.capture import tail_lines
 from tracewatch.core.supervision.child import ChildError, SupervisedChild
@@ -63,7 +64,7 @@ class VariantLife:
             self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})
 
 
-class CapturedChild(VariantLife):
+class CapturedChild(StartAndCancel, VariantLife):
     """A variant that runs a supervised child (a server, an eval): its stop (SIGTERM
     through the supervisor, SIGKILL when the grace runs out or a second cancel asks),
     each step of it as a note, the grace left, and the tail of its captured output."""
@@ -74,6 +75,9 @@ class CapturedChild(VariantLife):
     stderr_path: Path | None = None
     _grace_until: float | None = None
     _kill_now = False
+
+    def _cancel_again(self) -> None:
+        self._kill_now = True  # `_terminate` sees it and kills at once
 
     def grace_left(self, now: float | None = None) -> float | None:
         if self._grace_until is None:

@@ -116,14 +116,6 @@ class EvalVariant(TapVariant, CapturedChild):
         return f"run dir {self.run_dir}" if self.run_dir else " ".join(self.argv)[:200]
 
     @property
-    def can_start(self) -> bool:
-        return not self.state.active and self.state is not VariantState.CANCELLING
-
-    @property
-    def can_cancel(self) -> bool:
-        return self.state.active or self.state is VariantState.CANCELLING
-
-    @property
     def status_line(self) -> str | None:
         parts = [f"run dir {self.run_dir} (tracewatch open it)"] if self.run_dir else []
         if self.dropped:
@@ -145,13 +137,8 @@ class EvalVariant(TapVariant, CapturedChild):
         self._set(VariantState.STARTING)
         self._main = asyncio.get_running_loop().create_task(self._run(), name=f"eval {self.name}")
 
-    def cancel(self) -> None:
-        """SIGTERM to the eval (vf-eval tears down and exits 130); again: SIGKILL now."""
-        if self.state is VariantState.CANCELLING:
-            self._kill_now = True
-            return
-        if not self.can_cancel:
-            return
+    def _begin_cancel(self) -> None:
+        """SIGTERM to the eval (vf-eval tears down and exits 130)."""
         self._set(VariantState.CANCELLING)
         self._cancelled_at = time.monotonic()
         self._stopping = asyncio.get_running_loop().create_task(self._stop(self.grace_seconds))

@@ -16,6 +16,7 @@ from tests.support.repo import FIXTURE
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.contracts import Escalation, VariantState
 from tracewatch.core.session.session import Session
+from tracewatch.core.session.start_cancel import StartAndCancel
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.table.rollouts_table import RolloutsTable
 
@@ -72,7 +73,7 @@ def queued_and_running(count: int, running_every: int) -> RolloutStore:
             store.started(key, f"req-{key}")
     return store
 
-class StandInVariant:
+class StandInVariant(StartAndCancel):
     """A `VariantView` that records the commands it is given."""
 
     def __init__(self, name: str, store: RolloutStore, state: VariantState = VariantState.RUNNING) -> None:
@@ -107,14 +108,6 @@ class StandInVariant:
     def log_size(self) -> int:
         return sum(len(line) + 1 for line in self.lines)
 
-    @property
-    def can_start(self) -> bool:
-        return self.state.can_start
-
-    @property
-    def can_cancel(self) -> bool:
-        return self.state.can_cancel
-
     def start(self) -> None:
         self.calls.append("start")
         self.state = VariantState.STARTING
@@ -122,12 +115,15 @@ class StandInVariant:
 
     def cancel(self) -> None:
         self.calls.append("cancel")
-        if self.state is VariantState.CANCELLING:
-            self.escalation.append(Escalation(time.time(), "sigkill", "now"))
-        else:
-            self.state = VariantState.CANCELLING
-            self.escalation = [Escalation(time.time(), "cancel-runs", ""), Escalation(time.time(), "sigterm", "grace 5s")]
+        super().cancel()
         self.store.touch_variant(self.name)
+
+    def _begin_cancel(self) -> None:
+        self.state = VariantState.CANCELLING
+        self.escalation = [Escalation(time.time(), "cancel-runs", ""), Escalation(time.time(), "sigterm", "grace 5s")]
+
+    def _cancel_again(self) -> None:
+        self.escalation.append(Escalation(time.time(), "sigkill", "now"))
 
 
 class StandInEngine(Session):
