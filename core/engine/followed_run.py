@@ -167,6 +167,9 @@ class FollowedRun(Session):
                 self.store.failed(key, f"its live file cannot be followed: {trace.error}")
         if not self._rows_deferred:
             self._add_rows(changes.rows)
+        for row in changes.annotated.tolist():
+            if (key := self._by_row.get(row)) is not None:
+                self._mark_used(key, row)
         return bool(changes.live or changes.rows or changes.landed or changes.lost or len(changes.annotated) or changes.metrics)
 
     def _variant(self, name: str) -> str:
@@ -234,6 +237,7 @@ class FollowedRun(Session):
         rollout.record = None
         rollout._assembly = rollout._facts = None
         rollout.facts = self._facts(row)
+        self._mark_used(key, row)
         self.store.touch_rollout(key)
 
     def _lose(self, trace: LiveTrace) -> None:
@@ -275,16 +279,27 @@ class FollowedRun(Session):
                 self._by_row[row], self._row_of[key] = key, row
                 continue
             variant = self._variant(variant_name(kind, env))
-            task = table.text("task", row)
-            data = {"name": task} if task else {}
+            task, group = table.text("task", row), table.text("group", row)
+            # a task not known yet (in the record, read when opened): its group's rollouts share one
+            data = {"name": task} if task else {"group": group} if group else {}
             task_index, rollout_index = self._numbers[variant].of(None, data)
             step = int(steps[row]) if source[row] != STEP_UNKNOWN else None
             dispatch = float(table.column("dispatch")[row])
             rollout = self.store.add_rollout(variant, task_index, data, rollout_index, key=key, t=None if math.isnan(dispatch) else dispatch, step=step)
             rollout.facts = self._facts(row)
             self._by_row[row], self._row_of[key] = key, row
+            self._mark_used(key, row)
             self.store.started(key, episode, rollout.created_at)
             self._end(key, row)
+
+    def _mark_used(self, key: str, row: int) -> None:
+        """Whether the trainer used it, as the orchestrator's annotations say."""
+        effective = int(self.run.table.column("effective")[row])
+        used = None if effective < 0 else effective > 0
+        rollout = self.store.rollouts[key]
+        if rollout.used != used:
+            rollout.used = used
+            self.store.touch_rollout(key)
 
     def _facts(self, row: int) -> RolloutFacts:
         table = self.run.table

@@ -86,15 +86,16 @@ def skipped_note(path: Path, skipped: list[str], *problems: str | None) -> str |
     return f"{path}: " + "; ".join(parts) if parts else None
 
 
-def open_folder(path: Path, follow: bool = False, until_idle: float | None = None) -> OpenedRun | OpenedTrainingRun | FollowedRun:
+def open_folder(path: Path, follow: bool | None = None, until_idle: float | None = None) -> OpenedRun | OpenedTrainingRun | FollowedRun:
     """A run's folder or traces file: a prime-rl run in the stream layout (its output
-    dir, `monitors/file/` or `traces/`) followed, or read as it is now unless
-    `follow`; a prime-rl output directory of the older layout as its training run;
-    anything else as a verifiers run."""
+    dir, `monitors/file/` or `traces/`) read whole now (`follow` None: the offline
+    commands), or read on the session's loop once it starts, followed or not; a
+    prime-rl output directory of the older layout as its training run; anything else
+    as a verifiers run."""
     found = detect(path) if path.is_dir() else None
     if isinstance(found, StreamRun):
-        run = FollowedRun(found, follow, until_idle)
-        return run if follow else run.snapshot()
+        run = FollowedRun(found, bool(follow), until_idle)
+        return run.snapshot() if follow is None else run
     folder = rollouts_dir(path)
     return OpenedTrainingRun(folder) if folder is not None else OpenedRun(path)
 

@@ -53,6 +53,9 @@ class Rollout:
     """The training step that logged it, in a training run's files (None elsewhere)."""
     attempts: tuple[Attempt, ...] = ()
     """Its attempts that were discarded and retried, by its server's clock (`discard`)."""
+    used: bool | None = None
+    """Whether the trainer used it (prime-rl's `info.effective`, which its orchestrator
+    writes when the episode's cohort ships); None where nobody said."""
     _assembly: EpisodeAssembly | None = field(default=None, repr=False)
     _facts: tuple[tuple[tuple[str, int], ...], RolloutFacts] | None = field(default=None, repr=False, compare=False)
     """Its facts and the (id, revision) of each trace they were derived from."""

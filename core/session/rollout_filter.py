@@ -9,7 +9,8 @@ means equal), alternatives again comma-separated; a rollout without the number (
 reward yet) matches none. `error:TEXT` looks in why a rollout failed or was cancelled
 and in its errors' types and messages.
 `flag:tool-trained` and `flag:misaligned` pick the rollouts whose training tokens are
-wrong that way (`tracewatch.core.tokens.flags`).
+wrong that way (`tracewatch.core.tokens.flags`). In a prime-rl run, `used:1` picks the
+episodes the trainer used and `used:0` those it said it did not.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ MEASURES: dict[str, Measure] = {
     "reward": lambda r, now: r.reward,
     "elapsed": lambda r, now: r.elapsed(now) if r.started_at else None,
     "errors": lambda r, now: r.errors,
+    "used": lambda r, now: None if r.used is None else float(r.used),
 }
 """The `name:<NUMBER` fields, each named for the table's column that shows the number."""
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq, "=": operator.eq, "": operator.eq}

@@ -137,6 +137,7 @@ class RolloutStore:
         old = self.rollouts[key]
         rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at, task_key=old.task_key, step=old.step)
         rollout._occupancy, rollout._outcome, rollout._counted = old._occupancy, old._outcome, old._counted
+        rollout.used = old.used
         self.rollouts[key] = rollout
         self._live.discard(key)
         self._heard.pop(key, None)

@@ -31,6 +31,9 @@ Floats = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.bool_]
 Ids = npt.NDArray[np.int64]
 
+TRAINER_MASK = "is_masked"
+"""prime-rl's trainer's own mask over a node's trained tokens (null where unknown):
+placed as the compact streams are, read as flags (`_maybe_flags`)."""
 NO_ID = -1
 """Stands in for a token id that is not an integer a tokenizer could know."""
 _INT64 = np.iinfo(np.int64)
@@ -74,11 +77,11 @@ def read_message(node: Any) -> MessageTokens:
     trained = int(mask.sum())
     if TOOL_TRAINED in node_flags(node):
         findings.insert(0, f"{_unsampled(node)} is trained: {trained:,} tokens the model did not sample are in the loss")
-    for name in COMPACT_STREAMS:
+    for name in (*COMPACT_STREAMS, TRAINER_MASK):
         values = _items(node, name, findings)
         if values is None:
             continue
-        floats = _floats(name, values, findings)
+        floats = _floats(name, values, findings) if name != TRAINER_MASK else _maybe_flags(values)
         if not mask_fits:
             findings.append(f"{name} not placed: the mask does not fit the tokens")
         elif len(floats) != trained:
@@ -231,6 +234,12 @@ def _flags(name: str, items: Items | None, count: int, findings: list[str]) -> t
     return flags, fits
 
 
+def _maybe_flags(items: Items) -> Floats:
+    """prime-rl's trainer mask: 1 where the trainer masked the token out of its loss, 0
+    where it did not, NaN where it does not say (null, or anything but a bool)."""
+    return np.fromiter((1.0 if item is True else 0.0 if item is False else np.nan for item in items), dtype=np.float64, count=len(items))
+
+
 def _floats(name: str, items: Items, findings: list[str]) -> Floats:
     array = _converted(items, "fiu")
     bad = 0
@@ -328,10 +337,16 @@ STREAMS: tuple[Stream, ...] = (
 (`streams_of`). The KL stream is the per-token estimate log p - log p_ref."""
 
 
+TRAINER_MASK_STREAM = Stream(TRAINER_MASK, "masked by the trainer (is_masked)", "flags", _compact(TRAINER_MASK))
+"""Offered only on a message that carries prime-rl's trainer mask."""
+
+
 def streams_of(tokens: MessageTokens) -> tuple[Stream, ...]:
-    """`STREAMS` and this message's own loss-weight streams."""
+    """`STREAMS`, the trainer's mask where the message has one, and this message's own
+    loss-weight streams."""
+    trainer = (TRAINER_MASK_STREAM,) if TRAINER_MASK in tokens.compact else ()
     weights = tuple(Stream(f"loss:{name}", f"loss weight {name}", "diverging", _weights(name)) for name in tokens.loss_weights)
-    return STREAMS + weights
+    return STREAMS + trainer + weights
 
 
 def _weights(name: str) -> Callable[[MessageTokens], Floats | None]:
@@ -346,6 +361,11 @@ def token_values(tokens: MessageTokens, index: int) -> dict[str, Any]:
     for name in COMPACT_STREAMS:
         stream = tokens.compact.get(name)
         row[name] = None if stream is None or np.isnan(stream[index]) and not tokens.mask[index] else float(stream[index])
+    trainer, sampler = row["trainer_logprobs"], row["logprobs"]
+    with np.errstate(all="ignore"):  # inf - inf is NaN, as the mismatch stream has it
+        row["mismatch"] = None if trainer is None or sampler is None else float(np.float64(trainer) - np.float64(sampler))
+    masked = tokens.compact.get(TRAINER_MASK)
+    row[TRAINER_MASK] = None if masked is None or np.isnan(masked[index]) else bool(masked[index])
     for name, weights in tokens.loss_weights.items():
         row[f"loss_weights[{name}]"] = float(weights[index])
     return row

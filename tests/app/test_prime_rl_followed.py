@@ -57,7 +57,14 @@ async def test_a_followed_run_shows_every_episode_once_with_its_reward_and_step(
             assert row.variant == f"{rollout.kind}:{rollout.env}"  # type: ignore[attr-defined]
             if key in live:  # its step came with its dispatch
                 assert app.table.cell_text(key, "step") == str(rollout.step)  # type: ignore[attr-defined]
-        assert "step" in app.table.columns_shown
+        assert "step" in app.table.columns_shown and "used" in app.table.columns_shown
+        # the orchestrator's annotations say which the trainer used: a column and a filter
+        used = sorted(key for key, rollout in rows.items() if rollout.trace.id in writer.shipped)  # type: ignore[attr-defined]
+        assert used
+        await until(pilot, lambda: all(app.table.cell_text(key, "used") == "yes" for key in used))
+        assert all(app.table.cell_text(key, "used") == "" for key in rows if key not in used)
+        await pilot.press("slash", *"used:1")
+        await until(pilot, lambda: sorted(app.table.ordered_keys) == used)
     await session.shutdown()
 
 
@@ -85,3 +92,4 @@ async def test_an_opened_episode_shows_the_trainer_s_streams_on_its_tokens(tmp_p
                 assert values["trainer_logprobs"] == pytest.approx(trainer_value(n, j)), (n, j)
                 assert values["entropies"] == pytest.approx(-trainer_value(n, j))
                 assert values["advantages"] == 0.5
+                assert values["is_masked"] is False

@@ -107,6 +107,8 @@ def test_tokens_prints_the_trainer_s_streams_on_the_tokens_they_were_computed_fo
         assert token["trainer_logprobs"] == pytest.approx(expected)
         assert token["entropies"] == pytest.approx(-expected)
         assert token["advantages"] == 0.5
+        assert token["mismatch"] == pytest.approx(expected - token["logprobs"])
+        assert token["is_masked"] is False
     assert all(t["trainer_logprobs"] is None for t in tokens if not t["mask"])
 
 

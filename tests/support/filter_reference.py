@@ -25,6 +25,7 @@ def reference_matches(row_filter: RowFilter, rollout: Rollout, now: float, is_st
         "reward": rollout.reward, "tokens": rollout.tokens, "turns": rollout.turns, "errors": rollout.errors,
         "elapsed": rollout.elapsed(now) if rollout.started_at is not None else None,
         "step": rollout.step,
+        "used": None if rollout.used is None else float(rollout.used),
     }
     for comparison in row_filter.comparisons:
         value = values[comparison.field]

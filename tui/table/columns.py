@@ -145,6 +145,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("errors", "Errors", 6, 8, sort=lambda r, now: r.errors, cell=_errors),
     Column("flag", "Flags", 10, 9, sort=lambda r, now: len(r.flags), cell=_flags),
     Column("trace", "Trace", 9, 12, sort=lambda r, now: next(iter(r.trace_ids), ""), cell=_trace),
+    Column(
+        "used", "Used", 4, 13,
+        sort=lambda r, now: (r.used is not None, r.used or False),
+        cell=lambda r, now, palette, stall: ("" if r.used is None else "yes" if r.used else "no", PLAIN),
+        stepped=True,
+    ),
 )
 """Left to right: what a glance needs first (what runs, where it is, what it does now)
 on the left, so an 80-column terminal shows it without scrolling; the trace id, a

@@ -34,6 +34,7 @@ LEGEND = {
     "entropy": "purple: the trainer's policy was unsure (full at 2 nats)",
     "mismatch": "trainer minus sampler logprob: red where the trainer finds the token less likely, blue more",
     "kl": "sampler minus reference logprob: blue where the policy moved towards the token, red away",
+    "is_masked": "green: tokens the trainer masked out of its loss (prime-rl's is_masked)",
 }
 """What the colours of each stream say; a loss-weight stream's: blue positive, red negative."""
 
@@ -71,16 +72,17 @@ def values_text(tokens: MessageTokens, piece: Piece, index: int) -> Text:
     text.append(f"id {row.pop('id')} ")
     text.append(repr(piece.text) if not piece.special else piece.text, style="bold")
     del row["index"]
+    mismatch = row.pop("mismatch")
     for name, value in row.items():
         if value is None:
             continue
         shown = ("yes" if value else "no") if isinstance(value, bool) else number(value, 4)
         text.append(f" · {safe(name)} {shown}")
-    logprob, trainer = row.get("logprobs"), row.get("trainer_logprobs")
+    logprob = row.get("logprobs")
     if logprob is not None:
         text.append(f" · p {number(math.exp(logprob) if logprob < MAX_EXP else math.inf if logprob > 0 else math.nan)}")
-    if logprob is not None and trainer is not None:
-        text.append(f" · trainer-sampler {number(trainer - logprob, 4)}")
+    if mismatch is not None:
+        text.append(f" · trainer-sampler {number(mismatch, 4)}")
     return text
 
 

@@ -159,9 +159,12 @@ def test_a_summary_finds_the_worst_mismatch_and_the_lowest_logprob() -> None:
     assert summary.worst_mismatch is not None and summary.worst_mismatch.index == 3
     assert math.isclose(summary.worst_mismatch.value, -1.5)
     assert [s.key for s in streams_of(tokens)][-1] == "loss:echo"
-    assert token_values(tokens, 3) == {
+    values = token_values(tokens, 3)
+    assert math.isclose(values.pop("mismatch"), -1.5)
+    assert values == {
         "index": 3, "id": 3, "mask": True, "is_content": None, "logprobs": -0.2, "advantages": 0.5,
         "reference_logprobs": None, "trainer_logprobs": -1.7, "entropies": None, "loss_weights[echo]": 1.0,
+        "is_masked": None,
     }
     assert token_values(tokens, 0)["logprobs"] is None
 
