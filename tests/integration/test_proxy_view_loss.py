@@ -345,3 +345,55 @@ def test_a_stopped_view_never_stops_the_drivers_runs(server) -> None:
     out = "".join(said)
     assert "the view dropped" in out and "(the drivers got every frame)" in out, out
     wait_until(lambda: pid_gone(forwarder), WAIT, "the forwarding process gone with the app")
+
+
+def test_a_view_resumed_after_its_runs_ended_ends_them_at_once_and_the_live_run_goes_on(server) -> None:
+    """The app suspended (SIGSTOP) while three runs end, one of them after a burst far
+    past what the view may fall behind by, and a fourth, on another driver, stays
+    live: resumed, with no more traffic, the app ends the three as their replies say
+    (the one that lost copies *view incomplete*, the others whole) within a deadline,
+    and the live one goes on and ends when its driver's run does."""
+    listen = free_address()
+    app = TetheredProcess(
+        [sys.executable, "-c", STOPPED_APP, "proxy", "--listen", listen, "--upstream", server.address, "--headless", "--no-record"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert app.stdout is not None
+    said: list[str] = []
+    threading.Thread(target=lambda: said.extend(app.stdout or ()), daemon=True).start()
+    ending = [f"e{i}" for i in range(3)]
+    big = pack({"trace": server.deltas[0]["trace"], "pending": [{"role": "tool", "content": "x" * (1 << 20)}]})
+    early, rest = [*map(pack, server.deltas[:3])], [*map(pack, server.deltas[3:])]
+    drivers: list[Driven] = []
+
+    def line(task_id: str, status: str) -> str | None:
+        return next((text for text in list(said) if text.startswith("proxy/") and f"[{task_id}] {status}" in text), None)
+
+    def seen() -> str:
+        return f"; the app said {list(said)[-12:]}"
+
+    try:
+        wait_until(lambda: children(app.pid), WAIT, "the forwarding process")
+        drivers += [Driven(listen, ending), Driven(listen, ["live"])]
+        wait_until(lambda: len(server.runs) == len(ending) + 1, WAIT, "every run at the server")
+        server.send(lambda _: True, early)
+        wait_until(lambda: all(line(t, "running") for t in [*ending, "live"]), WAIT, lambda: "every run seen running" + seen())
+        os.kill(app.pid, signal.SIGSTOP)
+        wait_until(lambda: stopped(app.pid), WAIT, "the app stopped")
+        server.send(lambda task_id: task_id == "e0", [big] * 4)
+        server.send(lambda task_id: task_id in ending, rest, reply=True)
+        drivers[0].thread.join(WAIT)
+        assert len(drivers[0].episodes) == len(ending), "the three runs ended at their driver while the app was stopped"
+        assert stopped(app.pid), "the view never ran meanwhile"
+        os.kill(app.pid, signal.SIGCONT)
+        wait_until(lambda: all(line(t, "done") for t in ending), WAIT, lambda: "the three runs ended in the resumed view" + seen())
+        assert not line("live", "done") and not line("live", "failed") and not line("live", "unobserved"), seen()
+        server.send(lambda task_id: task_id == "live", rest, reply=True)
+        drivers[1].thread.join(WAIT)
+        wait_until(lambda: line("live", "done"), WAIT, lambda: "the live run ended as its driver's did" + seen())
+    finally:
+        app.end()
+        for driver in drivers:
+            driver.thread.join(WAIT)
+    assert "view incomplete" in (line("e0", "done") or ""), seen()
+    assert not any("view incomplete" in (line(t, "done") or "") for t in ["e1", "e2", "live"]), seen()
