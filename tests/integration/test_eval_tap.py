@@ -7,15 +7,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from tests.support.interop.fake_model import MODEL, FakeModel
 from tests.support.polling import eventually, wait_until
-from tests.support.repo import INTEROP
+from tests.support.repo import FIXTURE, INTEROP
 from tests.support.tap_checks import assert_read_in_order_or_counted
 from tests.support.tether import TetheredProcess, run_tethered
 from tracewatch.core.engine.live import LiveSession
@@ -311,3 +313,79 @@ def test_with_finish_an_eval_outlives_a_killed_viewer_and_its_results_open(model
     opened = OpenedRun(traces.parent)
     assert sorted((r.task_label, r.reward) for r in opened.store.rollouts.values()) == sorted(EXPECTED.items())
 
+
+
+STANDING_EVAL = """
+import json, os, pathlib, sys, time
+import msgpack, zmq
+from tracewatch_guest import framing
+
+fixture, flags = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+rows = [json.loads(line) for line in (fixture / "deltas.jsonl").read_text().splitlines()]
+deltas = [msgpack.packb(row["delta"]) for row in rows if row["request"] == "run0"]
+reply = msgpack.packb(next(r["reply"] for r in json.loads((fixture / "replies.json").read_text()) if r["request"] == "run0"))
+push = zmq.Context().socket(zmq.PUSH)
+push.connect(os.environ[framing.ADDRESS_VAR])
+
+
+def send(kind, run, payload):
+    push.send_multipart(framing.encode(kind, run, payload, 0))
+
+
+def wait_for(flag):
+    while not (flags / flag).exists():
+        time.sleep(0.05)
+
+
+for run, task in ((b"0", "ending"), (b"1", "live")):
+    send(framing.BEGIN, run, msgpack.packb(framing.begin_payload({"id": task, "prompt": "p"}, "m", None)))
+    send(framing.DELTA, run, deltas[0])
+wait_for("viewer-stopped")
+for delta in deltas[1:]:
+    send(framing.DELTA, b"0", delta)
+send(framing.REPLY, b"0", reply)
+(flags / "ending-sent").touch()
+wait_for("finish")
+for delta in deltas[1:]:
+    send(framing.DELTA, b"1", delta)
+send(framing.REPLY, b"1", reply)
+push.close(linger=60_000)
+"""
+
+
+def test_a_headless_eval_view_resumed_after_a_run_ended_ends_it_and_the_live_run_goes_on(tmp_path) -> None:
+    """The viewer (`tracewatch eval --headless`) suspended (SIGSTOP) while a run of
+    the eval ends: resumed, with nothing more from the eval, it ends that run as its
+    reply says within a deadline, and the run still live goes on and ends when the
+    eval ends it."""
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    viewer = TetheredProcess(
+        [sys.executable, "-m", "tracewatch.cli", "eval", "--name", "ev", "--headless", "--no-record", "--",
+         sys.executable, "-c", STANDING_EVAL, str(FIXTURE), str(flags)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert viewer.stdout is not None
+    said: list[str] = []
+    threading.Thread(target=lambda: said.extend(viewer.stdout or ()), daemon=True).start()
+
+    def line(task: str, status: str) -> str | None:
+        return next((text for text in list(said) if f"[{task}] {status}" in text), None)
+
+    def seen() -> str:
+        return f"; the viewer said {list(said)[-12:]}"
+
+    try:
+        wait_until(lambda: line("ending", "running") and line("live", "running"), WAIT, lambda: "both runs seen running" + seen())
+        viewer.send_signal(signal.SIGSTOP)
+        (flags / "viewer-stopped").touch()
+        wait_until(lambda: (flags / "ending-sent").exists(), WAIT, "the run's end sent while the viewer was stopped")
+        viewer.send_signal(signal.SIGCONT)
+        wait_until(lambda: line("ending", "done"), WAIT, lambda: "the ended run ended in the resumed viewer" + seen())
+        assert not any(f"[live] {status}" in text for text in said for status in ("done", "failed", "unobserved", "cancelled")), seen()
+        (flags / "finish").touch()
+        wait_until(lambda: line("live", "done"), WAIT, lambda: "the live run ended as the eval ended it" + seen())
+        assert viewer.wait(WAIT) == 0, seen()
+    finally:
+        viewer.send_signal(signal.SIGCONT)
+        viewer.end()
