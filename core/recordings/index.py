@@ -38,6 +38,7 @@ class _TraceCounts:
 
     __slots__ = ("turns", "errors", "failed", "has_errors", "error_text", "scalars", "flags")
     call_spans = None
+    model_since = None
 
     def __init__(self) -> None:
         self.turns = 0

@@ -2,7 +2,8 @@
 per variant, one track (thread) per rollout, a slice for the whole rollout with its
 task, reward and ending as args, and nested in it a slice for waiting for a slot, for
 each attempt that was discarded and retried, for each timing span of the attempt that
-stood, and for each model call inside the agent span.
+stood, and for each model call inside the agent span (one that has not returned an
+open slice to the last known time).
 
 A track's slices must nest: a child inside its parent, siblings apart. The spans come
 from the server's clock and the queue times from ours, and a hostile or damaged trace
@@ -132,11 +133,15 @@ class _Writer:
             count += 1
             if span.phase == "agent" and times is not None:
                 call_cursor = span_start
+                number = 0
                 for number, (call_start, call_end) in enumerate(times.call_intervals(), 1):
                     call_start, call_end = max(call_start, call_cursor), min(call_end, span_end)
                     if call_end >= call_start:
                         call_cursor = self._slice(f"model call {number}", "model", call_start, call_end, pid, tid)
                         count += 1
+                if times.open_call and span_end >= (call_start := max(times.open_call, call_cursor)):
+                    self._slice(f"model call {number + 1} (open)", "model", call_start, span_end, pid, tid, {"open": True})
+                    count += 1
         if ending is not None and ending.status.value != "done":
             self._event({"name": ending.status.value, "cat": "ending", "ph": "i", "s": "t", "ts": self._ts(end), "pid": pid, "tid": tid, "args": {"reason": ending.reason}})
         return count

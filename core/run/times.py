@@ -44,6 +44,9 @@ class RolloutTimes:
     """When the trace began, as the server stamped it (0: not reported)."""
     attempts: tuple[Attempt, ...] = ()
     """The rollout's earlier attempts, discarded and retried before this trace's, in order."""
+    open_call: float = 0.0
+    """When its model call that has not returned began (0: none open): model time to
+    the last known time, though no call record holds it yet."""
 
     @property
     def first_start(self) -> float | None:
@@ -83,10 +86,11 @@ class RolloutTimes:
         return zip(calls[::2], calls[1::2])
 
 
-def times_of(timing: Any, calls: array[float] | None = None, attempts: tuple[Attempt, ...] = ()) -> RolloutTimes:
+def times_of(timing: Any, calls: array[float] | None = None, attempts: tuple[Attempt, ...] = (), open_call: float = 0.0) -> RolloutTimes:
     """A trace's `timing` scalar (read, not trusted: an opened file was never checked)
     as `RolloutTimes`; `calls` its model calls' (start, end) pairs, as the store
-    collects them (`call_interval`); `attempts` the rollout's discarded ones before it."""
+    collects them (`call_interval`); `attempts` the rollout's discarded ones before it;
+    `open_call` when its model call still open began."""
     timing = timing if isinstance(timing, dict) else {}
     spans = []
     for phase in PHASES:
@@ -97,7 +101,7 @@ def times_of(timing: Any, calls: array[float] | None = None, attempts: tuple[Att
             spans.append(Span(phase, start, end if end and end >= start else None))
     agent = timing.get("agent")
     parts = [_duration(agent, part) for part in AGENT_PARTS] if isinstance(agent, dict) else [0.0, 0.0]
-    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()), epoch_time(timing.get("start")), attempts)
+    return RolloutTimes(tuple(spans), parts[0], parts[1], array("d", calls or ()), epoch_time(timing.get("start")), attempts, epoch_time(open_call))
 
 
 def discarded_attempt(timing: Any, calls: array[float] | None = None) -> Attempt | None:
@@ -180,6 +184,12 @@ def _agent_pieces(times: RolloutTimes, start: float, end: float) -> list[tuple[f
     elif times.model + times.harness > 0:
         cursor = min(end, start + (end - start) * times.model / (times.model + times.harness))
         pieces.append((start, cursor, "model"))
+    if times.open_call and cursor < end:  # a call that has not returned: the model's time to the end
+        call_start = min(max(times.open_call, cursor), end)
+        if call_start > cursor:
+            pieces.append((cursor, call_start, "harness"))
+        pieces.append((call_start, end, "model"))
+        cursor = end
     if cursor < end:
         pieces.append((cursor, end, "harness"))
     return pieces

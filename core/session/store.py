@@ -250,10 +250,10 @@ class RolloutStore:
         if "pending" in delta or nodes:
             if state.pending:
                 if state.pending_since is None:
-                    state.pending_since = now
+                    state.pending_since = state.model_since = now
                 state.tools_since = None
             else:
-                state.pending_since = None
+                state.pending_since = state.model_since = None
         if began:  # running from here, not waiting; a late joiner was told since when, before this
             if rollout.running_since is None:
                 rollout.running_since = now

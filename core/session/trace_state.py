@@ -37,6 +37,7 @@ class TraceState:
         "flags",
         "error_text",
         "failed_errors",
+        "model_since",
     )
 
     def __init__(self, trace_id: str, record: dict[str, Any]) -> None:
@@ -63,6 +64,9 @@ class TraceState:
         """Its errors' and failed calls' words as they landed (`add_error_words`)."""
         self.failed_errors: list[ErrorKey] = []
         """Its failed calls' errors (`error_key`), for `count_errors`."""
+        self.model_since: float | None = None
+        """When its model call still open began: `pending_since`, kept after the rollout
+        ended, as a call that never returned was the model's time to the end."""
 
     @property
     def nodes(self) -> Sequence[WireNode]:
@@ -155,6 +159,9 @@ class TraceCounts(Protocol):
         """Its latest `timing`, `ok`, `rewards`, `num_total_tokens` and the rest."""
     @property
     def call_spans(self) -> array[float] | None: ...
+    @property
+    def model_since(self) -> float | None:
+        """When its model call still open began (None: none, or not known)."""
     @property
     def flags(self) -> frozenset[str]:
         """Its nodes' `node_flags`, together."""
@@ -260,6 +267,6 @@ def rollout_facts(traces: Mapping[str, TraceCounts], attempts: tuple[Attempt, ..
         errors=sum(trace.error_count for trace in counts),
         error_text="\n".join(text for trace in counts if (text := trace.error_text)),
         trace_ids=tuple(traces),
-        times=times_of(timing, primary.call_spans, attempts),
+        times=times_of(timing, primary.call_spans, attempts, primary.model_since or 0.0),
         flags=NO_FLAGS.union(*(trace.flags for trace in counts)),
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.demo_sessions import demo_variant, write_config
+from tests.support.polling import eventually
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.recordings.recorder import Recorder
@@ -104,3 +105,43 @@ async def test_a_retried_rollouts_elapsed_is_from_its_request_to_its_reply_as_th
 
     (opened,) = OpenedRecording(path).store.rollouts.values()
     assert opened.elapsed(0.0) == pytest.approx(rollout.elapsed(0.0), abs=1e-6)
+
+
+async def test_a_hung_model_call_is_model_time_live_and_an_open_slice_in_the_export(tmp_path: Path) -> None:
+    """The demo's `stuck` run: its second model call never returns. While it hangs the
+    Timeline draws the call as model time from when it was sent to now (not harness);
+    cancelled, the `--trace-events` export holds it as an open model-call slice to the
+    rollout's last known time, beside the call that returned."""
+    path = tmp_path / "session.twrec"
+    config = load_config(write_config(tmp_path, [demo_variant("v", ["stuck"])]))
+    engine = LiveSession(config, recorder=Recorder(path, meta={}), session_dir=tmp_path / "session")
+    try:
+        await engine.start()
+        (rollout,) = engine.store.variant_rollouts("v")
+        await eventually(lambda: rollout.activity(engine.store.clock())[0] == "generating" and rollout.turns == 1, WAIT, "the call that hangs")
+        (trace,) = rollout.traces.values()
+        sent = trace.pending_since
+        assert sent is not None
+        await eventually(lambda: engine.store.clock() - sent > 1.0, WAIT, "a second of the hang")
+        now = engine.store.clock()
+        times = rollout.times
+        assert times is not None
+        pieces = bar_segments(times, rollout.created_at, now)
+        hung = [(start, end) for start, end, name in pieces if name == "model" and end == now]
+        assert hung and hung[0][0] == pytest.approx(sent, abs=0.05), pieces
+        assert not [p for p in pieces if p[2] == "harness" and p[1] > sent + 0.05], "the hang drawn as harness"
+        engine.variants["v"].cancel()
+        await asyncio.wait_for(engine.wait(), WAIT)
+    finally:
+        await engine.shutdown()
+    assert rollout.status is Status.CANCELLED
+    export = tmp_path / "trace.json"
+    write_trace_events(recording_rollouts(path, TraceEventsWritten()), export)
+    events = [e for e in json.loads(export.read_text())["traceEvents"] if e.get("ph") == "X"]
+    (whole,) = [e for e in events if e["cat"] == "rollout"]
+    calls = [e for e in events if e["cat"] == "model"]
+    assert [e["name"] for e in calls] == ["model call 1", "model call 2 (open)"], calls
+    opened = calls[1]
+    assert opened["args"] == {"open": True}
+    assert opened["ts"] + opened["dur"] == pytest.approx(whole["ts"] + whole["dur"], abs=1.0), "open to the last known time"
+    assert opened["dur"] / 1e6 > 1.0
