@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -27,7 +28,7 @@ from tests.support.polling import MARGIN, eventually, wait_until
 from tests.support.relay_driver import LIVE_ERROR
 from tests.support.repo import FIXTURE
 from tests.support.scripted_server import ScriptedServer
-from tests.support.tether import TetheredProcess
+from tests.support.tether import TetheredProcess, run_tethered
 from tracewatch.core.taps.relay_viewer import unbatch
 from tracewatch_guest.framing import BATCH, DELTA, HELLO, REPLY, WELCOME
 from tracewatch_guest.relay import TICK_SECONDS
@@ -153,9 +154,10 @@ class StoppedViewer:
         self.driver.stdin.flush()
         return json.loads(self.driver.stdout.readline())
 
-    def start(self) -> Said:
+    def start(self, record: Path | None = None) -> Said:
+        recording = ["--record", str(record)] if record is not None else ["--no-record"]
         self.viewer = TetheredProcess(
-            [sys.executable, "-m", "tracewatch.cli", "tap", self.address, "--name", "v", "--headless", "--no-record"],
+            [sys.executable, "-m", "tracewatch.cli", "tap", self.address, "--name", "v", "--headless", *recording],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         said = Said(self.viewer)
@@ -205,6 +207,32 @@ def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() ->
     assert measured["dropped_for_viewers"] > 0
     assert measured["peak"] - measured["before"] < 100 * MB, measured
     assert LIVE_ERROR in live and "view incomplete" not in live
+
+
+def test_the_recording_of_a_stopped_viewer_ends_the_runs_as_the_resumed_viewer_did(tmp_path) -> None:
+    """The recording a stopped viewer writes, opened afterwards, ends the runs as the
+    resumed viewer did: the run whose end was dropped incomplete, with what was lost,
+    the live run as its driver ended it."""
+    recording = tmp_path / "stopped.twrec"
+    setup = StoppedViewer()
+    try:
+        said = setup.start(record=recording)
+        setup.tell("go")
+        assert setup.viewer is not None
+        setup.viewer.send_signal(signal.SIGCONT)
+        said.line(missed_the_big_run, "the resumed viewer ending the big run, incomplete")
+        setup.tell("finish")
+        live = said.line(lambda line: "[live" in line and "failed" in line, "the live run ended as its driver ended it")
+        setup.stop()
+    finally:
+        setup.end()
+    opened = run_tethered(
+        [sys.executable, "-m", "tracewatch.cli", "open", str(recording), "--headless"], capture_output=True, text=True, timeout=WAIT
+    )
+    lines = opened.stdout.splitlines()
+    assert any(missed_the_big_run(line) for line in lines), opened.stdout + opened.stderr
+    assert any("[live" in line and LIVE_ERROR in line and "view incomplete" not in line for line in lines), opened.stdout
+    assert LIVE_ERROR in live
 
 
 def test_a_viewer_resumed_after_its_relay_closed_is_told_what_it_missed() -> None:
