@@ -20,6 +20,20 @@ settings.register_profile("tracewatch", deadline=None, suppress_health_check=[He
 settings.load_profile("tracewatch")
 
 
+SLOW_FOLDERS = {"integration", "terminal", "app"}
+"""Folders whose every test takes seconds: real processes and sockets (servers,
+supervisors, the app in tmux) or the real Textual app under `run_test`. So `-m "not
+slow"` is the unit tests and the rules about the codebase, less those marked slow one
+by one (many hypothesis examples, a child process a case)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    for item in items:
+        if item.path.relative_to(tests).parts[0] in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def engine_for(tmp_path: Path) -> Iterator[Callable[..., LiveSession]]:
     """Engines over demo variant configs (`demo_sessions.demo_variant`); no server

@@ -43,6 +43,7 @@ def test_every_error_class_in_core_is_a_tracewatch_error() -> None:
     assert not outside, f"not TracewatchError subclasses: {', '.join(outside)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -65,6 +66,7 @@ def test_a_bad_input_reaches_the_user_as_one_line_and_a_failing_exit(tmp_path: P
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

@@ -88,6 +88,7 @@ def _guest_modules() -> list[str]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", _guest_modules())
 def test_importing_guest_code_loads_nothing_of_tracewatch_nor_textual_nor_pydantic(module: str) -> None:
     done = subprocess.run([sys.executable, "-c", PROBE, module], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -109,6 +110,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_the_injected_tap_loads_the_framing_in_an_interpreter_without_tracewatch(tmp_path: Path) -> None:
     """`-S`: no site-packages, so neither tracewatch nor its editable finder, like
     another project's venv; that project has a `core` of its own."""

@@ -76,6 +76,7 @@ def _modules(package: str) -> list[str]:
     return sorted({module for path, module in _sources(package) if path.name != "__main__.py"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", _modules("core"))
 def test_core_module_never_loads_the_screen(module: str) -> None:
     done = subprocess.run(

@@ -32,6 +32,8 @@ from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.chrome.screens import ConfirmScreen
 from tracewatch.tui.run_views.logs_view import LogLines, LogsView
 
+pytestmark = pytest.mark.verifiers
+
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 WAIT = 180.0
 TASKS, ROLLOUTS, CONCURRENT = 3, 3, 2

@@ -28,6 +28,8 @@ from tracewatch.core.session.status import Status
 from tracewatch.core.supervision.supervisor import group_alive
 from tracewatch.core.taps.eval_variant import INJECT_DIR, EvalVariant
 
+pytestmark = pytest.mark.verifiers
+
 VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 WAIT = 120.0
 EXPECTED = {"calc 17 * 23": 1.0, "calc 1000 / 8 + 6": 0.0, "calc (120 + 37) * 3": 1.0}

@@ -22,6 +22,8 @@ from tests.support.prime_rl_monitor import FileMonitor
 from tracewatch.core.recordings.prime_rl.layout import find_run
 from tracewatch.core.recordings.prime_rl.run import PrimeRlRun
 
+pytestmark = pytest.mark.verifiers
+
 DEADLINE = 90.0
 TASKS = [(tw_calc.task(0, "17 * 23", 391, "tools=2"), 1.0), (tw_calc.task(1, "1000 / 8 + 6", 131, "tools=2 wrong=1"), 0.0)]
 

@@ -17,6 +17,8 @@ from tests.support.repo import INTEROP, REPO
 from tests.support.tether import Tether, run_tethered
 from tracewatch.core.wire.client import EnvClient
 
+pytestmark = pytest.mark.verifiers
+
 ENV_TOML = """
 [env.taskset]
 id = "serve_verifiers_arith"

@@ -22,6 +22,8 @@ from tests.support.polling import eventually
 from tracewatch.core.wire.assembly import EpisodeAssembly
 from tracewatch.core.wire.client import EnvClient, RunFailed, new_request_id
 
+pytestmark = pytest.mark.verifiers
+
 DEADLINE = 60.0
 SAMPLING = {"temperature": 0.0, "max_tokens": 256}
 

@@ -22,6 +22,8 @@ from tests.support.polling import alive, wait_until
 from tests.support.terminal import TIMEOUT, Terminal, our_processes, tracewatch
 from tracewatch.core.demo.builtin_config import demo_config
 
+pytestmark = pytest.mark.terminal
+
 
 def run_cli(*args: str, home: Path, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TRACEWATCH_HOME": str(home)}

@@ -193,6 +193,7 @@ def test_a_rerun_rollout_starts_a_fresh_episode(tmp_path):
     assert rebuilt == {"fixture/run0": assembled_directly()["fixture/run0"]}
 
 
+@pytest.mark.slow
 def test_export_of_episodes_keeps_variants_and_cancelled_runs_and_says_what_it_skipped(tmp_path, capsys):
     """A live session of two variants, one cancelled mid-run, exported
     with --episodes and opened again: every started rollout is there under its own

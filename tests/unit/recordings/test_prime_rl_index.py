@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -106,6 +107,7 @@ ROW = st.fixed_dictionaries(
 PIECE = st.one_of(ROW.map(lambda row: json.dumps(row).encode() + b"\n"), st.binary(max_size=30), st.just(b"\n"), st.just(b"[]\n"))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pieces=st.lists(PIECE, max_size=25), budget=st.integers(1, 400))
 def test_hostile_bytes_read_in_any_pieces_give_the_rows_a_line_by_line_reader_gives(tmp_path_factory, pieces, budget):

@@ -177,6 +177,7 @@ HOSTILE_LINES = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(HOSTILE_LINES, max_size=6), cut=st.integers(0, 2), headless=st.booleans())
 def test_hostile_files_are_one_row_each_never_a_traceback(tmp_path_factory, lines, cut, headless):

@@ -117,6 +117,7 @@ WIRE_VALUES = st.recursive(
 DELTAS = st.dictionaries(st.text(max_size=8), WIRE_VALUES, max_size=5).map(lambda d: {"trace": "t", **d})
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(deltas=st.lists(DELTAS, min_size=1, max_size=6))
 def test_a_frame_is_recorded_as_it_came_and_reads_as_a_delta(deltas):
@@ -144,6 +145,7 @@ def check_frames_recorded(tmp_path: Path, frames: list[bytes]) -> None:
     assert [record["d"] for record in read] == [msgpack.unpackb(f, raw=False, strict_map_key=False) for f in frames]
 
 
+@pytest.mark.slow
 def test_a_cut_file_reads_up_to_its_cut_with_a_note(tmp_path):
     full = tmp_path / "full.twrec"
     write_sample(full)
@@ -372,6 +374,7 @@ def distinct_errors(landed: list[tuple[list[dict], list[dict]]]) -> int:
     return count
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(landed=st.lists(st.tuples(ERRORS, ERRORS), min_size=1, max_size=4))
 @example(landed=[([], [{"type": "ProviderError", "message": "retried"}])])

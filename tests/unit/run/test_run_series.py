@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ def rollouts(draw: st.DrawFn) -> tuple[Occupancy, Outcome | None]:
     return Occupancy(queued, started, ended), outcome
 
 
+@pytest.mark.slow
 @given(
     st.lists(rollouts(), max_size=40),
     st.randoms(use_true_random=False),

@@ -415,6 +415,7 @@ def _placed(secret: str, place: str) -> tuple[str, str]:
     return text, where
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(secret=SECRET_SHAPES, place=st.sampled_from(PLACES))
 def test_generated_credentials_anywhere_are_refused_and_never_repeated(secret, place):
@@ -441,6 +442,7 @@ def test_attach_flags_are_checked_the_same_way(tmp_path, capsys):
     assert "pw-0123456789" not in error and "sk-0123456789" not in error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["device", "fifo", "directory"])
 def test_a_tasks_file_that_is_not_a_file_is_refused_at_once(tmp_path, kind):
     """/dev/zero would grow until MemoryError and a FIFO would block forever: the whole
@@ -509,6 +511,7 @@ PLAIN_QUERY_NAMES = st.sampled_from(["sort_key", "page_token", "next_page_token"
                                      "partition_key", "idempotency_key", "keyword", "tokens", "author", "design"])  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(name=QUERY_NAMES, value=st.from_regex(r"[A-Za-z0-9%._~-]{12,40}", fullmatch=True), before=st.booleans())
 def test_generated_query_credentials_are_refused_and_never_repeated(name, value, before):
@@ -528,6 +531,7 @@ def test_query_parameters_that_only_mention_a_key_or_token_are_fine(name, value,
     assert config_variant.endpoint.base_url == url
 
 
+@pytest.mark.slow
 def test_the_attach_command_refuses_a_key_in_the_base_urls_query(tmp_path):
     (tmp_path / "tasks.jsonl").write_text('{"prompt": "a"}\n')
     argv = ["attach", "tcp://127.0.0.1:9", "--tasks", str(tmp_path / "tasks.jsonl"), "--headless",

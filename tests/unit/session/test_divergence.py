@@ -76,6 +76,7 @@ def flat(script: list[tuple[list[dict[str, Any]], dict[str, Any] | None]]) -> li
     return nodes
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_pairs_judged_as_turns_land_agree_with_the_plain_reference(data: st.DataObject) -> None:

@@ -5,6 +5,7 @@ order rollouts start, speak, cancel and end in, and at times set out of order.""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ steps = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(steps, st.floats(1.0, 20.0))
 def test_the_stall_checks_find_what_a_pass_over_every_rollout_finds(steps: list[tuple[int, str]], other: float) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,12 +62,14 @@ def reference(node: dict[str, Any]) -> set[str]:
     return flags
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(node=nodes())
 def test_a_node_is_flagged_as_its_plain_definition_says(node: dict[str, Any]) -> None:
     assert node_flags(node) == reference(node)
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(node=nodes())
 def test_misaligned_is_what_the_token_view_cannot_place(node: dict[str, Any]) -> None:
@@ -114,6 +117,7 @@ def live_and_recorded(traces: list[list[dict[str, Any]]], directory: Path) -> tu
     return store.rollouts[KEY].flags, RecordingIndex.build(path).rollouts[KEY].facts.flags
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(traces=st.lists(st.lists(nodes(hostile=False), max_size=4), min_size=1, max_size=2))
 def test_a_rollout_has_the_same_flags_live_and_from_its_recording(traces: list[list[dict[str, Any]]]) -> None:

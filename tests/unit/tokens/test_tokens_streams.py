@@ -10,6 +10,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ def same(left: float, right: float) -> bool:
     return (math.isnan(left) and math.isnan(right)) or left == right
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(node=nodes(), packed=st.booleans())
 def test_every_stream_lands_where_the_reference_puts_it(node: dict[str, Any], packed: bool) -> None:
@@ -104,6 +106,7 @@ def test_every_stream_lands_where_the_reference_puts_it(node: dict[str, Any], pa
         assert token_values(tokens, index)["id"] == node["token_ids"][index]
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(node=st.dictionaries(st.sampled_from(["token_ids", "mask", "is_content", *COMPACT_STREAMS, "loss_weights"]),
                             st.one_of(HOSTILE, st.lists(HOSTILE, max_size=20), st.dictionaries(HOSTILE.filter(lambda v: v is not None and not isinstance(v, list)), st.lists(HOSTILE, max_size=5), max_size=2))))

@@ -59,6 +59,7 @@ def rejected(check: Any, *args: Any) -> bool:
     return False
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(delta=mutated())
 def test_the_fast_check_rejects_exactly_what_the_reference_rejects(delta):
@@ -73,6 +74,7 @@ def as_received(delta: dict[str, Any]) -> Any:
     return unpack_delta(pack(delta))
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(delta=mutated())
 def test_a_recorded_set_is_usable_exactly_when_the_live_check_kept_it(delta):

@@ -74,6 +74,7 @@ def frames_of(first: list[dict], links: dict[int, list[int]], second: list[dict]
     return [msgpack.packb(delta, use_bin_type=True) for delta in deltas]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     first=st.lists(NODES, min_size=1, max_size=3),
@@ -123,6 +124,7 @@ def test_a_node_that_cannot_be_kept_fails_its_delta_and_changes_nothing() -> Non
     assert assembly.traces["t"]["nodes"] == before and before[0]["semantic_parents"] == []
 
 
+@pytest.mark.slow
 def test_what_is_kept_gives_the_collector_nothing_to_walk() -> None:
     """2,000 nodes and calls from frames, the frames and deltas dropped: what stays
     adds a handful of objects, not a dozen per node."""

@@ -43,6 +43,7 @@ def exact(value: object) -> str:
     return json.dumps(value, default=repr) + repr(value)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(delta=DELTAS)
 def test_a_delta_reads_the_same_with_its_arrays_packed(delta: dict) -> None:
@@ -54,6 +55,7 @@ def test_a_delta_reads_the_same_with_its_arrays_packed(delta: dict) -> None:
     assert json.loads(episode_json(kept)) == json.loads(episode_json(whole))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(delta=DELTAS, cut=st.integers(1, 50), junk=st.binary(max_size=4))
 def test_a_damaged_frame_fails_as_unpack_fails(delta: dict, cut: int, junk: bytes) -> None:
@@ -68,6 +70,7 @@ def test_a_damaged_frame_fails_as_unpack_fails(delta: dict, cut: int, junk: byte
             assert unpack_delta(damaged) == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(record=RECORDS, cut=st.integers(0, 50), junk=st.binary(max_size=4))
 def test_a_record_reads_the_same_with_its_arrays_packed(record: dict, cut: int, junk: bytes) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,6 +58,7 @@ def pydantic_payload(task: dict, client: object, model: str, sampling: object) -
     return request_payload(request)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(RUNS)
 def test_every_run_packs_as_pydantic_dumps_it(runs):
@@ -92,6 +94,7 @@ SHARED_TWINS = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(SHARED_TWINS)
 def test_shared_fields_equal_to_the_last_but_packed_apart_are_packed_again(runs):
