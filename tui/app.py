@@ -103,6 +103,8 @@ class TracewatchApp(App[None]):
         counted once a second, not at each redraw of the status line."""
         self._dirty_variants: set[str] = set()
         self._timeline_moved = False
+        self._partial = False
+        """Whether the counts were last drawn as partial ("so far")."""
         self._quitting = False
         self._told_recording_stopped = False
         self._side_variants: list[str] = []
@@ -229,6 +231,11 @@ class TracewatchApp(App[None]):
                     self.timeline.sync()
             if now >= self._next_second:
                 self._second()
+            elif (self.store.partial is not None) != self._partial:  # an index whole at last moves no clock
+                self._redraw_cards(self.session.variants)
+                self._draw_status()
+                if self.detail.active == "tab-trends":
+                    self.trends.show()
             elif self._dirty_variants and self._ticks % CARD_EVERY == 0:
                 self._redraw_cards(self._dirty_variants)
                 self._draw_status()  # its counts are the cards': drawn at the same tick
@@ -321,9 +328,14 @@ class TracewatchApp(App[None]):
             self.trends.show()
 
     def _draw_status(self) -> None:
+        self._partial = self.store.partial is not None
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(self.title), style="bold")
-        text.append(f"  {len(self.store.rollouts)} rollouts · {self.store.running_count()} running")
+        text.append(f"  {len(self.store.rollouts)} rollouts")
+        if self.store.partial is not None:
+            text.append(" so far", style=self.palette.warning)
+        if not self.session.offline:  # in what was opened nothing runs: its unended rollouts are not running
+            text.append(f" · {self.store.running_count()} running")
         if self._stalled:
             text.append(f" · {self._stalled} stalled", style=self.palette.warning)
         if (dropped := self.store.dropped_frames):

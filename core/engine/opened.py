@@ -51,6 +51,8 @@ class OpenedRun(Session):
     belong to one variant named after the run. Lines that are not episodes, and a
     saved config that cannot be read, are said where a recording's damage is."""
 
+    offline = True
+
     def __init__(self, path: Path) -> None:
         super().__init__(RolloutStore(), new_session_dir(), None)
         self.variants: dict[str, RecordedVariant] = {}
@@ -104,6 +106,8 @@ class OpenedTrainingRun(Session):
     """A prime-rl run's rollouts, as its file monitor wrote them step by step: one
     variant per kind (`train`, `eval`), each rollout with the step that logged it."""
 
+    offline = True
+
     def __init__(self, folder: Path) -> None:
         """`folder`: the run's `rollouts` folder (`rollouts_dir`)."""
         super().__init__(RolloutStore(), new_session_dir(), None)
@@ -135,6 +139,8 @@ class OpenedRecording(Session):
     screen (`at_once` false), the pass reads on in slices on the app's loop after
     `start`: rows join as it reads, and a rollout selected before all its records are
     indexed shows what is, and fills in."""
+
+    offline = True
 
     def __init__(self, path: Path, at_once: bool = True) -> None:
         self.clock = ReplayClock()

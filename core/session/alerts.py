@@ -39,17 +39,13 @@ class AlertWatch:
 
     def __init__(self, session: SessionView, cancel_stalled: float | None = None) -> None:
         self.session = session
-        self.offline = session.readonly_reason is not None and session.replay is None
-        """An opened recording or run folder: what it holds ended long ago, and its
-        index reading on is no news. A replay re-enacts its run at the recorded pace,
-        so it says what the live session said when it happened."""
         self.cancels = StallCancels(session, cancel_stalled)
         self._stalled: set[str] = set()
         self._states = {name: variant.state for name, variant in session.variants.items()}
         self._ended = self._run_over()  # a run opened after it ended is not news
 
     def check(self, now: float) -> list[Alert]:
-        if self.offline:
+        if self.session.offline:  # its index reading on is no news; a replay says what happened when it did
             return []
         return [*self._stalls(now), *self._variants(), *self._run_end()]
 

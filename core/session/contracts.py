@@ -180,6 +180,10 @@ class SessionView(Protocol):
     def readonly_reason(self) -> str | None:
         """Why start and cancel do nothing here (a replay or an offline run), if so."""
     @property
+    def offline(self) -> bool:
+        """A recording or run folder opened to be read: nothing in it runs now, and
+        what it holds ended before it was opened (a replay re-enacts its run instead)."""
+    @property
     def recording_path(self) -> Path | None: ...
     @property
     def recording_note(self) -> str | None:

@@ -22,6 +22,8 @@ class Session:
 
     readonly_reason: str | None = None
     """Why start and cancel do nothing here (a replay or an offline run), if so."""
+    offline = False
+    """Whether this is a finished run opened to be read (`tracewatch open`), not run."""
 
     def __init__(self, store: RolloutStore, session_dir: Path, recording_path: Path | None = None) -> None:
         self.store = store

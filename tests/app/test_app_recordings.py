@@ -9,19 +9,13 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Button, Static
 
-from tests.support.app_screen import screen_text
+from tests.support.app_screen import card_text, screen_text
 from tests.support.polling import until
 from tests.support.tui_standin import make_engine, write_many_runs, write_recording
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.engine.replay import ReplaySession
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.run_views.logs_view import LogLines, LogsView
-from tracewatch.tui.run_views.variants_panel import VariantCard
-
-
-def card_text(card: VariantCard) -> str:
-    rendered = card.body.render()
-    return rendered.plain if isinstance(rendered, Text) else str(rendered)
 
 
 async def test_a_replay_shows_its_variants_position_and_state(tmp_path: Path) -> None:

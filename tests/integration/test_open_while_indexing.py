@@ -11,14 +11,17 @@ import signal
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 
-from tests.support.polling import eventually
+from tests.support.app_screen import card_text, screen_text
+from tests.support.polling import eventually, until
 from tests.support.tui_standin import T0, load_fixture, write_many_runs
 from tracewatch.core.engine import opened
 from tracewatch.core.engine.headless import run_headless
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.session.store import RolloutStore
+from tracewatch.tui.app import TracewatchApp
 
 COPIES = 60
 """4,620 records: dozens of slices of the index."""
@@ -123,3 +126,37 @@ def test_a_rollout_the_recording_left_running_is_idle_since_its_last_delta(tmp_p
     rollout = session.store.rollouts[f"v/{cut}"]
     assert not rollout.status.finished
     assert rollout.activity(now) == ("idle", pytest.approx(now - last_delta))
+
+
+async def test_every_count_on_screen_says_so_far_until_the_index_is_whole(many: Path) -> None:
+    """The cards and Trends read as whole while the index read on, and the header said
+    "4620 running" beside "read-only ... nothing is running". Held mid-index, each says
+    "so far" and the header counts no running rollout; whole, none of them says it."""
+    session = OpenedRecording(many, at_once=False)
+    held = asyncio.Event()
+    read_on = session.index.read_on
+
+    def read_until_held(records: int | None = None) -> dict[str, None]:
+        """Read on until the first rollouts have ended (Trends has something to draw)."""
+        ended = any(summary.ending is not None for summary in session.index.rollouts.values())
+        return {} if ended and not held.is_set() else read_on(records)
+
+    session.index.read_on = read_until_held  # type: ignore[method-assign]
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        status = app.query_one("#status", Static)
+
+        def counts_say_so_far() -> bool:
+            cards = list(app.cards.values())
+            return bool(cards) and all("so far: run" in card_text(c) for c in cards) and " rollouts so far" in str(status.render())
+
+        await until(pilot, counts_say_so_far, "the cards and the header to say 'so far'")
+        assert session.store.rollouts and session.store.partial is not None and not session.index.done
+        assert "running" not in str(status.render()).partition("read-only")[0], str(status.render())
+        await pilot.press("6")
+        await until(pilot, lambda: "so far: indexing" in screen_text(app), "Trends to say 'so far'")
+        held.set()
+        shown_so_far = lambda: [line for line in screen_text(app).splitlines() if "so far:" in line or "rollouts so far" in line]  # noqa: E731
+        await until(pilot, lambda: session.index.done and not shown_so_far(), shown_so_far)
+        header = str(status.render())
+        assert f"{len(session.store.rollouts)} rollouts" in header and "running" not in header.partition("read-only")[0], header

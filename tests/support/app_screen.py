@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.pilot import Pilot
 
 from tests.support.polling import until
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.run_views.compare_view import CompareView
 from tracewatch.tui.run_views.side_by_side import Side, SideBySideScreen
+from tracewatch.tui.run_views.variants_panel import VariantCard
 from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 
@@ -24,6 +26,11 @@ async def select(pilot: Pilot, key: str) -> None:
     app = pilot.app
     table(app).select(key)
     await until(pilot, lambda: app.selected == key and app.trace_pane.rollout is app.store.rollouts[key])
+
+
+def card_text(card: VariantCard) -> str:
+    rendered = card.body.render()
+    return rendered.plain if isinstance(rendered, Text) else str(rendered)
 
 
 def svg_text(markup: str) -> str:

@@ -122,6 +122,8 @@ class TrendsView(Widget):
         start, end = window
         columns = {name: self.store.series.columns(name, start, end, chart_columns(self.store, window, width)) for name in self.store.variants}
         text = Text(no_wrap=True, end="")
+        if (partial := self.store.partial) is not None:
+            text.append(f"so far: {safe(partial)}; the trends fill in as it reads\n", style=palette.warning)
         for metric in METRICS:
             self._chart(text, metric, columns, palette)
             text.append(" " * AXIS_WIDTH + self._axis(start, end, width) + "\n", style=palette.muted)

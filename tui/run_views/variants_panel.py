@@ -120,6 +120,8 @@ class VariantCard(Horizontal, can_focus=True):
         stats = self.store.stats(variant.name, run=run)  # this start's, not every start's summed
         detail = self._detail(now, palette)
         counts = Text()
+        if self.store.partial is not None:  # the index reads on: every count here grows
+            counts.append("so far: ", style=palette.warning)
         if run > 1:
             counts.append(f"start {run}: ", style="bold")
         tally = stats.counts
@@ -138,7 +140,7 @@ class VariantCard(Horizontal, can_focus=True):
             rows = [Text(" · ").join([server, *([reward] if reward else [])]), counts, detail]
             rows.insert(0, head)
         else:
-            last = Text(" · ").join([reward, Text(f"{stats.scored} scored", style=palette.muted)]) if reward else Text()
+            last = Text(" · ").join([reward, Text(f"{stats.scored} scored{' so far' if self.store.partial is not None else ''}", style=palette.muted)]) if reward else Text()
             rows = [head, server, counts, last]
         if len(rows) == 4:
             head.append_text(card_trends(self.store, variant.name, SPARKLINE, palette))
