@@ -1,0 +1,111 @@
+"""The real app (`App.run_test`) following a prime-rl run of `--rows` finished episodes
+(`bench.prime_rl.write_run`: the index, sealed chunks, annotations), against the data
+layer's own read of the same index (`EpisodeIndex`, the columns) in the same process:
+
+- the first screen: from opening the run (`FollowedRun`) to the table's first rows
+  drawn, and to every row in the table;
+- a filter keystroke over every row (`reward:<0.5`, `variant:eval`, `turns:>10`,
+  cleared, in turn): from the key to its rows drawn (a pass over many rows runs a
+  chunk a frame), p50/p95 of `--repeats`;
+- resident memory per finished episode once every row is in.
+
+    python -m bench.prime_rl_app [--rows 100000 --repeats 10]
+
+Figures and the load average are printed; docs/performance.md keeps them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from textual.geometry import Region
+
+from bench.prime_rl import write_run
+from tracewatch.core.engine.followed_run import FollowedRun
+from tracewatch.core.recordings.prime_rl.episodes import EpisodeIndex
+from tracewatch.core.recordings.prime_rl.layout import StreamRun, find_run
+from tracewatch.core.session.rollout_filter import RowFilter
+from tracewatch.tui.app import TracewatchApp
+
+FILTERS = ("reward:<0.5", "variant:eval", "turns:>10", "")
+
+
+def rss() -> int:
+    """Resident bytes now (not the peak: writing the run raised that)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+def index_seconds(layout: StreamRun) -> float:
+    start = time.perf_counter()
+    index = EpisodeIndex(layout.index)
+    while not index.caught_up:
+        index.read_on()
+    return time.perf_counter() - start
+
+
+async def app_figures(layout: StreamRun, rows: int, repeats: int) -> dict[str, float]:
+    before = rss()
+    start = time.perf_counter()
+    session = FollowedRun(layout, follow=False)
+    app = TracewatchApp(session)
+    found: dict[str, float] = {}
+    async with app.run_test(size=(160, 50)) as pilot:
+        table = app.table
+        while table.row_count == 0:
+            await pilot.pause(0.005)
+        found["first rows"] = time.perf_counter() - start
+        while table.row_count < rows:
+            await pilot.pause(0.05)
+        found["every row"] = time.perf_counter() - start
+        found["bytes a row"] = (rss() - before) / rows
+        samples = []
+        for _ in range(repeats):
+            for text in FILTERS:
+                shown = asyncio.Event()
+                began = time.perf_counter()
+                table.set_filter(RowFilter.parse(text), done=shown.set)
+                while not shown.is_set():  # a pass over many rows runs a chunk a frame
+                    await pilot.pause(0)
+                table.render_lines(Region(0, 0, table.size.width, table.size.height))
+                samples.append(time.perf_counter() - began)
+        samples.sort()
+        found["keystroke p50"] = statistics.median(samples)
+        found["keystroke p95"] = samples[int(len(samples) * 0.95) - 1]
+    await session.shutdown()
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="tw-prime-app-"))
+    try:
+        written, chunks = write_run(folder / "out", args.rows, 64 << 20)
+        print(f"wrote {args.rows:,} episodes in {chunks} sealed chunks ({written:.1f} s)")
+        layout = find_run(folder / "out")
+        assert isinstance(layout, StreamRun)
+        baseline = index_seconds(layout)
+        figures = asyncio.run(app_figures(layout, args.rows, args.repeats))
+        print(f"baseline: the index read into columns: {baseline:.2f} s ({args.rows / baseline:,.0f} rows/s)")
+        for name, value in figures.items():
+            shown = f"{value:,.0f}" if name == "bytes a row" else f"{value * 1000:,.1f} ms"
+            ratio = "" if name == "bytes a row" else f" ({value / baseline:.2f}x the index read)"
+            print(f"app: {name}: {shown}{ratio}")
+        print(f"load average: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
