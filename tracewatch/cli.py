@@ -8,7 +8,6 @@ import argparse
 import asyncio
 import shutil
 import sys
-from collections.abc import Iterable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -232,17 +231,22 @@ def export_trace_events(source: Path, output: Path) -> int:
     """A recording is read one rollout at a time; a run directory or JSONL file is
     opened whole, as `open` does."""
     from tracewatch.core.engine.opened import open_folder
-    from tracewatch.core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
+    from tracewatch.core.recordings.trace_events import (
+        TraceEventsWritten,
+        first_time,
+        recording_rollouts,
+        write_trace_events,
+    )
 
     written = TraceEventsWritten()
     if source.suffix == RECORDING_SUFFIX:
-        rollouts: Iterable[Rollout] = recording_rollouts(source, written)
+        write_trace_events(recording_rollouts(source, written), output, written)
     else:
         session = open_folder(source)
         for key in list(session.store.rollouts):
             session.load(key)  # a prime-rl run's episodes are read when opened: their timing is in the records
         rollouts = session.store.rollouts.values()
-    write_trace_events(rollouts, output, written)
+        write_trace_events(rollouts, output, written, origin=first_time(rollouts))
     say(sys.stdout, f"wrote {written.rollouts} rollouts ({written.slices} slices) to {output}: open it in Perfetto or chrome://tracing")
     if written.skipped:
         say(sys.stdout, f"  skipped {len(written.skipped)} with no usable time: {_some(written.skipped)}")

@@ -49,15 +49,15 @@ def load_episode(
     origin = episode.get(ORIGIN_KEY)
     origin = origin if isinstance(origin, dict) and problem is None else {}
     task_index, rollout_index = numbers.of(task_key, data)
-    rollout = store.add_rollout(
-        variant, origin.get("task_index", task_index), data, origin.get("rollout_index", rollout_index),
-        key=origin.get("rollout") if isinstance(origin.get("rollout"), str) else None, run=run_of(origin),
-        task_key=task_key, step=step,
-    )
     traces: list[dict[str, Any]] = (episode.get("traces") or []) if problem is None else []
     timing = [_map(t.get("timing")) for t in traces]
     start = min((epoch_time(t.get("start")) for t in timing), default=0.0) or None
     end = max((epoch_time(span.get("end")) for t in timing for span in t.values() if type(span) is dict), default=0.0)
+    rollout = store.add_rollout(  # queued when it began, else at no known time: never at the moment it was opened
+        variant, origin.get("task_index", task_index), data, origin.get("rollout_index", rollout_index),
+        key=origin.get("rollout") if isinstance(origin.get("rollout"), str) else None, run=run_of(origin),
+        t=start or end, task_key=task_key, step=step,
+    )
     episode_id = episode.get("id")
     store.started(rollout.key, episode_id if isinstance(episode_id, str) and episode_id else rollout.key, start)
     if problem is not None:

@@ -55,11 +55,15 @@ def recording_rollouts(path: str | os.PathLike[str], written: TraceEventsWritten
             yield rollout
 
 
-def write_trace_events(rollouts: Iterable[Rollout], path_out: str | os.PathLike[str], written: TraceEventsWritten | None = None) -> TraceEventsWritten:
-    """The rollouts as one Trace Event JSON object, written as they come."""
+def write_trace_events(
+    rollouts: Iterable[Rollout], path_out: str | os.PathLike[str], written: TraceEventsWritten | None = None, origin: float | None = None
+) -> TraceEventsWritten:
+    """The rollouts as one Trace Event JSON object, written as they come. Times count
+    from `origin` (`first_time` of rollouts held whole), else from the first
+    rollout's start; a time before it is drawn at it, so no `ts` is negative."""
     written = written or TraceEventsWritten()
     with private_output(path_out) as out:
-        writer = _Writer(out)
+        writer = _Writer(out, origin)
         for rollout in rollouts:
             slices = writer.rollout(rollout)
             if slices is None:
@@ -71,11 +75,27 @@ def write_trace_events(rollouts: Iterable[Rollout], path_out: str | os.PathLike[
     return written
 
 
+def first_time(rollouts: Iterable[Rollout]) -> float | None:
+    """The earliest usable time of any of `rollouts`: a run folder's episodes come in
+    the order they finished, so its first rollout need not be the first to start."""
+    return min((extent[0] for rollout in rollouts if (extent := _extent(rollout)) is not None), default=None)
+
+
+def _extent(rollout: Rollout) -> tuple[float, float] | None:
+    """The first and last usable times a rollout knows of, None if it knows none."""
+    times = rollout.times
+    known = [t for t in (rollout.created_at, rollout.started_at, rollout.ended_at, rollout.last_delta_at) if t is not None and _usable(t)]
+    if times is not None:
+        known += [t for span in times.spans for t in (span.start, span.end) if t is not None and _usable(t)]
+        known += [t for attempt in times.attempts for t in attempt if _usable(t)]
+    return (min(known), max(known)) if known else None
+
+
 class _Writer:
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, origin: float | None) -> None:
         self.out = out
-        self.origin: float | None = None
-        """Times are written in microseconds from the first rollout's queueing."""
+        self.origin = origin
+        """Times are written in microseconds from here: the run's first time."""
         self.pids: dict[str, int] = {}
         self.tids: dict[str, int] = {}
         self.first = True
@@ -87,16 +107,13 @@ class _Writer:
 
     def rollout(self, rollout: Rollout) -> int | None:
         """Its slices, outermost first; None if it has no usable time."""
-        times = rollout.times
-        known = [t for t in (rollout.created_at, rollout.started_at, rollout.ended_at, rollout.last_delta_at) if t is not None and _usable(t)]
-        if times is not None:
-            known += [t for span in times.spans for t in (span.start, span.end) if t is not None and _usable(t)]
-            known += [t for attempt in times.attempts for t in attempt if _usable(t)]
-        if not known:
+        extent = _extent(rollout)
+        if extent is None:
             return None
-        start, end = min(known), max(known)
         if self.origin is None:
-            self.origin = start
+            self.origin = extent[0]
+        start, end = (max(t, self.origin) for t in extent)
+        times = rollout.times
         pid, tid = self._track(rollout)
         ending = rollout.ending
         args: dict[str, Any] = {

@@ -280,3 +280,20 @@ async def test_a_card_drawn_while_the_eval_is_being_started_says_no_pid_and_does
             await until(pilot, lambda: engine.variants["ev"].state in (VariantState.DONE, VariantState.FAILED), "the eval ended", timeout=WAIT)
     finally:
         release.set()
+
+
+def test_a_run_directorys_trace_events_end_each_rollout_at_its_own_end(eval_run, tmp_path) -> None:
+    """Before, an opened run's rollouts were queued at the moment it was opened, so each
+    slice ran to the export's moment, and the file's first episode (the first to finish)
+    was the origin, so earlier starters had a negative `ts`."""
+    out = tmp_path / "trace.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tracewatch.cli", "export", str(eval_run.run_dir), str(out), "--trace-events"],
+        capture_output=True, text=True, timeout=WAIT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = [event for event in json.loads(out.read_text())["traceEvents"] if "ts" in event]
+    assert min(event["ts"] for event in events) == 0, "the run's first time is the origin"
+    slices = sorted(event["dur"] / 1e6 for event in events if event["name"] == "rollout")
+    recorded = sorted(seconds for per_task in eval_run.recorded_seconds().values() for seconds in per_task)
+    assert slices == pytest.approx(recorded, abs=1e-5), "each rollout's slice is its own recorded time"
