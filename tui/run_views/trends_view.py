@@ -31,10 +31,11 @@ MIN_WINDOW = 10.0
 
 
 def sparkline(values: Sequence[float | None]) -> str:
-    """One cell a value, scaled from 0 to the largest; a blank where there is none."""
+    """One cell a value, scaled from 0 to the largest; a blank where there is none.
+    Divided before it is multiplied: 8 times a reward of 1e308 is past any float."""
     top = max((v for v in values if v is not None), default=0.0)
     return "".join(
-        " " if v is None else LEVELS[min(7, max(0, math.ceil(8 * v / top) - 1))] if top > 0 and v > 0 else "▁" for v in values
+        " " if v is None else LEVELS[min(7, max(0, math.ceil(v / top * 8) - 1))] if top > 0 and v > 0 else "▁" for v in values
     )
 
 
