@@ -41,6 +41,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracewatch.tui.table", "tracewatch.tui.trace", "tracewatch.tui.tokens"),  # the table; a trace; a message's tokens
     ("tracewatch.tui.run_views",),  # the run as a whole: cards, timing, timeline, trends, compare, logs
     ("tracewatch.tui.app",),  # the app, which composes the rooms
+    ("tracewatch.on_screen",),  # the app run on the terminal until it or a signal ends it
     ("tracewatch.tokens_command",),  # the command line, the composition root: `tracewatch tokens`,
     ("tracewatch.cli",),  # every other form,
     ("tracewatch.launch",),  # the entry point,

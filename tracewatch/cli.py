@@ -375,6 +375,7 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
         except KeyboardInterrupt:  # before the runner took Ctrl-C over: nothing had started
             return 130
     from tracewatch.core.session.alerts import AlertSettings
+    from tracewatch.on_screen import run_on_screen
     from tracewatch.tui.app import TracewatchApp
 
     alerts = AlertSettings(
@@ -382,13 +383,11 @@ def _run(engine: Session, args: argparse.Namespace, recorded: bool, tokenizers: 
         cancel_stalled=getattr(args, "cancel_stalled", None),
     )
     app = TracewatchApp(engine, tokenizers=tokenizers, alerts=alerts)
-    app.run()
-    if app.return_code:  # it crashed (Textual printed why): keep what was recorded
-        recorder = getattr(engine, "recorder", None)
-        if recorder is not None:
-            recorder.close()
+    ended_by = run_on_screen(app, engine)  # a crash (Textual printed why) keeps what was recorded, endings too
     for line in where_things_went(engine, recorded):
         say(sys.stdout, line)
+    if ended_by is not None:
+        return 128 + ended_by
     return app.return_code or (1 if engine.recording_stopped is not None else 0)
 
 

@@ -18,6 +18,7 @@ from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Vertical, VerticalScroll
 from textual.dom import DOMNode
+from textual.driver import Driver
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
@@ -37,6 +38,7 @@ from tracewatch.core.tokens.tokenizer import Tokenizers
 from tracewatch.tui.chrome.footer import SteadyFooter
 from tracewatch.tui.chrome.keys import KEYS, bindings, hide_writes
 from tracewatch.tui.chrome.screens import ConfirmScreen, HelpScreen, QuitScreen
+from tracewatch.tui.drawing.hung_up_terminal import tolerant
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.palette import Palette
 from tracewatch.tui.run_views.compare_view import CompareView
@@ -734,6 +736,16 @@ class TracewatchApp(App[None]):
     def _quit(self) -> None:
         self._quitting = True
         self.push_screen(QuitScreen(self.session.shutdown))
+
+    def get_driver_class(self) -> type[Driver]:
+        return tolerant(super().get_driver_class())
+
+    def end_on_signal(self) -> None:
+        """A signal (Ctrl-C from outside, SIGTERM, a closed terminal) quits as `q` does,
+        without asking: every run cancelled and its ending recorded, every server
+        stopped, the shutdown's progress shown while the terminal is there."""
+        if not self._quitting:
+            self._quit()
 
     def notify(
         self,

@@ -3,9 +3,9 @@ finished, failed, cancelled, stalled), variant state changes, and a summary.
 
 Exit status 0 only when every rollout finished without error and the recording holds
 all of it, so a CI job or a script can rely on it; a recording that stopped (disk full)
-is said the moment it is noticed. Ctrl-C (SIGINT) or SIGTERM cancels every run, stops every
-server, prints what ended and the summary, and exits 128+signal (130 for Ctrl-C), with
-no traceback; a second one kills the servers still stopping at once.
+is said the moment it is noticed. Ctrl-C (SIGINT), SIGTERM or SIGHUP cancels every run,
+stops every server, prints what ended and the summary, and exits 128+signal (130 for
+Ctrl-C), with no traceback; a second one kills the servers still stopping at once.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
+from tracewatch.core.engine.ending_signals import ENDING_SIGNALS, leave_hung_up_terminal
 from tracewatch.core.run.durations import seconds_text
 from tracewatch.core.session.contracts import SessionView, VariantState, VariantView
 from tracewatch.core.session.rollout import Rollout
@@ -47,7 +48,7 @@ async def run_headless(
     progress = _Progress(session, out, StallCancels(session, cancel_stalled))
     interrupts = _Interrupts(session, out)
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in ENDING_SIGNALS:
         loop.add_signal_handler(signum, interrupts.on_signal, signum)
     stopping = loop.create_task(interrupts.stop.wait())
     settle: asyncio.Task[None] | None = None
@@ -60,7 +61,7 @@ async def run_headless(
         progress.report()
     finally:
         await session.shutdown()  # a second signal still kills while this waits
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in ENDING_SIGNALS:
             loop.remove_signal_handler(signum)
         for task in (settle, stopping):
             if task is not None:
@@ -75,7 +76,7 @@ async def run_headless(
 
 
 class _Interrupts:
-    """The first SIGINT/SIGTERM ends the session cleanly (a proxy runs until told to
+    """The first ending signal ends the session cleanly (a proxy runs until told to
     stop); a second kills what is still being stopped."""
 
     def __init__(self, session: SessionView, out: TextIO) -> None:
@@ -85,6 +86,8 @@ class _Interrupts:
         self.stop = asyncio.Event()
 
     def on_signal(self, signum: signal.Signals) -> None:
+        if signum is signal.SIGHUP:
+            leave_hung_up_terminal()
         if self.received:
             say(self.out, f"{signum.name} again: killing the servers still stopping")
             for variant in self.session.variants.values():
