@@ -4,6 +4,7 @@ batch and the asyncio loop never waits on the disk."""
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ from typing import Any
 
 import msgpack
 
+from tracewatch.core.errors import TracewatchError
 from tracewatch.core.paths import make_private_dirs
 from tracewatch.core.recordings.ending import end_field
 from tracewatch.core.recordings.file_format import FORMAT, ROLLOUT_KINDS, VERSION
@@ -45,6 +47,11 @@ class RolloutSpans:
         return self.offsets[-1] + self.lengths[-1] if self.offsets else 0
 
 
+class RecorderError(TracewatchError, OSError):
+    """A recording that could not begin (its header did not fit on the disk): said with
+    its path, and no empty file left behind."""
+
+
 class Recorder:
     """Appends records to a new recording file.
 
@@ -73,11 +80,14 @@ class Recorder:
         self._packer = msgpack.Packer(use_bin_type=True, default=packable)
         header = {"format": FORMAT, "version": VERSION, "created": time.time(), "meta": dict(meta or {})}
         packed = self._packer.pack(header)
-        try:
-            _write_all(self._fd, packed)
-        except BaseException:
+        written, error = _write_some(self._fd, packed)
+        if error is not None or written < len(packed):
             os.close(self._fd)
-            raise
+            self.path.unlink(missing_ok=True)  # a header cut short is no recording: leave nothing
+            raise RecorderError(
+                f"cannot record to {self.path}: {error.strerror if error else 'short write'} while writing its "
+                f"{len(packed):,}-byte header. Free some space, record elsewhere (--record, TRACEWATCH_HOME) or not at all (--no-record)."
+            )
         self._start = len(packed)  # where the first record goes
         self._spans: dict[str, RolloutSpans] = {}
         self.replied: list[str] = []
@@ -87,7 +97,9 @@ class Recorder:
         self._since = 0.0  # monotonic time of the oldest unwritten append
         self._appended = 0  # bytes appended, ever
         self._written = 0  # bytes on disk, ever
-        self._buffered_records = 0
+        self._ends: list[int] = []
+        """Where each buffered record ends, in bytes appended ever: a batch cut short by a
+        full disk still counts the records it put on disk whole."""
         self.records_written = 0
         """Records wholly on disk: where the recording stops if writing fails."""
         self._flush_now = False
@@ -226,7 +238,7 @@ class Recorder:
             for data in parts:
                 self._buffer += data
             self._appended += size
-            self._buffered_records += 1
+            self._ends.append(self._appended)
             if len(self._buffer) >= self.max_batch:
                 self._cond.notify_all()
 
@@ -244,20 +256,18 @@ class Recorder:
                     else:
                         self._cond.wait()
                 batch, self._buffer = self._buffer, bytearray()
-                records, self._buffered_records = self._buffered_records, 0
+                ends, self._ends = self._ends, []
                 self._flush_now = False
-            try:
-                _write_all(self._fd, batch)
-            except OSError as error:
-                with self._cond:
-                    self._fail(error, f"writing a batch of {len(batch)} bytes")
-                    self._buffer = bytearray()
-                    self._cond.notify_all()
-                return
+            written, error = _write_some(self._fd, batch)
             with self._cond:
-                self._written += len(batch)
-                self.records_written += records
+                self.records_written += bisect.bisect_right(ends, self._written + written)
+                self._written += written
+                if error is not None:
+                    self._fail(error, f"writing a batch of {len(batch):,} bytes ({written:,} of them written)")
+                    self._buffer = bytearray()
                 self._cond.notify_all()
+            if error is not None:
+                return
 
     def _fail(self, error: OSError, doing: str) -> None:
         if self.error is None:
@@ -273,9 +283,16 @@ def _now(t: float | None) -> float:
     return time.time() if t is None else t
 
 
-def _write_all(fd: int, data: bytes | bytearray) -> None:
+def _write_some(fd: int, data: bytes | bytearray) -> tuple[int, OSError | None]:
+    """All of `data`, else how much of it reached the file before the write failed
+    (a full disk takes a batch's first bytes, then refuses the rest)."""
     view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = 0
+    while written < len(view):
+        try:
+            written += os.write(fd, view[written:])
+        except OSError as error:
+            return written, error
+    return written, None
 
 

@@ -195,13 +195,13 @@ async def test_rollouts_side_by_side_stay_while_shown(tmp_path: Path) -> None:
 
 
 async def test_nothing_leaves_memory_when_recording_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def full(fd: int, data: bytes | bytearray) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def full(fd: int, data: bytes | bytearray) -> tuple[int, OSError]:
+        return 0, OSError(errno.ENOSPC, "No space left on device")
 
     engine = recorded_engine(tmp_path, demo_variant("baseline", ["normal", "normal"]))
     assert engine.eviction is not None
     engine.eviction.budget = 0
-    monkeypatch.setattr(recorder_module, "_write_all", full)
+    monkeypatch.setattr(recorder_module, "_write_some", full)
     await engine.start()
     await asyncio.wait_for(engine.wait(), LIVE)
     assert engine.recorder.error is not None

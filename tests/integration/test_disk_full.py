@@ -30,8 +30,8 @@ FREE = 24 << 10
 STOPPED = re.compile(r"error: recording to (\S+) stopped after ([\d,]+) records \(([\d,]+) bytes\): No space left on device")
 
 
-@pytest.fixture
-def nearly_full_disk(tmp_path: Path) -> Iterator[Path]:
+def small_disk(tmp_path: Path, free: int) -> Iterator[Path]:
+    """A 1 MiB tmpfs with `free` bytes left."""
     disk = tmp_path / "disk"
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=700", "tmpfs", str(disk)], capture_output=True)
@@ -39,10 +39,20 @@ def nearly_full_disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
     try:
         room = os.statvfs(disk)
-        (disk / "filler").write_bytes(b"\0" * (room.f_bavail * room.f_frsize - FREE))
+        (disk / "filler").write_bytes(b"\0" * (room.f_bavail * room.f_frsize - free))
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+@pytest.fixture
+def nearly_full_disk(tmp_path: Path) -> Iterator[Path]:
+    yield from small_disk(tmp_path, FREE)
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    yield from small_disk(tmp_path, 0)
 
 
 def tasks(count: int) -> list[str]:
@@ -64,10 +74,27 @@ def test_headless_says_at_once_where_the_recording_stopped_and_exits_1(tmp_path,
     summary = next(i for i, line in enumerate(lines) if line.startswith("full: done;"))
     assert said and said[0] < summary, done.stdout  # said when noticed, and again in the summary
     assert "full: done; 12 done" in lines[summary]  # the runs it watched went on
-    path, records, _size = STOPPED.match(lines[said[0]]).groups()  # type: ignore[union-attr]
+    path, records, size = STOPPED.match(lines[said[0]]).groups()  # type: ignore[union-attr]
     assert path == str(recording)
-    kept = read_recording(recording)
-    assert len(list(kept)) >= int(records.replace(",", "")) > 0
+    # the batch the disk cut short counts too (before: "0 records (183 bytes)" of a full
+    # 1 MiB file): the numbers are the file's, its size and the records it holds whole
+    assert int(size.replace(",", "")) == recording.stat().st_size
+    assert int(records.replace(",", "")) == len(list(read_recording(recording))) > 0
+
+
+def test_a_full_disk_at_the_state_folder_names_the_recording_and_leaves_no_empty_file(tmp_path, full_disk):
+    """Before: "[Errno 28] No space left on device", no path, and a 0-byte recording left."""
+    config = write_config(tmp_path, [demo_variant("full", tasks(1))])
+    env = {**os.environ, "TRACEWATCH_HOME": str(full_disk / "home")}
+    done = subprocess.run(
+        [sys.executable, "-m", "tracewatch.cli", "--headless", str(config)],
+        capture_output=True, text=True, timeout=300, cwd=REPO, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    recordings = full_disk / "home" / "recordings"
+    assert re.match(rf"tracewatch: cannot record to {re.escape(str(recordings))}/\S+\.twrec: No space left on device", done.stderr), done.stderr
+    assert "--no-record" in done.stderr
+    assert not [path for path in (full_disk / "home").rglob("*") if path.is_file()], "nothing left behind"
 
 
 async def test_the_app_notifies_and_its_quit_output_says_where_recording_stopped(tmp_path, nearly_full_disk):

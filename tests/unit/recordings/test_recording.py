@@ -271,9 +271,9 @@ def test_a_failed_write_stops_recording_without_breaking_appends(tmp_path, monke
     assert rec.flush(timeout=10)
 
     def disk_full(fd, data):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return 0, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(recording, "_write_all", disk_full)
+    monkeypatch.setattr(recording, "_write_some", disk_full)
     rec.delta("v/0", {"trace": "t"})
     assert rec.flush(timeout=10)
     assert rec.error is not None
