@@ -104,13 +104,17 @@ class EpisodeAssembly:
 
 
 def _opened(header: Any, trace_id: str) -> dict[str, Any]:
-    """A new trace from its `open` header, with every list empty."""
+    """A new trace from its `open` header, with every list empty. Its id is the header's,
+    as verifiers keeps it, when that is text; else (5, null, none) the one its deltas
+    name it by: an id of another type made the recorded reply's trace summaries
+    unreadable, so a run done live failed in replay."""
     if not isinstance(header, Mapping):
         raise AssemblyError(
             f"delta for trace {trace_id} which was never opened "
             "(no 'open' header): was an earlier delta lost?"
         )
-    trace = {**header, **{field: [] for field in LIST_FIELDS}, "pending": []}
+    own_id = header.get("id")
+    trace = {**header, "id": own_id if type(own_id) is str else trace_id, **{field: [] for field in LIST_FIELDS}, "pending": []}
     trace["nodes"], trace["calls"] = PackedList(), PackedList()
     return trace
 

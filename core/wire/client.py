@@ -389,6 +389,9 @@ class EnvClient:
         future = self._replies.get(request_id)
         if future is None or future.done():
             return
+        # the run ends at its reply: a delta after it is no longer the run's, and was
+        # recorded before the reply and replayed into it (a run done live failed in replay)
+        self._runs.pop(request_id, None)
         try:
             reply = unpack(data)
         except Exception as error:

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import msgpack
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.scripted_server import OK, ScriptedServer, attached, endings, header, replay
@@ -161,8 +161,12 @@ def hostile(draw: st.DrawFn, delta: dict[str, Any]) -> dict[str, Any]:
 
 @st.composite
 def stream(draw: st.DrawFn) -> list[Any]:
-    """One run's deltas: an opening, sound deltas, some of them made hostile."""
-    deltas: list[Any] = [{"trace": "t", "open": header("t")}]
+    """One run's deltas: an opening (now and then with an `id` of another type than
+    text), sound deltas, some of them made hostile."""
+    opening = header("t")
+    if draw(st.integers(0, 7)) == 0:
+        opening["id"] = draw(SCALARS.filter(lambda value: not isinstance(value, str)))
+    deltas: list[Any] = [{"trace": "t", "open": opening}]
     nodes = 0
     for _ in range(draw(st.integers(0, 14))):
         delta = draw(sound_delta("t", nodes))
@@ -241,17 +245,34 @@ def session(draw: st.DrawFn) -> dict[str, list[Any]]:
         calls = sum(len(s[1].get("calls") or ()) for s in steps if s[0] == "delta" and isinstance(s[1], dict) and isinstance(s[1].get("calls"), list))
         ending = draw(st.sampled_from(["sound"] * 6 + ["failed", "malformed", "none"]))  # none: it stalls until cancelled
         if ending == "sound":
-            steps.append(("reply", {**OK, "head": {"id": f"e{task}", "ok": True}, "traces": [{"id": "t", "nodes": nodes, "calls": calls}]}))
+            steps.append(("reply", sound_reply(task, nodes, calls)))
         elif ending == "failed":
             steps.append(("reply", {"success": False, "error": draw(st.text(max_size=20))}))
         elif ending == "malformed":
             steps.append(("reply", draw(ANYTHING)))
+        if ending != "none" and draw(st.integers(0, 3)) == 0:  # a server that goes on after its reply
+            late = draw(sound_delta("t", nodes))
+            steps.append(("delta", draw(hostile(late)) if draw(st.booleans()) else late))
         scripts[f"task{task}"] = steps
     return scripts
 
 
+def sound_reply(task: int, nodes: int, calls: int) -> dict[str, Any]:
+    return {**OK, "head": {"id": f"e{task}", "ok": True}, "traces": [{"id": "t", "nodes": nodes, "calls": calls}]}
+
+
+REPLAY_DISAGREED = [
+    # a header's id of another type than text: live done, replay failed on the recorded reply's trace summary
+    {"task0": [("delta", {"trace": "t", "open": {**header("t"), "id": 5}}), ("reply", sound_reply(0, 0, 0))]},
+    # a delta after the reply: recorded before it, so the replay failed the run live saw done
+    {"task0": [("delta", {"trace": "t", "open": header("t")}), ("reply", sound_reply(0, 0, 0)), ("delta", {"trace": "t", "set": {"num_total_tokens": "abc"}})]},
+]
+
+
 @settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scripts=session())
+@example(scripts=REPLAY_DISAGREED[0])
+@example(scripts=REPLAY_DISAGREED[1])
 def test_generated_sessions_end_every_rollout_and_replay_the_same(tmp_path_factory, monkeypatch, scripts):
     monkeypatch.setattr(variant_module, "CANCEL_REPLY_WAIT", 0.2)
     tmp_path = tmp_path_factory.mktemp("fuzz")
