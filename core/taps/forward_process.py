@@ -11,7 +11,7 @@ leg's copies pick up again at the next message start. The counters go along ever
 quarter second. The app gives orders on stdin (`cancel REQUEST_ID`, `fail
 REQUEST_ID_HEX`, `took BYTES`, `stop`). End of stdin without a `stop` means the
 app died: the drivers' runs are not the app's to end, so forwarding goes on, unwatched,
-until the last driver disconnects. The first stdout line is the bound listen address,
+until no driver has been connected for `UNWATCHED_GRACE`. The first stdout line is the bound listen address,
 or the process exits 2 with the reason on stderr.
 """
 
@@ -76,6 +76,9 @@ STATUS_EVERY = 0.25
 STATUS, CLOSED, RESUMED = b"status", b"closed", b"resumed"
 UNWATCHED_POLL = 0.1
 """How often a forwarder whose app died looks whether its drivers have gone."""
+UNWATCHED_GRACE = 5.0
+"""How long a forwarder whose app died serves on with no driver, for one that is
+connecting: counted from the app's death, then from the last driver's going."""
 FAILED_IN_FLIGHT = (
     "the tracewatch proxy's forwarding process died while this run was in flight; its deltas and reply are lost "
     "(a new forwarding process now listens on the same address)"
@@ -295,13 +298,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not obey(forwarder, sys.stdin):
             forwarder.unwatched = True
-            while forwarder.drivers:
-                time.sleep(UNWATCHED_POLL)
+            serve_unwatched(forwarder)
     except KeyboardInterrupt:
         pass
     forwarder.stop()
     forwarder.close()
     return 0
+
+
+def serve_unwatched(forwarder: PushingForwarder) -> None:
+    """Forward until no driver has been connected for `UNWATCHED_GRACE`. Before, the
+    process ended as soon as it counted no driver, and a driver whose connection the
+    forwarding thread had not yet accepted (one starting as the app died) was left
+    with nothing listening: no health reply, ever (2 of 16 kills of a freshly started
+    proxy's app)."""
+    idle_since = time.monotonic()
+    while forwarder.drivers or time.monotonic() - idle_since < UNWATCHED_GRACE:
+        if forwarder.drivers:
+            idle_since = time.monotonic()
+        time.sleep(UNWATCHED_POLL)
 
 
 def obey(forwarder: PushingForwarder, orders: TextIO) -> bool:

@@ -28,8 +28,11 @@ from tests.support.tether import TetheredProcess
 from tracewatch.core.ports import free_address
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.status import Status
+from tracewatch.core.taps.forward_process import UNWATCHED_GRACE
 
 WAIT = 60.0
+DRIVER_LATE = 1.0
+"""How long after the app's death the late driver starts (well within UNWATCHED_GRACE)."""
 SAMPLING = SamplingConfig(temperature=0.3, max_tokens=512)
 
 
@@ -75,6 +78,41 @@ async def test_a_killed_app_leaves_the_forwarder_forwarding_until_its_driver_dis
         await client.close()
         app.end()
     wait_until(lambda: pid_gone(forwarding), WAIT, "the forwarder gone once its driver disconnected")
+
+
+async def test_a_driver_connecting_as_the_app_dies_is_served(upstream) -> None:
+    """Verifiers' driver starting as the app of a freshly started proxy is killed: its
+    connection was not yet accepted when the forwarding process counted its drivers, so
+    before, it counted none and exited, and the driver got no health reply, ever (2 of
+    16 kills). Here the driver starts a second after the app died (its connection in
+    flight on a loaded box); the forwarder serves on for `UNWATCHED_GRACE` with no driver."""
+    listen = free_address()
+    app = TetheredProcess(
+        [sys.executable, "-m", "tracewatch.cli", "proxy", "--listen", listen, "--upstream", upstream, "--headless", "--no-record"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    forwarding = None
+    client = None
+    try:
+        (forwarding,) = wait_until(lambda: children(app.pid), WAIT, "the forwarding process")
+        first = VerifiersClient(listen)
+        try:
+            await first.wait_for_server_startup(timeout=WAIT)  # it forwards: the proxy is up
+        finally:
+            await first.close()
+        os.kill(app.pid, signal.SIGKILL)
+        app.wait()
+        await asyncio.sleep(DRIVER_LATE)  # the scenario, not a wait for anything: a driver arriving after the death
+        client = VerifiersClient(listen)
+        await client.wait_for_server_startup(timeout=WAIT)
+        episode = await asyncio.wait_for(client.run(EvalClientConfig(), "demo-model", SAMPLING, task(0, "normal")), WAIT)
+        assert episode.traces and episode.traces[0].nodes, "the run went through the orphaned forwarder"
+    finally:
+        if client is not None:
+            await client.close()
+        app.end()
+    if forwarding is not None:
+        wait_until(lambda: pid_gone(forwarding), WAIT + UNWATCHED_GRACE, "the forwarder gone once no driver is left")
 
 
 @pytest.fixture
