@@ -99,8 +99,9 @@ def test_elapsed_is_each_rollouts_own_recorded_time_not_its_wait_for_a_slot(eval
         name = line.partition("[")[2].partition("]")[0]
         printed.setdefault(name, []).append(float(line.rpartition(" · ")[2].rstrip("s")))
     assert sorted(printed) == sorted(recorded)
-    for name, seconds in recorded.items():
-        assert sorted(printed[name]) == pytest.approx(seconds, abs=0.051), f"headless lines of {name}"
+    for name, seconds in recorded.items():  # each cut to the tenth shown, never rounded up (core/run/durations)
+        cut = all(own - 0.1 < shown <= own for shown, own in zip(sorted(printed[name]), seconds))
+        assert cut, f"headless lines of {name}: {sorted(printed[name])} for {seconds}"
 
     for session in (OpenedRecording(eval_run.recording), OpenedRun(eval_run.run_dir)):
         rollouts = list(session.store.rollouts.values())
