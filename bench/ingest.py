@@ -6,9 +6,9 @@ and no event loop, so what is left between this and `bench/live.py`'s CPU per de
 is receiving, the loop and scheduling runs.
 
 Each stage adds one step to the one before: decoding as the client does
-(`unpack_delta`), then the assembly (the boundary check and `apply`), then the
-store's `observe`, then the recorder writing the frame (its writer thread's CPU is
-counted: the clock is the process's). Rounds alternate the stages; the best CPU time
+(`unpack_delta`), then the assembly (the boundary check and `apply`), then the rest
+of the store's `apply_delta` (what the views show of it), then the recorder writing
+the frame (its writer thread's CPU is counted: the clock is the process's). Rounds alternate the stages; the best CPU time
 of each is kept.
 
     python -m bench.ingest [--rollouts 64 --turns 100 --tokens 100 --rounds 5] [--frames PATH]
@@ -64,13 +64,12 @@ def assemble(frames: list[tuple[int, bytes]], _directory: Path) -> None:
         rollouts[index].assembly.apply(unpack_delta(data))
 
 
-def observe(frames: list[tuple[int, bytes]], _directory: Path) -> None:
+def apply_to_store(frames: list[tuple[int, bytes]], _directory: Path) -> None:
     store, keys = _store(frames)
     for index, data in frames:
         delta = unpack_delta(data)
         key = keys[index]
-        store.rollouts[key].assembly.apply(delta)
-        store.observe(key, delta)
+        store.apply_delta(key, delta)
 
 
 def record(frames: list[tuple[int, bytes]], directory: Path) -> None:
@@ -80,8 +79,7 @@ def record(frames: list[tuple[int, bytes]], directory: Path) -> None:
         key = keys[index]
         recorder.delta_frame(key, data)
         delta = unpack_delta(data)
-        store.rollouts[key].assembly.apply(delta)
-        store.observe(key, delta)
+        store.apply_delta(key, delta)
     recorder.close()
     recorder.path.unlink()
 
@@ -90,7 +88,7 @@ STAGES: dict[str, Callable[[list[tuple[int, bytes]], Path], None]] = {
     "bare unpackb": bare,
     "decode": decode,
     "+ assemble": assemble,
-    "+ store": observe,
+    "+ store": apply_to_store,
     "+ record": record,
 }
 

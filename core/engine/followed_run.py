@@ -9,9 +9,9 @@ the index's word on it, so a live row becomes its finished row, never a second o
 finished episode never seen live joins as a row of its index facts alone; its record
 is read from its chunk only when it is opened (`load`).
 
-The live rows fold through the follower's own assembly (`LiveFollower.on_delta`): the
-store derives its rows from the deltas that assembly folded, as it does behind the
-wire's client, so a trace is folded once.
+The live rows are folded by the store (`LiveFollower.fold`): it applies each delta,
+as from every source, into the follower's own assembly of the file, so a trace is
+folded once.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class FollowedRun(Session):
         self.follow = follow
         self.until_idle = until_idle
         self.run = PrimeRlRun(layout)
-        self.run.live.on_delta = self._observe
+        self.run.live.fold = self._fold
         self.variants: dict[str, RecordedVariant] = {}
         name = (layout.traces.parent.parent.parent if layout.monitor is not None and layout.monitor.name == "file" else layout.traces.parent).name
         self.readonly_reason = f"following the prime-rl run {name}: tracewatch only watches it"
@@ -197,8 +197,9 @@ class FollowedRun(Session):
         variant = variant_name(dispatch.kind if dispatch else None, dispatch.env if dispatch else None)
         return f"{variant}/{dispatch.id if dispatch is not None and dispatch.id else fallback}"
 
-    def _observe(self, trace: LiveTrace, assembly: EpisodeAssembly, delta: dict[str, Any]) -> None:
-        """A delta the follower folded: its rollout runs from its dispatch's start."""
+    def _fold(self, trace: LiveTrace, assembly: EpisodeAssembly, delta: dict[str, Any]) -> dict[str, Any]:
+        """A delta the follower read, folded into its file's `assembly` by the store:
+        its rollout runs from its dispatch's start."""
         key = self._by_trace.get(trace.trace_id)
         if key is None:
             key = self._by_trace[trace.trace_id] = self._key(trace.dispatch, trace.trace_id)
@@ -208,15 +209,16 @@ class FollowedRun(Session):
             started = trace.dispatch.started if trace.dispatch else None
             rollout = self._add(key, trace.dispatch, started)
         if key in self._row_of:
-            return  # it landed before its file stopped growing: the row is the record's
+            return assembly.apply(delta)  # it landed before its file stopped growing: the row is the record's
         if self._assemblies.get(key) is not assembly:  # its first trace, a retry's, or its file folded again
             rollout = store.reset_rollout(key) if key in self._assemblies else rollout
-            self._assemblies[key] = rollout._assembly = assembly
+            rollout.fold_into(assembly)
+            self._assemblies[key] = assembly
             started = trace.dispatch.started if trace.dispatch and trace.dispatch.started else None
             store.started(key, trace.trace_id, started)
             if started is not None:
                 store.running_from(key, started)
-        store.observe(key, delta)
+        return store.apply_delta(key, delta)
 
     def _land(self, trace_id: str, row: int) -> None:
         key = self._by_trace.get(trace_id)
@@ -233,9 +235,7 @@ class FollowedRun(Session):
         file may have vanished before its last deltas were read, and the record is what
         landed. Its traces leave memory until it is opened."""
         rollout = self.store.rollouts[key]
-        rollout.traces = {}
-        rollout.record = None
-        rollout._assembly = rollout._facts = None
+        rollout.unload()
         rollout.facts = self._facts(row)
         self._mark_used(key, row)
         self.store.touch_rollout(key)

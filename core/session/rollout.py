@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracewatch.core.run.series import Occupancy, Outcome
 from tracewatch.core.run.times import Attempt, RolloutTimes, discarded_attempt
@@ -14,6 +14,15 @@ from tracewatch.core.session.tallies import Counted
 from tracewatch.core.session.task_identity import task_identity
 from tracewatch.core.session.trace_state import NO_FACTS, RolloutFacts, TraceState, rollout_facts
 from tracewatch.core.wire.assembly import EpisodeAssembly
+
+
+class Counts(NamedTuple):
+    """A rollout as the run's series (its times, its outcome) and its variant's
+    tallies (`Counted`) count it."""
+
+    occupancy: Occupancy
+    outcome: Outcome | None
+    counted: Counted
 
 
 @dataclass
@@ -59,11 +68,6 @@ class Rollout:
     _assembly: EpisodeAssembly | None = field(default=None, repr=False)
     _facts: tuple[tuple[tuple[str, int], ...], RolloutFacts] | None = field(default=None, repr=False, compare=False)
     """Its facts and the (id, revision) of each trace they were derived from."""
-    _occupancy: Occupancy | None = field(default=None, repr=False, compare=False)
-    """Its times as the run's series last counted them (`RolloutStore._account`)."""
-    _outcome: Outcome | None = field(default=None, repr=False, compare=False)
-    _counted: Counted | None = field(default=None, repr=False, compare=False)
-    """How its variant's tallies last counted it (`RolloutStore._bump`)."""
 
     @property
     def assembly(self) -> EpisodeAssembly:
@@ -72,6 +76,45 @@ class Rollout:
         if self._assembly is None:
             self._assembly = EpisodeAssembly()
         return self._assembly
+
+    def fresh(self) -> Rollout:
+        """A new rollout in its place: the same task, variant, run, time queued and
+        whether the trainer used it, nothing of what it did, for its records to be
+        applied again from the start."""
+        return Rollout(
+            self.key, self.variant, self.task_index, self.task_data, self.rollout_index, self.run,
+            created_at=self.created_at, task_key=self.task_key, step=self.step, used=self.used,
+        )
+
+    def unload(self) -> None:
+        """Its traces leave memory; its row, the stats and compare read its summary,
+        kept in their place, until `reload`."""
+        self.facts = self.summary()
+        self.traces = {}
+        self.record = None
+        self._assembly = self._facts = None
+
+    def reload(self, loaded: Rollout) -> None:
+        """Its traces back, from `loaded`: the same rollout rebuilt from its records."""
+        self.traces, self.record, self._assembly = loaded.traces, loaded.record, loaded._assembly
+        self.facts = self.unavailable = self._facts = None
+
+    def fold_into(self, assembly: EpisodeAssembly) -> None:
+        """Its deltas are folded into `assembly`, which their source keeps too (a
+        followed file's), so a trace is folded once."""
+        self._assembly = assembly
+
+    def counts(self) -> Counts:
+        """What the run's series and its variant's tallies count of it now."""
+        outcome = None
+        if self.status.finished and self.ended_at is not None:
+            times = self.times
+            agent = times.agent_seconds if times is not None else None
+            outcome = Outcome(self.ended_at, self.status.value, self.reward, self.tokens, agent)
+        status = Status.QUEUED if self.waiting else self.status
+        scored = status.finished and (self.traces or self.facts is not None)  # ended before any trace: no reward
+        counted = (status, self.flags, self.reward if scored else None)
+        return Counts(Occupancy(self.created_at or None, *self.ran()), outcome, counted)
 
     @property
     def ending(self) -> Ending | None:

@@ -8,15 +8,15 @@ tick redraws only those, however many deltas landed in between.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracewatch.core.run.series import Occupancy, Outcome, RunSeries
+from tracewatch.core.run.series import RunSeries
 from tracewatch.core.session.phases import DURATION_KEYS, percentile, phase_durations
-from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.rollout import Counts, Rollout
+from tracewatch.core.session.stall_watch import StallWatch
 from tracewatch.core.session.status import LIVE, Ending, Status, episode_ending
 from tracewatch.core.session.tallies import SortedPhases, Tally
 from tracewatch.core.session.trace_state import ERROR_WORDS_LIMIT, TraceState, add_error_words
@@ -54,10 +54,8 @@ class RolloutStore:
     def __init__(
         self, stall_seconds: float = 60.0, clock: Callable[[], float] = time.time, stall_by_variant: Mapping[str, float] | None = None
     ) -> None:
-        self.stall_seconds = stall_seconds
-        """How long a live rollout may be silent, for a variant with no threshold of its own."""
-        self.stall_by_variant = dict(stall_by_variant or {})
-        """Each variant's own threshold (its config's `stall_seconds`)."""
+        self.stalls = StallWatch(stall_seconds, stall_by_variant)
+        """Which live rollouts went silent, and each variant's threshold."""
         self.clock = clock
         self.rollouts: dict[str, Rollout] = {}
         self.variants: dict[str, list[str]] = {}
@@ -69,6 +67,9 @@ class RolloutStore:
         self._tallies: dict[tuple[str, int | None], Tally] = {}
         """Per variant and per (variant, run), what `stats` counts, kept as rollouts
         change (`tracewatch.core.session.tallies`)."""
+        self._counted: dict[str, Counts] = {}
+        """Each rollout as the series and the tallies last counted it (`_changed`), by
+        key: one started again in its place (`reset_rollout`) takes its old counts back."""
         self._changes = Changes()
         self.partial: str | None = None
         """Why the store holds only part of its source yet (an opened recording still
@@ -76,17 +77,6 @@ class RolloutStore:
         self.dropped_frames = 0
         """Frames a client could not use (the screen may then miss what they held)."""
         self.last_drop: str | None = None
-        self._live: set[str] = set()
-        """Keys of the rollouts running or cancelling: what can stall, without a look at
-        every queued and finished one."""
-        self._heard: dict[str, float] = {}
-        """The live rollouts that can stall, by when each last spoke (`Rollout.idle`),
-        quietest first while `_heard_in_order`: a stall check looks at the quietest
-        until one is not stalled, not at every live rollout each second."""
-        self._heard_in_order = True
-        """False once a rollout spoke at a time before the last one heard (times a
-        recording or a test set out of order): the checks then pass over all."""
-        self._last_heard = -math.inf
         self._stats: dict[tuple[str, int | None], tuple[int, VariantStats]] = {}
         self._versions: dict[str, int] = {}
         """Per variant, bumped whenever a rollout's status, ending or record changes:
@@ -125,105 +115,80 @@ class RolloutStore:
         self.steps_known = self.steps_known or step is not None
         self.rollouts[key] = rollout
         self.variants[variant].append(key)
-        self._account(rollout)
-        self._touch(rollout)
-        self._bump(rollout)
+        self._changed(rollout)
         self._changes.added.append(key)
         return rollout
 
     def reset_rollout(self, key: str) -> Rollout:
         """A fresh rollout in the same place, for records about to be applied again
         from the start (a rollout loaded on demand)."""
-        old = self.rollouts[key]
-        rollout = Rollout(key, old.variant, old.task_index, old.task_data, old.rollout_index, old.run, created_at=old.created_at, task_key=old.task_key, step=old.step)
-        rollout._occupancy, rollout._outcome, rollout._counted = old._occupancy, old._outcome, old._counted
-        rollout.used = old.used
-        self.rollouts[key] = rollout
-        self._live.discard(key)
-        self._heard.pop(key, None)
-        self._account(rollout)
-        self._touch(rollout)
-        self._bump(rollout)
+        rollout = self.rollouts[key] = self.rollouts[key].fresh()
+        self.stalls.forget(key)
+        self._changed(rollout)
         return rollout
 
     def unload(self, key: str) -> None:
         """Let a finished rollout's traces leave memory: its row, the stats and compare
         read the summary kept in their place; `reload` puts them back."""
-        rollout = self.rollouts[key]
-        rollout.facts = rollout.summary()
-        rollout.traces = {}
-        rollout.record = None
-        rollout._assembly = rollout._facts = None
+        self.rollouts[key].unload()
 
     def reload(self, key: str, loaded: Rollout) -> None:
         """An unloaded rollout's traces back, from `loaded`: the same rollout rebuilt
         from its recorded records."""
         rollout = self.rollouts[key]
-        rollout.traces, rollout.record, rollout._assembly = loaded.traces, loaded.record, loaded._assembly
-        rollout.facts = rollout.unavailable = rollout._facts = None
-        self._touch(rollout)
+        rollout.reload(loaded)
+        self._changed(rollout, recount=False)
 
     def started(self, key: str, request_id: str, t: float | None = None) -> None:
         rollout = self.rollouts[key]
         rollout.request_id = request_id
         rollout.status = Status.RUNNING
         rollout.started_at = t if t is not None else self.clock()
-        self._live.add(key)
-        self._hear(rollout)
-        self._account(rollout)
-        self._touch(rollout)
-        self._bump(rollout)
+        self.stalls.live(rollout)
+        self._changed(rollout)
 
     def running_from(self, key: str, t: float) -> None:
         """It began running at `t`, as its source knows (its first delta may reach
         this store later: a viewer that joined mid-run is sent the deltas so far)."""
         rollout = self.rollouts[key]
         rollout.running_since = t
-        self._account(rollout)
-        self._touch(rollout)
-        self._bump(rollout)
+        self._changed(rollout)
 
     def restore(self, key: str, status: Status) -> None:
         """An unfinished rollout's status as a recording's index last saw it."""
         rollout = self.rollouts[key]
         rollout.status = status
         if status in LIVE:
-            self._live.add(key)
-            self._hear(rollout)
-        self._account(rollout)
-        self._touch(rollout)
-        self._bump(rollout)
+            self.stalls.live(rollout)
+        self._changed(rollout)
 
     def cancelling(self, key: str) -> None:
         rollout = self.rollouts[key]
         if not rollout.status.finished:
             rollout.status = Status.CANCELLING
-            self._live.add(key)
-            if key not in self._heard:
-                self._hear(rollout)
-            self._touch(rollout)
-            self._bump(rollout)
+            self.stalls.cancelling(rollout)
+            self._changed(rollout)
 
-    def apply_delta(self, key: str, delta: dict[str, Any], t: float | None = None) -> None:
-        """Apply a delta the client has not applied (replay, recordings)."""
-        self.rollouts[key].assembly.apply(delta)
-        self.observe(key, delta, t)
-
-    def observe(self, key: str, delta: dict[str, Any], t: float | None = None) -> None:
-        """Derive display state from a delta already applied to the rollout's
-        assembly (the live path: the client applies it first)."""
+    def apply_delta(self, key: str, delta: dict[str, Any], t: float | None = None) -> dict[str, Any]:
+        """The one way a delta reaches a rollout, from every source (a run we
+        dispatched, a tap, a recording, a run folder, a followed file): `delta` is as
+        its source decoded it and applied nowhere yet. It is applied to the rollout's
+        assembly, which checks it first (an `AssemblyError` then, with nothing
+        changed), and what the views show of it is derived, received at `t` (now if
+        None). Returns the trace as folded (the dropped one for a discard)."""
         rollout = self.rollouts[key]
+        folded = rollout.assembly.apply(delta)
         now = t if t is not None else self.clock()
         rollout.last_delta_at = now
         rollout.deltas += 1
-        if key in self._live:
-            self._hear(rollout)
+        self.stalls.spoke(rollout)
         trace_id = delta["trace"]
         self._changes.traces.add((key, trace_id))
-        self._touch(rollout)
         if delta.get("discard"):
-            self._discard(rollout, trace_id)
-            return
+            dropped = rollout.discard(trace_id)
+            # a card counts flags, and one with no trace as waiting
+            self._changed(rollout, recount=dropped is not None and bool(dropped.flags or not rollout.traces))
+            return folded
         state = rollout.traces.get(trace_id)
         began = state is None and not rollout.traces
         if state is None:
@@ -254,18 +219,12 @@ class RolloutStore:
                 state.tools_since = None
             else:
                 state.pending_since = state.model_since = None
-        if began:  # running from here, not waiting; a late joiner was told since when, before this
-            if rollout.running_since is None:
-                rollout.running_since = now
-            self._account(rollout)
-            self._bump(rollout)
-        elif raised:  # rare: a card counts flagged rollouts; last, as its facts read all the delta carried
-            self._bump(rollout)
-
-    def _discard(self, rollout: Rollout, trace_id: str) -> None:
-        dropped = rollout.discard(trace_id)
-        if dropped is not None and (dropped.flags or not rollout.traces):  # a card counts flags, and one with no trace as waiting
-            self._bump(rollout)
+        if began and rollout.running_since is None:  # running from here, not waiting; a late joiner was told since when, before this
+            rollout.running_since = now
+        # what a card counts moves when it began (running, not waiting) or raised a flag
+        # (rare); last, as its facts read all the delta carried
+        self._changed(rollout, recount=began or raised)
+        return folded
 
     def finished(self, key: str, record: dict[str, Any], t: float | None = None) -> None:
         """The run replied with its episode."""
@@ -285,11 +244,11 @@ class RolloutStore:
         rollout = self.rollouts[key]
         if record is not None:
             rollout.record = record
-            self._bump(rollout)
         if rollout.status.finished:
+            if record is not None:
+                self._changed(rollout)
             return
-        self._live.discard(key)
-        self._heard.pop(key, None)
+        self.stalls.forget(key)
         rollout.reason = ending.reason
         rollout.status = ending.status
         rollout.ended_at = t if t is not None else self.clock()
@@ -299,9 +258,7 @@ class RolloutStore:
             self._phases[rollout.variant].set(key, phase_durations(rollout.primary.timing))
         elif ending.status is Status.DONE and (times := rollout.times) is not None:
             self._phases[rollout.variant].set(key, times.durations())  # known by its summary alone
-        self._account(rollout)
-        self._touch(rollout)
-        self._bump(rollout)
+        self._changed(rollout)
 
     def dropped_frame(self, variant: str, reason: str) -> None:
         self.dropped_frames += 1
@@ -310,7 +267,7 @@ class RolloutStore:
 
     def touch_rollout(self, key: str) -> None:
         """Something a view shows of a rollout changed outside its deltas."""
-        self._touch(self.rollouts[key])
+        self._changed(self.rollouts[key], recount=False)
 
     def touch_variant(self, name: str) -> None:
         """A variant's own state changed (lifecycle, server pid, escalation)."""
@@ -361,7 +318,7 @@ class RolloutStore:
         """How long a live rollout of `variant` may be silent before it is stalled: its
         variant's own `stall_seconds`, else the store's. The table, the filter, the
         status line, the alerts and headless all ask here, so they agree."""
-        return self.stall_by_variant.get(variant, self.stall_seconds)
+        return self.stalls.threshold(variant)
 
     def is_stalled(self, rollout: Rollout, now: float) -> bool:
         return rollout.stalled(now, self.stall_threshold(rollout.variant))
@@ -369,92 +326,47 @@ class RolloutStore:
     def cap_stall(self, limit: float) -> None:
         """No variant waits longer than `limit` to call a rollout stalled (a cancel
         threshold below a variant's own must see the stall to act on it)."""
-        self.stall_seconds = min(self.stall_seconds, limit)
-        self.stall_by_variant = {name: min(seconds, limit) for name, seconds in self.stall_by_variant.items()}
+        self.stalls.cap(limit)
 
     def stalled(self, now: float | None = None) -> list[Rollout]:
         """The live rollouts silent past their variant's `stall_threshold`, oldest first."""
         rollouts = self.rollouts
-        found = [rollouts[key] for key in self._silent(now if now is not None else self.clock())]
+        found = [rollouts[key] for key in self._silent(now)]
         return sorted(found, key=lambda r: r.started_at or 0.0)
 
     def live_counts(self, now: float | None = None) -> tuple[int, int]:
         """How many rollouts are running, and how many live ones stalled, for a status
         line redrawn each second: the cards' counts, and a look at the quietest."""
-        return self.running_count(), len(self._silent(now if now is not None else self.clock()))
+        return self.running_count(), len(self._silent(now))
 
-    def _silent(self, now: float) -> list[str]:
-        """The keys of the live rollouts past their variant's `stall_threshold`. Asked
-        once a second: it looks at the quietest live rollouts until one is not silent
-        past the lowest threshold, so a run with none stalled costs a look at one
-        rollout, not a pass over all in flight; a rollout is read only when variants' thresholds differ."""
-        limits = {name: self.stall_threshold(name) for name in self.variants}
-        lowest = min(limits.values(), default=self.stall_seconds)
-        quiet = self._quiet(now, lowest)
-        if all(limit == lowest for limit in limits.values()):
-            return [key for key, heard in quiet if now - heard > lowest]
-        rollouts = self.rollouts
-        return [key for key, heard in quiet if now - heard > limits[rollouts[key].variant]]
+    def _silent(self, now: float | None) -> list[str]:
+        return self.stalls.silent(now if now is not None else self.clock(), self.rollouts, self.variants)
 
-    def _quiet(self, now: float, threshold: float) -> Iterable[tuple[str, float]]:
-        """The live rollouts silent past `threshold` (and, once the times came out of
-        order, every one that can stall)."""
-        if not self._heard_in_order:
-            return self._heard.items()
-        quiet = []
-        for key, heard in self._heard.items():
-            if now - heard <= threshold:
-                break
-            quiet.append((key, heard))
-        return quiet
-
-    def _hear(self, rollout: Rollout) -> None:
-        """The rollout spoke (or started): it moves to the end of `_heard`. One with
-        neither time is never stalled (`Rollout.idle` is 0) and is left out."""
-        heard = rollout.last_delta_at or rollout.started_at
-        self._heard.pop(rollout.key, None)
-        if heard is None:
-            return
-        if heard < self._last_heard:
-            self._heard_in_order = False
-        self._last_heard = max(self._last_heard, heard)
-        self._heard[rollout.key] = heard
-
-    def _account(self, rollout: Rollout) -> None:
-        """Count the rollout's times and outcome in the run's series: what changed since
-        they were last counted (a rollout read again takes its old counts back)."""
-        occupancy = Occupancy(rollout.created_at or None, *rollout.ran())
-        self.series.occupancy(rollout.variant, rollout._occupancy, occupancy)
-        rollout._occupancy = occupancy
-        outcome = None
-        if rollout.status.finished and rollout.ended_at is not None:
-            times = rollout.times
-            agent = times.agent_seconds if times is not None else None
-            outcome = Outcome(rollout.ended_at, rollout.status.value, rollout.reward, rollout.tokens, agent)
-        self.series.outcome(rollout.variant, rollout._outcome, outcome)
-        rollout._outcome = outcome
-
-    def _touch(self, rollout: Rollout) -> None:
-        self._changes.rollouts.add(rollout.key)
-        self._changes.variants.add(rollout.variant)
-
-    def _bump(self, rollout: Rollout) -> None:
-        """One of what a card counts of `rollout` may have changed: its variant's
-        tallies count it again (its old contribution taken back), its stats are stale."""
+    def _changed(self, rollout: Rollout, recount: bool = True) -> None:
+        """The one way to say a rollout changed: the views redraw it, and, with
+        `recount` (what a card counts of it or its times may have moved), the run's
+        series and its variant's tallies count it again, its old counts taken back,
+        and its variant's stats are stale."""
         variant = rollout.variant
+        self._changes.rollouts.add(rollout.key)
+        self._changes.variants.add(variant)
+        if not recount:
+            return
         self._versions[variant] = self._versions.get(variant, 0) + 1
         self.version += 1
-        status = Status.QUEUED if rollout.waiting else rollout.status
-        scored = status.finished and (rollout.traces or rollout.facts is not None)  # ended before any trace: no reward
-        counted = (status, rollout.flags, rollout.reward if scored else None)
-        old = rollout._counted
-        if counted == old:
+        counts = rollout.counts()
+        old = self._counted.get(rollout.key)
+        if counts == old:
             return
-        rollout._counted = counted
+        self._counted[rollout.key] = counts
+        self.series.occupancy(variant, old.occupancy if old is not None else None, counts.occupancy)
+        self.series.outcome(variant, old.outcome if old is not None else None, counts.outcome)
+        if old is not None and old.counted == counts.counted:
+            return
         for place in ((variant, None), (variant, rollout.run)):
             tally = self._tallies.get(place)
             if tally is None:
                 tally = self._tallies[place] = Tally(dict.fromkeys(Status, 0))
             if old is not None:
-                tally.add(old, -1)
-            tally.add(counted, 1)
+                tally.add(old.counted, -1)
+            tally.add(counts.counted, 1)

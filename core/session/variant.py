@@ -362,22 +362,22 @@ class Variant(CapturedChild):
             self.recorder.request(key, request_id)
 
         def on_delta(delta: dict[str, Any]) -> None:
-            self.store.observe(key, delta)
+            self.store.apply_delta(key, delta)
 
         def on_frame(frame: bytes) -> None:
             self.recorder.delta_frame(key, frame)
 
         try:
-            record = await client.run(
+            reply = await client.stream(
                 rollout.task_data,
                 self.config.client_config(),
                 self.config.model,
                 self.config.sampling,
                 on_delta,
                 request_id=request_id,
-                assembly=rollout.assembly,
                 on_frame=on_frame if self.recorder is not None else None,
             )
+            record = rollout.assembly.finish(reply.head, reply.traces)
             self.store.finished(key, record)
         except asyncio.CancelledError:
             self._end(key, "cancelled with the variant", cancelled=True)

@@ -3,7 +3,7 @@
 Every tap (the wire proxy, the injected eval tap, a relay viewer) hears of a run as
 three kinds of news: it began (with its task, and the model and sampling it asked
 for), a delta, and the reply. `ObservedRuns` turns that news into rollouts exactly as
-a dispatched run would be: the client's assembly, the store's display state, and
+a dispatched run would be: the store's `apply_delta` (its assembly, its display state), and
 records a replay reads back. A run whose view breaks (a bad delta) fails *in the
 view* with the reason; the driver's run is not ours to touch. A run whose copies the
 view lost (a tap that drops rather than slow the driver) is not a failure of anyone's:

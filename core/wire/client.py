@@ -1,5 +1,6 @@
 """An async consumer of one env server: one DEALER socket, one receive loop for every
-request, each run's deltas applied to its `EpisodeAssembly` as they land.
+request, each run's deltas handed to whoever keeps its episode as they land (`stream`;
+`run` keeps it in an `EpisodeAssembly` of its own).
 
 Runs are untimed (a rollout takes as long as it takes); a caller that gives up on a
 run cancels its task, and the server is told to abort it, as verifiers' client does.
@@ -15,7 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -34,6 +35,7 @@ from tracewatch.core.wire.protocol import (
     RunRequest,
     RunResponse,
     SamplingConfig,
+    TraceSummary,
     delta_failure,
     is_aborted,
     parse_reply,
@@ -84,15 +86,9 @@ class ServerGone(TracewatchError, ConnectionError):
 
 
 class _Run:
-    __slots__ = ("assembly", "on_delta", "on_frame")
+    __slots__ = ("on_delta", "on_frame")
 
-    def __init__(
-        self,
-        assembly: EpisodeAssembly,
-        on_delta: Callable[[dict[str, Any]], None] | None,
-        on_frame: Callable[[bytes], None] | None,
-    ) -> None:
-        self.assembly = assembly
+    def __init__(self, on_delta: Callable[[dict[str, Any]], None], on_frame: Callable[[bytes], None] | None) -> None:
         self.on_delta = on_delta
         self.on_frame = on_frame
 
@@ -104,6 +100,13 @@ def _hand_to(consumer: Callable[[V], None] | None, value: V, request_id: str) ->
             consumer(value)
         except Exception:
             logger.exception("a delta consumer failed for run %s", request_id)
+
+
+class EpisodeReply(NamedTuple):
+    """A run's successful reply: its episode's head and what each trace streamed."""
+
+    head: dict[str, Any]
+    traces: list[TraceSummary]
 
 
 def new_request_id() -> str:
@@ -183,16 +186,41 @@ class EnvClient:
         on_frame: Callable[[bytes], None] | None = None,
     ) -> dict[str, Any]:
         """Run one rollout and return its episode record (head joined with the
-        assembled traces). Pass `request_id` (see `new_request_id`) to know the wire id
-        before the run starts, so it can be cancelled; pass `assembly` to read the live
-        traces while it runs. `on_frame` gets each delta's bytes as they came, before
-        anything interprets them, so a recording keeps what a failing run was sent (and
-        a recorder keeps them without packing again); `on_delta` sees each delta after
-        it is applied, and if it raises, the run fails."""
-        payload = self._run_payloads.payload(task_data, client, model, sampling)
+        assembled traces), for a caller that keeps no episode of its own: each delta
+        is applied to `assembly` (pass one to read the live traces while it runs),
+        then `on_delta` sees it, and if it raises, the run fails. The rest as `stream`."""
         assembly = assembly if assembly is not None else EpisodeAssembly()
+
+        def take(delta: dict[str, Any]) -> None:
+            assembly.apply(delta)
+            if on_delta is not None:
+                on_delta(delta)
+
+        reply = await self.stream(task_data, client, model, sampling, take, request_id=request_id, on_frame=on_frame)
+        return assembly.finish(reply.head, reply.traces)
+
+    async def stream(
+        self,
+        task_data: dict[str, Any],
+        client: ClientConfig | dict[str, Any],
+        model: str,
+        sampling: SamplingConfig | dict[str, Any] | None,
+        on_delta: Callable[[dict[str, Any]], None],
+        *,
+        request_id: str | None = None,
+        on_frame: Callable[[bytes], None] | None = None,
+    ) -> EpisodeReply:
+        """Run one rollout, handing each delta as it was decoded to `on_delta`, which
+        applies it where the caller keeps the episode (if it raises, the run fails),
+        and return the reply: the episode's head and its traces' sizes, for
+        `EpisodeAssembly.finish`. Pass `request_id` (see `new_request_id`) to know the
+        wire id before the run starts, so it can be cancelled. `on_frame` gets each
+        delta's bytes as they came, before anything interprets them, so a recording
+        keeps what a failing run was sent (and a recorder keeps them without packing
+        again)."""
+        payload = self._run_payloads.payload(task_data, client, model, sampling)
         request_id = request_id or new_request_id()
-        self._runs[request_id] = _Run(assembly, on_delta, on_frame)
+        self._runs[request_id] = _Run(on_delta, on_frame)
         try:
             reply = await self._request(RunRequest.method, payload, request_id=request_id)
         finally:
@@ -207,7 +235,7 @@ class EnvClient:
             check_nesting(response.head, "its head")
         except DeltaValueError as error:
             raise MalformedReply(f"the server's run reply is malformed: {error}") from None
-        return assembly.finish(response.head, response.traces)
+        return EpisodeReply(response.head, response.traces)
 
     async def cancel(self, request_id: str, timeout: float | None = 10.0) -> bool:
         """Ask the server to abort a run; true if it found the run live. A run of ours
@@ -410,9 +438,7 @@ class EnvClient:
             return
         _hand_to(run.on_frame, data, request_id)  # recorded as it came, before anything may reject it
         try:
-            run.assembly.apply(delta)
-            if run.on_delta is not None:
-                run.on_delta(delta)
+            run.on_delta(delta)
         except Exception as error:
             self._fail_with(request_id, delta_failure(request_id, error))
 

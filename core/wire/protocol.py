@@ -522,7 +522,7 @@ class CancelResponse(Response):
 
 
 class TraceSummary(WireModel):
-    """A finished trace's size, which the client's assembly must match."""
+    """A finished trace's size, which the assembly of its deltas must match."""
 
     id: str
     nodes: int

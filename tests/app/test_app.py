@@ -583,7 +583,7 @@ async def test_a_tall_pending_block_keeps_its_header_in_sight() -> None:
 async def test_a_stalled_rollouts_activity_shows_its_duration() -> None:
     """A stalled rollout's activity read "⚠ stalled gener…", cutting the time; the time comes first now."""
     engine = make_engine(finish=False)
-    engine.store.stall_seconds = 0.0
+    engine.store.cap_stall(0.0)
     app = TracewatchApp(engine)
     async with app.run_test(size=(80, 24)) as pilot:
         rows = await started(pilot)

@@ -233,11 +233,12 @@ class LiveFollower:
         self._folder: tuple[int, int] | None = None
         self._turn = 0
         """Where the next poll starts reading, so a big file cannot starve the others."""
-        self.on_delta: Callable[[LiveTrace, EpisodeAssembly, dict[str, Any]], None] | None = None
-        """Told of each delta once its file's assembly folded it (the trace, that
-        assembly, the delta): a session's store derives its rows from the same fold
-        (`RolloutStore.observe`), never folding the file a second time. A file folded
-        again from its start (`LiveTrace.attempt`) comes with a new assembly."""
+        self.fold: Callable[[LiveTrace, EpisodeAssembly, dict[str, Any]], dict[str, Any]] | None = None
+        """Folds each delta in the follower's place (the trace, its file's assembly, the
+        delta) into that assembly and returns the trace as folded: a session's store
+        folds the rows it shows itself (`RolloutStore.apply_delta` into the same
+        assembly), so a file is folded once. A file folded again from its start
+        (`LiveTrace.attempt`) comes with a new assembly."""
 
     def visible_placeholders(self) -> list[Placeholder]:
         """Placeholders but those whose dispatch already streams a trace (the
@@ -407,13 +408,11 @@ class LiveFollower:
                 return "the file does not start with the trace's open delta (was it dropped past prime-rl's buffer cap?)"
             live.dispatch = Dispatch.parse(delta.pop("dispatch", None))
         try:
-            live.trace = file.assembly.apply(delta)
+            live.trace = self.fold(live, file.assembly, delta) if self.fold is not None else file.assembly.apply(delta)
         except AssemblyError as error:
             return str(error)
         except Exception as error:  # noqa: BLE001 - one bad file is one bad row, never a traceback
             return f"cannot be folded ({type(error).__name__}: {short_repr(str(error), 200)})"
-        if self.on_delta is not None:
-            self.on_delta(live, file.assembly, delta)
         return None
 
     def _stop(self, file: _File, reason: str) -> None:

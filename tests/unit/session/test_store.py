@@ -4,12 +4,17 @@ stats, and how a rollout ends. The app and headless runner only show these."""
 
 from __future__ import annotations
 
+import ast
+from dataclasses import fields
+from pathlib import Path
+
 import numpy
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tracewatch.core.session.phases import DURATION_KEYS, percentile, phase_durations, trace_phase
+from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.status import Ending, Status, episode_ending
 from tracewatch.core.session.store import RolloutStore
 
@@ -151,3 +156,22 @@ def test_the_first_ending_wins_and_a_late_episode_is_kept():
     assert rollout.ending == Ending(Status.CANCELLED, "cancelled with the variant")
     assert rollout.ended_at == 5.0 and rollout.record == {"ok": True, "traces": [{"id": "t"}]}
     assert store.rollouts[running(store, "v/1")].ending is None, "no ending while it runs"
+
+
+def test_nothing_outside_the_rollout_reaches_into_its_private_fields():
+    """The store (and anything else) changes a `Rollout` through its methods (`fresh`,
+    `unload`, `reload`, `counts`), never by writing the fields it keeps for itself, so
+    those can change without a reader elsewhere going stale."""
+    private = {f.name for f in fields(Rollout) if f.name.startswith("_")}
+    assert private, "Rollout keeps no private fields: this rule has nothing to hold"
+    root = Path(__file__).resolve().parents[3]
+    own = root / "core" / "session" / "rollout.py"
+    reaching = [
+        f"{path.relative_to(root)}:{node.lineno} .{node.attr}"
+        for folder in ("core", "tui", "tracewatch", "bench")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path != own
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr in private and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    ]
+    assert reaching == []
