@@ -108,8 +108,9 @@ class FollowedRun(Session):
             self._apply(changes)
             if not changes.more:
                 break
-        while self.run.scan_steps(max_rows=SCAN_ROWS, kind=None):
-            pass
+        for _ in range(len(self.run.table) // SCAN_ROWS + 1):  # bounded: a record's negative step leaves its row wanting
+            if not self.run.scan_steps(max_rows=SCAN_ROWS, kind=None):
+                break
         self._rows_deferred = False
         self._add_rows(range(len(self.run.table)))
         self._settle()

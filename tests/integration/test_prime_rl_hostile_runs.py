@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.support.prime_rl_monitor import traces_dir
 from tests.support.prime_rl_orchestrator import Orchestrator, RunWriter, Script
+from tracewatch.core.engine.followed_run import FollowedRun
 from tracewatch.core.errors import TracewatchError
 from tracewatch.core.recordings.prime_rl.layout import find_run
 from tracewatch.core.recordings.prime_rl.run import PrimeRlRun
@@ -104,3 +105,48 @@ def test_a_damaged_run_reads_to_its_end_and_each_episode_opens_or_says_why(prist
     for key in run.metrics.keys:
         run.metrics.series(key)
     assert traces_dir(out).exists()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(damages=st.lists(st.tuples(st.integers(0, 10_000), DAMAGE, st.binary(min_size=2, max_size=24)), min_size=1, max_size=4))
+def test_a_damaged_run_opens_as_a_session_every_row_shown_or_said_why(pristine, tmp_path_factory, damages):
+    """What `open`, `compare`, `tokens` and `export` hold (`FollowedRun`): a row per
+    episode the index names, each opened, or its rollout says why it cannot be."""
+    out = tmp_path_factory.mktemp("damaged") / "out"
+    shutil.copytree(pristine, out, symlinks=True)
+    for pick, how, rng_bytes in damages:
+        files = [path for path in _files(out) if not path.is_symlink()]
+        path = files[pick % len(files)]
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        damage(path, how, data, rng_bytes, out)
+    session = FollowedRun(find_run(out), follow=False).snapshot()
+    for key in list(session.store.rollouts):
+        session.load(key)
+        rollout = session.store.rollouts[key]
+        assert rollout.status.finished
+        if session.row_of(key) is not None and not rollout.traces:
+            assert rollout.unavailable or rollout.reason, key  # its record could not be read: said
+    for _key, record, problem in session.records():
+        assert (record is None) == bool(problem)
+
+
+@pytest.mark.timeout(120)
+def test_a_record_whose_step_is_negative_does_not_hold_the_commands_for_ever(tmp_path):
+    """A negative step is a step the table cannot keep (its column's "unknown"): the
+    scan for tasks and steps asked for that row again and again, and never returned."""
+    from tests.support.prime_rl_monitor import FileMonitor
+
+    monitor = FileMonitor(tmp_path / "out", "orchestrator")
+    orchestrator = Orchestrator(monitor)
+    rollout = orchestrator.dispatch("train", -5, "gsm8k", 1)
+    for _ in range(3):
+        orchestrator.turn(rollout)
+    orchestrator.finish(rollout, reward=1.0)
+    orchestrator.flush()
+    monitor.finalize()
+    session = FollowedRun(find_run(tmp_path / "out"), follow=False).snapshot()
+    (only,) = session.store.rollouts.values()
+    assert only.reward == 1.0 and only.step is None
