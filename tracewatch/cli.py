@@ -176,8 +176,8 @@ def tokens_parser() -> argparse.ArgumentParser:
         "Print a rollout's messages token by token, offline: id, text and every stream (mask, is_content, logprobs, advantages, reference and trainer logprobs, entropies, loss weights), the values the token view shows.",
     )
     parser.add_argument("source", type=Path, metavar="SOURCE", help="a recording (*.twrec), a verifiers run directory, a traces JSONL file or a prime-rl run")
-    parser.add_argument("--rollout", required=True, metavar="ID", help="the rollout's key (as the table and `export` name it) or one of its trace ids")
-    parser.add_argument("--node", type=int, metavar="N", help="only node N of each trace (default: every node that carries token ids)")
+    parser.add_argument("--rollout", required=True, metavar="ID", help="the rollout's key (as `export` names it), one of its trace ids, or any unique start of one (the table's Trace column)")
+    parser.add_argument("--node", type=int, metavar="N", help="only message #N of each trace, as the transcript and the token view number it from #0 (default: every message that carries token ids)")
     parser.add_argument("--tokenizer", metavar="T", help="token text: a tokenizer.json, a folder holding one, or a model name in the local Hugging Face cache (default: the demo's for its model, else ids)")
     parser.add_argument("--format", choices=("table", "jsonl"), default="table", help="table: tab-separated, for reading; jsonl: one object per message, then one per token")
     return parser

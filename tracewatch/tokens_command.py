@@ -30,6 +30,9 @@ from tracewatch.core.tokens.tokenizer import Piece, Tokenizers
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.tokens.token_layout import id_piece
 
+MATCHES_SHOWN = 5
+"""The traces an ambiguous prefix names (the rest are counted)."""
+
 
 class NoSuchRollout(TracewatchError):
     """The source holds no rollout (or trace) by that id."""
@@ -42,19 +45,33 @@ def open_source(path: Path) -> Session:
 
 
 def find_traces(session: Session, wanted: str) -> tuple[str, list[TraceState]]:
-    """The rollout `wanted` names (its key, or one of its trace ids) and its traces, or
-    only that trace when a trace id named it."""
+    """The rollout `wanted` names (its key, one of its trace ids, or a unique prefix of
+    one, as the table shows a trace's first 8 characters) and its traces, or only that
+    trace when a trace id named it. A prefix of several traces names them all, so the
+    user can pick."""
     store = session.store
-    key = wanted if wanted in store.rollouts else None
-    if key is None:
-        key = next((k for k, rollout in store.rollouts.items() if wanted in rollout.trace_ids), None)
-    if key is None:
-        known = ", ".join(list(store.rollouts)[:5])
-        raise NoSuchRollout(f"no rollout or trace {wanted!r} in this source (rollouts: {known}{', ...' if len(store.rollouts) > 5 else ''})")
+    key, trace_id = (wanted, None) if wanted in store.rollouts else _by_trace(session, wanted)
     session.select(key)
     traces = list(store.rollouts[key].traces.values())
-    named = [trace for trace in traces if trace.id == wanted]
+    named = [trace for trace in traces if trace.id == trace_id]
     return key, named or traces
+
+
+def _by_trace(session: Session, wanted: str) -> tuple[str, str]:
+    """The rollout and trace whose id is `wanted`, or starts with it and no other does."""
+    rollouts = session.store.rollouts
+    found = {(trace, key) for key, rollout in rollouts.items() for trace in rollout.trace_ids if trace.startswith(wanted)} if wanted else set()
+    exact = {(trace, key) for trace, key in found if trace == wanted}
+    if len(exact or found) == 1:
+        trace, key = next(iter(exact or found))
+        return key, trace
+    if found:
+        shown = sorted(found)[:MATCHES_SHOWN]
+        more = f", and {len(found) - len(shown)} more" if len(found) > len(shown) else ""
+        named = ", ".join(f"{trace} ({key})" for trace, key in shown)
+        raise NoSuchRollout(f"{wanted!r} starts {len(found)} traces: {named}{more}; give more of the trace id, or the rollout's key")
+    known = ", ".join(list(rollouts)[:5])
+    raise NoSuchRollout(f"no rollout or trace {wanted!r} in this source (rollouts: {known}{', ...' if len(rollouts) > 5 else ''})")
 
 
 def finite(value: Any) -> Any:
@@ -132,7 +149,7 @@ def _number(value: Any) -> str:
 
 def _table(out: IO[str], key: str, trace: str, index: int, role: Any, tokens: MessageTokens, pieces: list[Piece]) -> None:
     summary = summarize(tokens)
-    out.write(f"# {safe(key)} · trace {safe(trace)} · node {index} ({safe(str(role))}) · {summary.tokens} tokens · {summary.trained} trained")
+    out.write(f"# {safe(key)} · trace {safe(trace)} · {safe(str(role))} #{index} · {summary.tokens} tokens · {summary.trained} trained")
     if summary.mean_logprob is not None:
         out.write(f" · mean logprob {summary.mean_logprob:.4f}")
     out.write("\n")

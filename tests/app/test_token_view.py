@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from tests.support.polling import until
 from tests.support.training_session import KEY, training_deltas, training_engine, write_training_recording
+from tracewatch.cli import main
 from tracewatch.core.demo import vocabulary
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.tokens.streams import read_message, token_values
@@ -59,7 +60,8 @@ async def test_t_opens_the_newest_message_and_each_key_does_what_it_says(deltas:
         assert screen.node == len(trace.nodes) - 1
         head = shown(screen, "tokens-head")
         tokens = read_message(trace.nodes[screen.node])
-        assert f"message {len(trace.nodes)} of {len(trace.nodes)} (assistant)" in head
+        last = len(trace.nodes) - 1
+        assert f"assistant #{last} · {len(trace.nodes)} messages (#0-#{last})" in head
         assert f"{len(tokens):,} tokens · {tokens.trained:,} trained" in head
         assert "text: core/demo/tokenizer.json" in head or f"text: {vocabulary.PATH}" in head
         text = body(screen.lines)
@@ -104,7 +106,7 @@ async def test_the_header_names_a_trained_tool_result(deltas: list[dict]) -> Non
         trace = screen.trace
         tool = next(i for i, node in enumerate(trace.nodes) if node["message"]["role"] == "tool" and read_message(node).trained)
         await pilot.press(*["left_square_bracket"] * (screen.node - tool))
-        await until(pilot, lambda: screen.node == tool and "(tool)" in shown(screen, "tokens-head"), "the trained tool result open")
+        await until(pilot, lambda: screen.node == tool and f"tool #{tool} ·" in shown(screen, "tokens-head"), "the trained tool result open")
         trained = read_message(trace.nodes[tool]).trained
         head = shown(screen, "tokens-head").splitlines()
         assert f"⚠ a tool result is trained: {trained:,} tokens the model did not sample are in the loss" in head, head
@@ -132,7 +134,7 @@ async def test_a_double_click_opens_that_message(deltas: list[dict]) -> None:
         await pilot.click(transcript, offset=(5, 2), times=2)
         screen = await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen)
         assert screen.node == transcript.selected_node() == 0
-        assert "(system)" in shown(screen, "tokens-head")
+        assert "system #0 ·" in shown(screen, "tokens-head")
 
 
 async def test_a_turn_that_lands_while_open_is_shown(deltas: list[dict]) -> None:
@@ -146,7 +148,7 @@ async def test_a_turn_that_lands_while_open_is_shown(deltas: list[dict]) -> None
         for delta in deltas[first_turn:]:
             engine.store.apply_delta(KEY, delta)
         await until(pilot, lambda: screen.node == len(screen.trace.nodes) - 1 > before - 1, "the view moved to the newest message")
-        assert f"message {len(screen.trace.nodes)} of {len(screen.trace.nodes)}" in shown(screen, "tokens-head")
+        assert f"assistant #{len(screen.trace.nodes) - 1} · {len(screen.trace.nodes)} messages" in shown(screen, "tokens-head")
 
 
 async def test_a_recording_opened_offline_shows_the_same_tokens(deltas: list[dict], tmp_path: Path) -> None:
@@ -211,3 +213,25 @@ async def test_the_first_paint_already_shows_the_message(deltas: list[dict], mon
         await open_tokens(pilot, app, "t")
         await until(pilot, lambda: any(drawn))
         assert drawn[0], f"{drawn.index(True)} lines drawn empty before the message"
+
+
+async def test_a_message_has_one_number_in_the_transcript_the_token_view_and_the_command(
+    deltas: list[dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The transcript said "assistant #13", the token view "message 14 of 14" and
+    `tokens --node 13` "node 13": the same message, numbered two ways. Each says
+    "assistant #N" now, N as the transcript counts from #0."""
+    app = TracewatchApp(training_engine(deltas), tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        last = len(screen.trace.nodes) - 1
+        head = shown(screen, "tokens-head")
+        await pilot.press("escape")
+        transcript = app.trace_pane.transcript
+        await until(pilot, lambda: any(line.startswith(f"▎ assistant  #{last}") for line in transcript.plain_lines()), f"the transcript's assistant #{last}")
+    assert f"assistant #{last} ·" in head, head
+    path = tmp_path / "training.twrec"
+    write_training_recording(path, deltas)
+    assert main(["tokens", str(path), "--rollout", KEY, "--node", str(last)]) == 0
+    printed = capsys.readouterr().out.splitlines()[0]
+    assert f"· assistant #{last} ·" in printed, printed

@@ -159,8 +159,9 @@ class TokenScreen(Screen[None]):
         message = self.trace.nodes[self.node].get("message") if self.trace.nodes else None
         role = message.get("role") if isinstance(message, dict) else None
         text = Text(end="")
-        text.append(f"{safe(self.title_text)} · message {self.node + 1} of {self._count}", style="bold")
-        text.append(f" ({safe(str(role))})\n" if role else "\n")
+        # numbered as the transcript and `tokens --node` number it: #0 is the first node
+        text.append(f"{safe(self.title_text)} · {safe(str(role or 'message'))} #{self.node}", style="bold")
+        text.append(f" · {self._count} messages (#0-#{self._count - 1})\n", style="dim")
         text.append_text(summary_text(summarize(tokens)))
         text.append("\ncolour (, .): ")
         for stream in self.streams:

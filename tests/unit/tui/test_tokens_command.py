@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.training_session import KEY, training_deltas, training_engine, write_training_recording
+from tests.support.tui_standin import write_recording
 from tracewatch.cli import main
+from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.tokens.streams import read_message, token_values
 
 
@@ -90,3 +92,20 @@ def test_a_prime_rl_runs_rollout_prints_the_streams_its_files_hold(tmp_path: Pat
     trained = [row for row in rows if row["mask"]]
     assert [row["advantages"] for row in trained] == [0.5] * len(trained)
     assert [row["trainer_logprobs"] for row in trained] == pytest.approx([round(v, 4) for v in written["trainer_logprobs"]])
+
+
+def test_the_tables_trace_prefix_names_a_rollout_and_a_shared_one_names_its_matches(deltas: list[dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The table shows a trace's first 8 characters; `--rollout` said "no rollout or
+    trace" for them. Any unique start of a trace id names its rollout's trace; one that
+    starts several says which, so the user can pick."""
+    path = tmp_path / "training.twrec"
+    write_training_recording(path, deltas)
+    (trace,) = training_engine(deltas).store.rollouts[KEY].traces.values()
+    whole = run(capsys, str(path), "--rollout", trace.id, "--node", "1")
+    assert whole[0] == 0 and run(capsys, str(path), "--rollout", trace.id[:8], "--node", "1") == whole
+    both = tmp_path / "two variants.twrec"
+    write_recording(both)  # each variant ran the same recorded traces, under the same ids
+    shared = next(iter(OpenedRecording(both).store.rollouts["baseline/run0"].trace_ids))
+    code, _, err = run(capsys, str(both), "--rollout", shared[:8])
+    assert code == 2 and f"'{shared[:8]}' starts 2 traces: {shared} (baseline/run0), {shared} (candidate/run0); give more" in err, err
+    assert run(capsys, str(both), "--rollout", "baseline/run0")[0] == 0
