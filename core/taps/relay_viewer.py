@@ -229,8 +229,10 @@ class RelayViewer(TapVariant):
 
     async def _read(self, dealer: zmq.asyncio.Socket, queue: SocketQueue, notices: zmq.asyncio.Socket) -> None:
         """Every message as it comes, and the relay's word that it closed; a relay
-        silent for `SILENT_BEATS` heartbeats is said to be gone, and greeted each
-        `HELLO_SECONDS` until one answers (the same relay, or a new one at the address)."""
+        silent for `SILENT_BEATS` heartbeats is said to be gone, its runs in flight end
+        here as lost (its driver died or stopped: they would otherwise run, then stall,
+        forever), and it is greeted each `HELLO_SECONDS` until one answers (the same
+        relay, or a new one at the address)."""
         poller = zmq.asyncio.Poller()
         poller.register(dealer, zmq.POLLIN)
         poller.register(notices, zmq.POLLIN)
@@ -238,16 +240,21 @@ class RelayViewer(TapVariant):
         while True:
             following = self._follow(notices, following)
             silent_after = self._heartbeat * SILENT_BEATS if not self.relay_gone else HELLO_SECONDS
+            polled = time.monotonic()
             ready = dict(await poller.poll(math.ceil(silent_after * 1000)))
             if dealer in ready:
                 await read_until(lambda: math.inf, queue.take, self._handle)
             if notices in ready:
                 await self._closed(notices, queue)
-            if ready:
+            if ready or time.monotonic() - polled > 2 * silent_after:  # we were stopped or starved, not the relay: a fresh look
                 continue
             if not self.relay_gone:
                 self.relay_gone = True
                 self._say(f"the relay at {self.address} went silent: it is gone or stopped; waiting for it to come back")
+                self.runs.unobserve_all(
+                    f"lost: the relay went away before the run ended (no heartbeat for {silent_after:g}s: its driver died or stopped); "
+                    "how the run itself ended is not known here"
+                )
                 self.store.touch_variant(self.name)
             await dealer.send_multipart([HELLO])
 

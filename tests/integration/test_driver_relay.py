@@ -4,6 +4,7 @@ server; viewers (`tracewatch tap`) connected early and late see the same runs.""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import socket
@@ -378,3 +379,36 @@ async def test_a_second_driver_sessions_runs_are_numbered_on_from_the_first_sess
     assert numbers == [("x", 1), ("x", 2), ("y", 1), ("x", 3)]
     tasks = {r.task_data["id"]: r.task_index for r in engine.store.variant_rollouts("v")}
     assert tasks["x"] != tasks["y"]
+
+
+DYING_DRIVER = """
+import sys, time
+from tracewatch_relay import Relay
+relay = Relay(sys.argv[1], heartbeat=0.2)
+for name in ("a", "b"):
+    relay.begin({"id": name})({"trace": name, "open": {"id": name}})
+print(relay.address, flush=True)
+time.sleep(600)
+"""
+
+
+async def test_a_relay_whose_driver_died_ends_its_runs_in_flight_as_lost_with_the_reason(viewers) -> None:
+    """`kill -9` of a driver mid-run: past its heartbeat its two runs end here, lost
+    (unobserved, with why), not failed by a server, and never left running to stall."""
+    address = free_address()
+    driver = TetheredProcess([sys.executable, "-c", DYING_DRIVER, address], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout is not None
+        assert (await asyncio.wait_for(asyncio.to_thread(driver.stdout.readline), WAIT)).strip() == address
+        engine = await viewers(address, "v")
+        await eventually(lambda: sum(r.status is Status.RUNNING and bool(r.trace_ids) for r in engine.store.variant_rollouts("v")) == 2, WAIT, "both runs running")
+        os.kill(driver.pid, signal.SIGKILL)
+        rollouts = await eventually(
+            lambda: (r := list(engine.store.variant_rollouts("v"))) and all(x.status.finished for x in r) and r, WAIT, "the runs ended once the driver was gone"
+        )
+    finally:
+        driver.end()
+    assert [r.status for r in rollouts] == [Status.UNOBSERVED, Status.UNOBSERVED]
+    assert all(r.reason and r.reason.startswith("lost: the relay went away before the run ended") for r in rollouts), [r.reason for r in rollouts]
+    assert not engine.store.stalled(engine.store.clock() + 3600)
+    assert engine.variants["v"].source_lost
