@@ -38,6 +38,7 @@ from tracewatch.core.session.status import Ending, Status
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.session.trace_state import RolloutFacts
 from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.protocol import WireDelta
 
 POLL_SECONDS = 0.25
 """Between polls of a run that is caught up (prime-rl's dashboard polls every 0.5-2 s)."""
@@ -198,7 +199,7 @@ class FollowedRun(Session):
         variant = variant_name(dispatch.kind if dispatch else None, dispatch.env if dispatch else None)
         return f"{variant}/{dispatch.id if dispatch is not None and dispatch.id else fallback}"
 
-    def _fold(self, trace: LiveTrace, assembly: EpisodeAssembly, delta: dict[str, Any]) -> dict[str, Any]:
+    def _fold(self, trace: LiveTrace, assembly: EpisodeAssembly, delta: WireDelta) -> dict[str, Any]:
         """A delta the follower read, folded into its file's `assembly` by the store:
         its rollout runs from its dispatch's start."""
         key = self._by_trace.get(trace.trace_id)

@@ -3,7 +3,7 @@ into a store as if it had streamed, so an opened run reads as a live one did."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from tracewatch.core.recordings.apply_records import run_of
 from tracewatch.core.recordings.episode_checks import episode_problem
@@ -12,7 +12,7 @@ from tracewatch.core.run.times import epoch_time
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.session.task_identity import episode_task_key, task_identity
 from tracewatch.core.wire.assembly import AssemblyError
-from tracewatch.core.wire.protocol import LIST_FIELDS
+from tracewatch.core.wire.protocol import LIST_FIELDS, WireDelta
 
 
 class TaskNumbers:
@@ -84,7 +84,7 @@ def _map(value: Any) -> dict[str, Any]:
 HEADER_KEYS = ("version", "id", "verifiers", "task")
 
 
-def trace_as_delta(trace: dict[str, Any]) -> dict[str, Any]:
+def trace_as_delta(trace: dict[str, Any]) -> WireDelta:
     delta: dict[str, Any] = {
         "trace": trace["id"],
         "open": {key: trace[key] for key in HEADER_KEYS if key in trace},
@@ -97,4 +97,4 @@ def trace_as_delta(trace: dict[str, Any]) -> dict[str, Any]:
     scalars = {k: v for k, v in trace.items() if k not in HEADER_KEYS and k not in LIST_FIELDS and k != "pending"}
     if scalars:
         delta["set"] = scalars
-    return delta
+    return cast(WireDelta, delta)

@@ -20,7 +20,7 @@ from tracewatch.core.paths import make_private_dirs
 from tracewatch.core.recordings.ending import end_field
 from tracewatch.core.recordings.file_format import FORMAT, ROLLOUT_KINDS, VERSION
 from tracewatch.core.session.status import Ending
-from tracewatch.core.wire.protocol import packable
+from tracewatch.core.wire.protocol import WireDelta, packable
 
 _DELTA_HEAD = msgpack.Packer().pack_map_header(4) + b"".join(map(msgpack.packb, ("k", "delta", "t")))
 """A delta record's first bytes, the same in every one: a map of four, its kind, and
@@ -139,7 +139,7 @@ class Recorder:
             record["running_t"] = running_t
         self._append(record)
 
-    def delta(self, id: str, delta: Mapping[str, Any], t: float | None = None) -> None:
+    def delta(self, id: str, delta: WireDelta, t: float | None = None) -> None:
         self._append({"k": "delta", "t": _now(t), "id": id, "d": delta})
 
     def delta_frame(self, id: str, frame: bytes, t: float | None = None) -> None:

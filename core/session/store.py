@@ -20,6 +20,7 @@ from tracewatch.core.session.stall_watch import StallWatch
 from tracewatch.core.session.status import LIVE, Ending, Status, episode_ending
 from tracewatch.core.session.tallies import SortedPhases, Tally
 from tracewatch.core.session.trace_state import ERROR_WORDS_LIMIT, TraceState, add_error_words
+from tracewatch.core.wire.protocol import WireDelta
 
 
 @dataclass
@@ -169,7 +170,7 @@ class RolloutStore:
             self.stalls.cancelling(rollout)
             self._changed(rollout)
 
-    def apply_delta(self, key: str, delta: dict[str, Any], t: float | None = None) -> dict[str, Any]:
+    def apply_delta(self, key: str, delta: WireDelta, t: float | None = None) -> dict[str, Any]:
         """The one way a delta reaches a rollout, from every source (a run we
         dispatched, a tap, a recording, a run folder, a followed file): `delta` is as
         its source decoded it and applied nowhere yet. It is applied to the rollout's

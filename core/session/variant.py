@@ -33,7 +33,7 @@ from tracewatch.core.supervision.child import ChildError, ChildOutcome, Supervis
 from tracewatch.core.wire.assembly import AssemblyError
 from tracewatch.core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
 from tracewatch.core.wire.probe import probe
-from tracewatch.core.wire.protocol import MalformedReply
+from tracewatch.core.wire.protocol import MalformedReply, WireDelta
 
 logger = logging.getLogger(__name__)
 
@@ -361,7 +361,7 @@ class Variant(CapturedChild):
         if self.recorder is not None:
             self.recorder.request(key, request_id)
 
-        def on_delta(delta: dict[str, Any]) -> None:
+        def on_delta(delta: WireDelta) -> None:
             self.store.apply_delta(key, delta)
 
         def on_frame(frame: bytes) -> None:

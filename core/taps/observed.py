@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, cast
 
 from tracewatch.core.recordings.ending import VIEW_INCOMPLETE
 from tracewatch.core.session.status import Ending, Status, episode_ending
@@ -23,7 +23,7 @@ from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.session.task_identity import task_identity
 from tracewatch.core.text import short_repr
 from tracewatch.core.wire.assembly import AssemblyError, streamed_counts
-from tracewatch.core.wire.protocol import RunResponse, is_aborted, unpack, unpack_delta
+from tracewatch.core.wire.protocol import RunResponse, WireDelta, is_aborted, unpack, unpack_delta
 from tracewatch_guest.framing import BEGIN, DELTA, REPLY, SLOT
 
 
@@ -174,7 +174,7 @@ class ObservedRuns:
         try:
             if not isinstance(delta, dict):
                 raise AssemblyError(f"a delta is a {type(delta).__name__}, not a map")
-            self.store.apply_delta(key, delta)
+            self.store.apply_delta(key, cast(WireDelta, delta))
         except Exception as error:
             self.lose(run, f"a delta could not be applied: {error}")
 
@@ -184,7 +184,7 @@ class ObservedRuns:
         try:
             if not isinstance(delta, dict):
                 raise AssemblyError(f"a delta is a {type(delta).__name__}, not a map")
-            self.store.apply_delta(key, delta)
+            self.store.apply_delta(key, cast(WireDelta, delta))
         except Exception:
             self.lossy[run] += 1
             return

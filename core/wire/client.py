@@ -36,6 +36,7 @@ from tracewatch.core.wire.protocol import (
     RunResponse,
     SamplingConfig,
     TraceSummary,
+    WireDelta,
     delta_failure,
     is_aborted,
     parse_reply,
@@ -88,7 +89,7 @@ class ServerGone(TracewatchError, ConnectionError):
 class _Run:
     __slots__ = ("on_delta", "on_frame")
 
-    def __init__(self, on_delta: Callable[[dict[str, Any]], None], on_frame: Callable[[bytes], None] | None) -> None:
+    def __init__(self, on_delta: Callable[[WireDelta], None], on_frame: Callable[[bytes], None] | None) -> None:
         self.on_delta = on_delta
         self.on_frame = on_frame
 
@@ -179,7 +180,7 @@ class EnvClient:
         client: ClientConfig | dict[str, Any],
         model: str,
         sampling: SamplingConfig | dict[str, Any] | None = None,
-        on_delta: Callable[[dict[str, Any]], None] | None = None,
+        on_delta: Callable[[WireDelta], None] | None = None,
         *,
         request_id: str | None = None,
         assembly: EpisodeAssembly | None = None,
@@ -191,7 +192,7 @@ class EnvClient:
         then `on_delta` sees it, and if it raises, the run fails. The rest as `stream`."""
         assembly = assembly if assembly is not None else EpisodeAssembly()
 
-        def take(delta: dict[str, Any]) -> None:
+        def take(delta: WireDelta) -> None:
             assembly.apply(delta)
             if on_delta is not None:
                 on_delta(delta)
@@ -205,7 +206,7 @@ class EnvClient:
         client: ClientConfig | dict[str, Any],
         model: str,
         sampling: SamplingConfig | dict[str, Any] | None,
-        on_delta: Callable[[dict[str, Any]], None],
+        on_delta: Callable[[WireDelta], None],
         *,
         request_id: str | None = None,
         on_frame: Callable[[bytes], None] | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar, Literal, TypedDict, TypeVar
+from typing import Any, ClassVar, Literal, Required, TypedDict, TypeVar
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -302,6 +302,28 @@ class WireTrace(TypedDict, total=False):
     num_output_tokens: int
     num_total_tokens: int
     pending: list[WireMessage]
+
+
+class WireDelta(TypedDict, total=False):
+    """One incremental update to one trace (verifiers' `DeltaStreamer.diff`): sent
+    with its header (`open`) when the trace first appears, then the items each list
+    grew by (`LIST_FIELDS`), new links of nodes already sent, the scalars whose value
+    changed (`set`), the pending preview, or the trace dropped (`discard`). As decoded
+    it is unchecked: the assembly checks it (`delta_checks`) before anything keeps it."""
+
+    trace: Required[str]
+    discard: bool
+    open: dict[str, Any]
+    links: dict[int, list[dict[str, Any]]]
+    routing_repairs: dict[int, Any]
+    set: dict[str, Any]
+    pending: list[WireMessage]
+    nodes: list[WireNode]
+    calls: list[WireModelCall]
+    errors: list[WireError]
+    extra_usage: list[dict[str, Any]]
+    request_rewrites: list[dict[str, Any]]
+    response_rewrites: list[dict[str, Any]]
 
 
 def packable(value: Any) -> Any:

@@ -30,13 +30,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from tracewatch.core.recordings.prime_rl.files import NotReadable, kind_of, open_regular, read_small
 from tracewatch.core.text import short_repr
 from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.protocol import WireDelta
 
 LIVE_SUFFIX = ".jsonl"
 PLACEHOLDER_SUFFIX = ".json"
@@ -233,7 +234,7 @@ class LiveFollower:
         self._folder: tuple[int, int] | None = None
         self._turn = 0
         """Where the next poll starts reading, so a big file cannot starve the others."""
-        self.fold: Callable[[LiveTrace, EpisodeAssembly, dict[str, Any]], dict[str, Any]] | None = None
+        self.fold: Callable[[LiveTrace, EpisodeAssembly, WireDelta], dict[str, Any]] | None = None
         """Folds each delta in the follower's place (the trace, its file's assembly, the
         delta) into that assembly and returns the trace as folded: a session's store
         folds the rows it shows itself (`RolloutStore.apply_delta` into the same
@@ -408,7 +409,7 @@ class LiveFollower:
                 return "the file does not start with the trace's open delta (was it dropped past prime-rl's buffer cap?)"
             live.dispatch = Dispatch.parse(delta.pop("dispatch", None))
         try:
-            live.trace = self.fold(live, file.assembly, delta) if self.fold is not None else file.assembly.apply(delta)
+            live.trace = self.fold(live, file.assembly, cast(WireDelta, delta)) if self.fold is not None else file.assembly.apply(delta)
         except AssemblyError as error:
             return str(error)
         except Exception as error:  # noqa: BLE001 - one bad file is one bad row, never a traceback

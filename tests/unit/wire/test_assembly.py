@@ -16,7 +16,8 @@ from verifiers.v1.serve.delta import EpisodeAssembly as VerifiersAssembly
 from verifiers.v1.serve.delta import TraceSummary
 
 from tests.support.repo import FIXTURE
-from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.assembly import KNOWN_KEYS, AssemblyError, EpisodeAssembly
+from tracewatch.core.wire.protocol import WireDelta
 
 
 def recorded() -> list[tuple[str, dict]]:
@@ -280,3 +281,9 @@ def test_a_bad_delta_raises_and_leaves_the_assembly_exactly_as_it_was(bad, reaso
     # and the assembly goes on
     assembly.apply({"trace": TRACE, "nodes": [node(2)]})
     assert len(assembly.traces[TRACE]["nodes"]) == 3
+
+
+def test_the_delta_shape_names_every_key_the_assembly_reads():
+    """`WireDelta`, the type every source passes a delta as, and the assembly's own list
+    of the keys it knows are one list: a key added to one is added to the other."""
+    assert set(WireDelta.__annotations__) == KNOWN_KEYS
