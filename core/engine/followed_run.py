@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from tracewatch.core.paths import new_session_dir
 from tracewatch.core.recordings.apply_records import RecordedVariant
 from tracewatch.core.recordings.load_episodes import TaskNumbers, trace_as_delta
@@ -44,6 +46,8 @@ POLL_SECONDS = 0.25
 """Between polls of a run that is caught up (prime-rl's dashboard polls every 0.5-2 s)."""
 SCAN_ROWS = 4096
 """Records read for their task and step a call, reading a run whole."""
+SCAN_SLICE = 64
+"""Records read for their step a call while following: what holds the loop a moment."""
 UNOBSERVED = "the viewer stopped following; the run goes on"
 
 
@@ -136,10 +140,32 @@ class FollowedRun(Session):
             if changes.more:
                 await asyncio.sleep(0)
                 continue
+            if self._scan_steps():
+                await asyncio.sleep(0)
+                continue
             if not self.follow or self.until_idle is not None and time.monotonic() - quiet_since >= self.until_idle:
                 break
             await asyncio.sleep(POLL_SECONDS)
         self._settle()
+
+    def _scan_steps(self) -> bool:
+        """Caught up: the steps of a few finished rows never seen live, read from their
+        records (`PrimeRlRun.scan_steps`, a bounded number a call, so the loop is held
+        briefly), onto their rows' Step; whether some were found."""
+        table = self.run.table
+        lacking = np.flatnonzero(table.column("dispatch_step") < 0)
+        if not len(lacking) or not self.run.scan_steps(max_rows=SCAN_SLICE, kind=None):
+            return False
+        steps = table.column("dispatch_step")[lacking]
+        found = steps >= 0  # a record's negative step is counted filled, and stays unknown
+        for row, step in zip(lacking[found].tolist(), steps[found].tolist(), strict=True):
+            key = self._by_row.get(row)
+            rollout = self.store.rollouts.get(key) if key is not None else None
+            if rollout is not None and rollout.step != step:  # the dispatch step wins over the shipping step
+                rollout.step = step
+                self.store.steps_known = True
+                self.store.touch_rollout(rollout.key)
+        return bool(found.any())
 
     def _settle(self) -> None:
         """Following ended: what still runs goes on without the viewer."""

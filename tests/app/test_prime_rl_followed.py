@@ -55,8 +55,8 @@ async def test_a_followed_run_shows_every_episode_once_with_its_reward_and_step(
             assert row.status is Status.DONE, (key, row.reason)
             assert row.reward == rollout.reward  # type: ignore[attr-defined]
             assert row.variant == f"{rollout.kind}:{rollout.env}"  # type: ignore[attr-defined]
-            if key in live:  # its step came with its dispatch
-                assert app.table.cell_text(key, "step") == str(rollout.step)  # type: ignore[attr-defined]
+        # a step came with its dispatch, or from its record once the run was caught up
+        await until(pilot, lambda: all(app.table.cell_text(key, "step") == str(rollout.step) for key, rollout in rows.items()))  # type: ignore[attr-defined]
         assert "step" in app.table.columns_shown and "used" in app.table.columns_shown
         # the orchestrator's annotations say which the trainer used: a column and a filter
         used = sorted(key for key, rollout in rows.items() if rollout.trace.id in writer.shipped)  # type: ignore[attr-defined]
@@ -93,3 +93,20 @@ async def test_an_opened_episode_shows_the_trainer_s_streams_on_its_tokens(tmp_p
                 assert values["entropies"] == pytest.approx(-trainer_value(n, j))
                 assert values["advantages"] == 0.5
                 assert values["is_masked"] is False
+
+
+async def test_the_history_of_a_followed_run_gets_its_steps_from_its_records(tmp_path):
+    """A run followed after it wrote its episodes: none was seen live, and the index
+    has no step; their records give it once the run is caught up."""
+    writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
+    writer.run()
+    assert writer.error is None
+    session = FollowedRun(layout_of(tmp_path / "out"))
+    app = TracewatchApp(session)
+    written = by_key(writer)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.table.row_count == len(writer.landed))
+        keys = list(app.table.ordered_keys)
+        assert all(not key.rsplit("/", 1)[1].startswith("d-") for key in keys), "nothing was seen live"
+        await until(pilot, lambda: all(app.table.cell_text(key, "step") == str(written[key.rsplit("/", 1)[1]].step) for key in keys))  # type: ignore[attr-defined]
+    await session.shutdown()
