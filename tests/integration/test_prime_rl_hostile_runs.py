@@ -73,9 +73,8 @@ def damage(path, how, data, rng_bytes, out):
         path.write_bytes(data.replace(b'"', b"[", 3).replace(b"true", b'"yes"'))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(damages=st.lists(st.tuples(st.integers(0, 10_000), DAMAGE, st.binary(min_size=2, max_size=24)), min_size=1, max_size=5))
-def test_a_damaged_run_reads_to_its_end_and_each_episode_opens_or_says_why(pristine, tmp_path_factory, damages):
+def damaged_copy(pristine, tmp_path_factory, damages):
+    """A copy of the pristine run with each damage done to the file it picks."""
     out = tmp_path_factory.mktemp("damaged") / "out"
     shutil.copytree(pristine, out, symlinks=True)
     for pick, how, rng_bytes in damages:
@@ -86,6 +85,13 @@ def test_a_damaged_run_reads_to_its_end_and_each_episode_opens_or_says_why(prist
         except OSError:
             continue
         damage(path, how, data, rng_bytes, out)
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(damages=st.lists(st.tuples(st.integers(0, 10_000), DAMAGE, st.binary(min_size=2, max_size=24)), min_size=1, max_size=5))
+def test_a_damaged_run_reads_to_its_end_and_each_episode_opens_or_says_why(pristine, tmp_path_factory, damages):
+    out = damaged_copy(pristine, tmp_path_factory, damages)
     run = PrimeRlRun(find_run(out), landing_seconds=0.0)
     for _ in range(200):
         changes = run.poll()
@@ -112,16 +118,7 @@ def test_a_damaged_run_reads_to_its_end_and_each_episode_opens_or_says_why(prist
 def test_a_damaged_run_opens_as_a_session_every_row_shown_or_said_why(pristine, tmp_path_factory, damages):
     """What `open`, `compare`, `tokens` and `export` hold (`FollowedRun`): a row per
     episode the index names, each opened, or its rollout says why it cannot be."""
-    out = tmp_path_factory.mktemp("damaged") / "out"
-    shutil.copytree(pristine, out, symlinks=True)
-    for pick, how, rng_bytes in damages:
-        files = [path for path in _files(out) if not path.is_symlink()]
-        path = files[pick % len(files)]
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        damage(path, how, data, rng_bytes, out)
+    out = damaged_copy(pristine, tmp_path_factory, damages)
     session = FollowedRun(find_run(out), follow=False).snapshot()
     for key in list(session.store.rollouts):
         session.load(key)
