@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from tracewatch.core.run.durations import seconds_text
+from tracewatch.core.session.contracts import StoreView
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.status import Status
-from tracewatch.core.session.store import RolloutStore
 
 PASS = 1.0
 """A rollout passes when its reward reaches this (verifiers' binary rewards)."""
@@ -110,7 +110,7 @@ def compare(groups: Mapping[str, Iterable[Rollout]]) -> Comparison:
     return Comparison(list(groups), dict(sorted(tasks.items())))
 
 
-def compare_store(store: RolloutStore) -> Comparison:
+def compare_store(store: StoreView) -> Comparison:
     return compare({name: list(store.variant_rollouts(name)) for name in store.variants})
 
 

@@ -13,9 +13,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tracewatch.core.session.store import RolloutStore
+if TYPE_CHECKING:  # types only: the screen imports this module before any session exists
+    from tracewatch.core.run.series import RunSeries
+    from tracewatch.core.session.rollout import Rollout
+    from tracewatch.core.session.store import Changes, VariantStats
 
 
 class VariantState(StrEnum):
@@ -169,11 +172,51 @@ class ReplayControls(Protocol):
         """Playing as fast as it can (speed 0, or seeking): faster than it can be read."""
 
 
+class StoreView(Protocol):
+    """The store as the screen and the headless runner read it (`RolloutStore` meets
+    it): what there is and what changed, never a way to change it. Only a session's
+    own sources (its variants, taps, recordings) write the store, so mypy refuses a
+    write from the screen."""
+
+    @property
+    def rollouts(self) -> Mapping[str, Rollout]: ...
+    @property
+    def variants(self) -> Mapping[str, Sequence[str]]:
+        """Each variant's rollout keys, in the order they were queued."""
+    @property
+    def series(self) -> RunSeries: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def version(self) -> int:
+        """Moves whenever which rollouts there are or how they stand changed."""
+    @property
+    def steps_known(self) -> bool: ...
+    @property
+    def partial(self) -> str | None:
+        """Why the store holds only part of its source yet, if so."""
+    @property
+    def dropped_frames(self) -> int: ...
+    @property
+    def last_drop(self) -> str | None: ...
+
+    def take_changes(self) -> Changes:
+        """What changed since the last look (the next look starts from here)."""
+    def variant_rollouts(self, variant: str) -> Iterable[Rollout]: ...
+    def latest_run(self, variant: str) -> int: ...
+    def stats(self, variant: str, run: int | None = None) -> VariantStats: ...
+    def running_count(self) -> int: ...
+    def stall_threshold(self, variant: str) -> float: ...
+    def is_stalled(self, rollout: Rollout, now: float) -> bool: ...
+    def stalled(self, now: float | None = None) -> list[Rollout]: ...
+    def live_counts(self, now: float | None = None) -> tuple[int, int]: ...
+
+
 class SessionView(Protocol):
     """A source of rollouts as the app and the headless runner drive it."""
 
     @property
-    def store(self) -> RolloutStore: ...
+    def store(self) -> StoreView: ...
     @property
     def variants(self) -> Mapping[str, VariantView]: ...
     @property
@@ -208,6 +251,8 @@ class SessionView(Protocol):
     async def shutdown(self, on_progress: Callable[[str], None] = ...) -> None:
         """Cancel every run, stop every server, and wait for them."""
     def cancel_rollout(self, key: str) -> bool: ...
+    def cap_stall(self, limit: float) -> None:
+        """No variant waits longer than `limit` to call a rollout stalled (`--cancel-stalled`)."""
     def select(self, key: str | None) -> None:
         """The user looks at this rollout now (None: at nothing): its traces are loaded."""
     def show(self, keys: Iterable[str]) -> None:

@@ -54,6 +54,9 @@ class Session:
         return None
 
 
+    def cap_stall(self, limit: float) -> None:
+        self.store.cap_stall(limit)
+
     async def start(self) -> None:
         for name in self.variants:
             self.store.touch_variant(name)

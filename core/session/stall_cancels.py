@@ -16,7 +16,7 @@ class StallCancels:
         self.limit = limit
         self._asked: set[str] = set()
         if limit is not None:
-            session.store.cap_stall(limit)
+            session.cap_stall(limit)
 
     def cancel(self, rollout: Rollout, now: float) -> bool:
         """Cancel `rollout` if it is due: running, silent for the limit, not asked

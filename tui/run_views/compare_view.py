@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from tracewatch.core.session.compare import COUNT_COLUMNS, Comparison, compare_store, count_texts, variant_cells
-from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.contracts import StoreView
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.palette import Palette
@@ -104,7 +104,7 @@ class CompareView(Widget, can_focus=True):
             super().__init__()
             self.chosen = task
 
-    def __init__(self, store: RolloutStore, *, id: str | None = None) -> None:
+    def __init__(self, store: StoreView, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.palette: Palette

@@ -19,9 +19,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Static
 
+from tracewatch.core.session.contracts import StoreView
 from tracewatch.core.session.divergence import TurnPairs
 from tracewatch.core.session.rollout import Rollout
-from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.numbers import rollout_reward_text
@@ -33,14 +33,14 @@ REFRESH = 0.25
 """Seconds between bringing both transcripts up to date (their rollouts may run on)."""
 
 
-def task_rollouts(store: RolloutStore, variant: str, task: Task) -> list[str]:
+def task_rollouts(store: StoreView, variant: str, task: Task) -> list[str]:
     """The keys of the variant's rollouts of the task, by run and rollout number (keys,
     not rollouts: an opened recording replaces a rollout when it loads it)."""
     found = [r for r in store.variant_rollouts(variant) if (r.task_index, r.task_label) == task]
     return [r.key for r in sorted(found, key=lambda r: (r.run, r.rollout_index))]
 
 
-def variants_that_ran(store: RolloutStore, task: Task) -> list[str]:
+def variants_that_ran(store: StoreView, task: Task) -> list[str]:
     return [name for name in store.variants if any((r.task_index, r.task_label) == task for r in store.variant_rollouts(name))]
 
 
@@ -55,7 +55,7 @@ def first_sides(ran: Sequence[str], prefer: Sequence[str]) -> list[str]:
 class Side(Vertical):
     """One variant's rollouts of the task, one shown at a time."""
 
-    def __init__(self, store: RolloutStore, task: Task, ran: list[str], variant: str, moved: Callable[[], None]) -> None:
+    def __init__(self, store: StoreView, task: Task, ran: list[str], variant: str, moved: Callable[[], None]) -> None:
         super().__init__()
         self.store = store
         self.shown_task = task
@@ -158,7 +158,7 @@ class SideBySideScreen(Screen[list[str]]):
     }
     """
 
-    def __init__(self, store: RolloutStore, task: Task, show: Callable[[Iterable[str]], None], prefer: Sequence[str] = ()) -> None:
+    def __init__(self, store: StoreView, task: Task, show: Callable[[Iterable[str]], None], prefer: Sequence[str] = ()) -> None:
         super().__init__()
         self.store = store
         self.shown_task = task

@@ -21,9 +21,9 @@ from textual.strip import Strip
 from tracewatch.core.run.durations import clock
 from tracewatch.core.run.series import Column
 from tracewatch.core.run.times import SEGMENTS, bar_segments
+from tracewatch.core.session.contracts import StoreView
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.status import Status
-from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.palette import Palette
@@ -75,7 +75,7 @@ class TimelineView(ScrollView, can_focus=True):
             super().__init__()
             self.key = key
 
-    def __init__(self, store: RolloutStore, *, id: str | None = None) -> None:
+    def __init__(self, store: StoreView, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.palette: Palette | None = None

@@ -11,9 +11,9 @@ from rich.text import Text
 from textual.widget import Widget
 
 from tracewatch.core.run.durations import span_text
+from tracewatch.core.session.contracts import StoreView
 from tracewatch.core.session.phases import DURATION_KEYS
 from tracewatch.core.session.rollout import Rollout
-from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES, WireTiming
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.palette import Palette
@@ -98,7 +98,7 @@ def waterfall(
     return text
 
 
-def variant_table(store: RolloutStore, palette: Palette) -> Table:
+def variant_table(store: StoreView, palette: Palette) -> Table:
     """Phase p50/p95 over finished rollouts, one column per variant."""
     table = Table(box=None, padding=(0, 1), title_justify="left", header_style="bold")
     table.add_column("phase")
@@ -119,7 +119,7 @@ class TimingView(Widget):
 
     DEFAULT_CSS = "TimingView { height: auto; }"
 
-    def __init__(self, store: RolloutStore, *, id: str | None = None) -> None:
+    def __init__(self, store: StoreView, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.palette: Palette

@@ -18,7 +18,7 @@ from textual.widget import Widget
 from tracewatch.core.run.durations import clock
 from tracewatch.core.run.series import Column
 from tracewatch.core.run.trends import METRICS, Metric
-from tracewatch.core.session.store import RolloutStore
+from tracewatch.core.session.contracts import StoreView
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.palette import Palette
 
@@ -39,7 +39,7 @@ def sparkline(values: Sequence[float | None]) -> str:
     )
 
 
-def run_window(store: RolloutStore) -> tuple[float, float] | None:
+def run_window(store: StoreView) -> tuple[float, float] | None:
     """From the run's first event to now (the latest event in a replay or a file), an
     hour past the latest event at most (a finished run left open does not shrink)."""
     series = store.series
@@ -50,7 +50,7 @@ def run_window(store: RolloutStore) -> tuple[float, float] | None:
     return series.first, max(end, series.first + MIN_WINDOW)
 
 
-def card_trends(store: RolloutStore, variant: str, width: int, palette: Palette) -> Text:
+def card_trends(store: StoreView, variant: str, width: int, palette: Palette) -> Text:
     """What a variant card shows after its name: finished per minute and the rolling
     mean reward as sparklines of `width` cells."""
     text = Text(no_wrap=True, end="")
@@ -67,7 +67,7 @@ def card_trends(store: RolloutStore, variant: str, width: int, palette: Palette)
     return text
 
 
-def chart_columns(store: RolloutStore, window: tuple[float, float], width: int) -> int:
+def chart_columns(store: StoreView, window: tuple[float, float], width: int) -> int:
     """Columns no narrower than a bucket (a narrower one would hold a whole bucket or
     nothing), at most one a cell; each is drawn over `width / columns` cells."""
     return max(1, min(width, int((window[1] - window[0]) / store.series.width)))
@@ -103,7 +103,7 @@ class TrendsView(Widget):
 
     DEFAULT_CSS = "TrendsView { height: auto; }"
 
-    def __init__(self, store: RolloutStore, *, id: str | None = None) -> None:
+    def __init__(self, store: StoreView, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.palette: Palette | None = None

@@ -10,9 +10,8 @@ from textual.message import Message
 from textual.widgets import Button, Static
 
 from tracewatch.core.run.durations import clock
-from tracewatch.core.session.contracts import VariantState, VariantView
+from tracewatch.core.session.contracts import StoreView, VariantState, VariantView
 from tracewatch.core.session.status import Status
-from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.tokens.flags import FLAGS
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.palette import Palette
@@ -50,7 +49,7 @@ class VariantCard(Horizontal, can_focus=True):
             self.name = name
             self.action = action
 
-    def __init__(self, variant: VariantView, store: RolloutStore, readonly: bool) -> None:
+    def __init__(self, variant: VariantView, store: StoreView, readonly: bool) -> None:
         super().__init__(classes="variant-card")
         self.variant = variant
         self.store = store

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 Cell = tuple[str, Style]
 """A cell's text (before it is fitted to the column) and its style."""
 CellOf = Callable[[Rollout, float, Palette, StallTest], Cell]
-"""A rollout's cell at `now`, in a palette, told whether a rollout is stalled (`RolloutStore.is_stalled`)."""
+"""A rollout's cell at `now`, in a palette, told whether a rollout is stalled (`StoreView.is_stalled`)."""
 
 PLAIN = Style()
 

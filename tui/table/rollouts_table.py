@@ -24,9 +24,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracewatch.core.session.contracts import StoreView
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
-from tracewatch.core.session.store import RolloutStore
 from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.palette import PALETTE_CLASSES, Palette
 from tracewatch.tui.drawing.virtual_size import set_virtual_size
@@ -123,7 +123,7 @@ class RolloutsTable(ScrollView, can_focus=True):
 
         key: str
 
-    def __init__(self, store: RolloutStore, clock_fn: Callable[[], float], *, id: str | None = None) -> None:
+    def __init__(self, store: StoreView, clock_fn: Callable[[], float], *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.now = clock_fn
