@@ -10,9 +10,9 @@ import pytest
 from rich.console import Console
 from textual.widgets import Static
 
-from tests.support.app_screen import open_side_by_side
+from tests.support.app_screen import open_side_by_side, screen_text
 from tests.support.polling import until
-from tests.support.tui_standin import StandInEngine, StandInVariant, make_engine, write_recording
+from tests.support.tui_standin import StandInEngine, StandInVariant, feed, make_engine, write_recording
 from tracewatch.cli import main
 from tracewatch.core.session.compare import compare, compare_lines, compare_store
 from tracewatch.core.session.store import RolloutStore
@@ -362,3 +362,21 @@ async def test_switching_rollouts_draws_nothing_of_the_old_trace_with_the_new_ro
         await until(pilot, lambda: left.transcript.rollout_key == "a/1" and own["a/1"] in shown(left.transcript))
         assert left.transcript.blocks_rendered - drawn == len(left.transcript._blocks), "the new trace's blocks and no other"
         assert painted and all(own[key] in text for key, text in painted), painted
+
+
+async def test_a_long_task_name_takes_the_width_there_is() -> None:
+    """At 160 columns a 60-character task name is whole: the task column takes what
+    the numbers leave, not a fixed 32 cells with 70 blank beside them."""
+    store = RolloutStore()
+    label = "repository: fix the flaky retry in the HTTP client pool · "
+    for name in ("baseline", "candidate"):
+        feed(store, name, label=label)
+    engine = StandInEngine(store, {name: StandInVariant(name, store) for name in ("baseline", "candidate")})
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await pilot.press("4")
+        view = app.query_one(CompareView)
+        whole = f"{label}calc (120 + 37) * 3"
+        await until(pilot, lambda: whole in screen_text(app), f"{whole!r} whole on the Compare tab")
+        assert view.region.width < 160

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.app_screen import screen_text
 from tests.support.polling import until
-from tests.support.tui_standin import make_engine
+from tests.support.tui_standin import T0, make_engine
 from tracewatch.tui.app import TracewatchApp
 
 
@@ -46,3 +47,19 @@ async def test_a_recording_that_does_not_fit_the_status_line_is_left_off_it(tmp_
         line = await until(pilot, lambda: (text := str(app.status.render())).startswith("tracewatch demo  14 rollouts") and text)
         after = line.split("running", 1)[1]
         assert after == f"  rec {engine.recording_path}" if shown else "rec" not in after, line
+
+
+async def test_at_160_columns_a_stalled_rollouts_activity_is_whole() -> None:
+    """A table wider than its columns gives the room to Activity and Task: the stalled
+    rows' "⚠ 1:35 generating" is not cut beside blank columns."""
+    now = [T0]
+    engine = make_engine(finish=False, clock=lambda: now[0])
+    now[0] += 95  # past the stall threshold (60 s) since each rollout's last delta
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        stalled = [key for key, rollout in engine.store.rollouts.items() if engine.store.is_stalled(rollout, now[0])]
+        assert stalled
+        cells = {key: app.table.cell_text(key, "activity") for key in stalled}
+        assert all(cell.startswith("⚠ 1:") for cell in cells.values()) and any(len(cell) > 16 for cell in cells.values()), cells
+        await until(pilot, lambda: all(cell in screen_text(app) for cell in cells.values()), f"every stalled row's {set(cells.values())} whole on screen")

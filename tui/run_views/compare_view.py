@@ -34,8 +34,9 @@ is computed a few times a second at most, a small one's every tick), so a stream
 endings never has the tab take more than a twentieth of the loop."""
 
 
-TASK_WIDTH = (10, 32)
-"""The task column's narrowest and widest: it gives way first, the numbers never do."""
+TASK_NARROWEST = 10
+"""The task column gives way first, the numbers never do; it takes the rest of the
+width there is, so a long task name is cut only where the pane has no room left."""
 
 
 def task_width(comparison: Comparison, width: int) -> int:
@@ -46,7 +47,7 @@ def task_width(comparison: Comparison, width: int) -> int:
         widest = max([cell_len(safe(name)), *map(len, variant_cells(comparison, name).values())])
         numbers += 1 + widest + sum(1 + len(title) for title in COUNT_COLUMNS)
     longest = max((cell_len(safe(label)) for _, label in comparison.tasks), default=4) + len(DIFFER)
-    return max(TASK_WIDTH[0], min(TASK_WIDTH[1], longest, width - numbers))
+    return max(TASK_NARROWEST, min(longest, width - numbers))
 
 
 DIFFER = "≠ "

@@ -36,6 +36,10 @@ COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 PADDING = 1
 """Blank cells each side of a column's text."""
 TASK_NARROW = 12
+ACTIVITY_GROWS = 14
+"""A table wider than its columns gives the room to Activity ("⚠ 1:35 generating",
+then what it waits on) up to this many cells, then the rest to Task: no cell is cut
+with blank columns beside it."""
 TICKING = frozenset(column.key for column in COLUMNS if column.ticks)
 PASS_CHUNK = 2000
 """Rollouts a filter's pass weighs between two frames: a keystroke that is neither a
@@ -502,11 +506,14 @@ class RolloutsTable(ScrollView, can_focus=True):
     @staticmethod
     def _layout(width: int, steps: bool) -> tuple[tuple[str, ...], list[int], tuple[int, int]]:
         """The columns shown, each one's width on screen (its padding included), and
-        the padding (left, right): every available column from their `full_width` up,
-        else by priority."""
+        the padding (left, right): every available column from their `full_width` up
+        (the room over it to Activity and Task), else by priority."""
         candidates = available(steps)
-        if width >= full_width(candidates):
-            return tuple(column.key for column in candidates), [column.width + 2 * PADDING for column in candidates], (PADDING, PADDING)
+        if (spare := width - full_width(candidates)) >= 0:
+            widths = {column.key: column.width + 2 * PADDING for column in candidates}
+            widths["activity"] += (grown := min(spare, ACTIVITY_GROWS))
+            widths["task"] += spare - grown
+            return tuple(widths), list(widths.values()), (PADDING, PADDING)
         wanted = {column.key: (TASK_NARROW if column.key == "task" else column.width) + 1 for column in candidates}
         chosen: set[str] = set()
         used = 0
