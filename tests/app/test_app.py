@@ -23,9 +23,10 @@ from tracewatch.core.wire.episode_json import episode_json
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.chrome.keys import KEYS
 from tracewatch.tui.chrome.screens import ConfirmScreen, HelpScreen, QuitScreen
+from tracewatch.tui.drawing.literal import fit
 from tracewatch.tui.run_views.timing_view import TimingView
 from tracewatch.tui.table.columns import BY_KEY, COLUMNS
-from tracewatch.tui.table.rollouts_table import RolloutsTable, fit
+from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 INJECTION = "\x1b[31m[bold red]EVIL[/bold red] [link=x]y[/link]\x07"
 

@@ -9,7 +9,7 @@ from tests.support.timed_runs import NOW, timed_engine
 from tracewatch.core.run.times import RolloutTimes, Span, bar_segments
 from tracewatch.core.session.status import Status
 from tracewatch.tui.app import TracewatchApp
-from tracewatch.tui.run_views.timeline_view import ENDS, TimelineView
+from tracewatch.tui.run_views.timeline_view import ENDS, LABEL_WIDTH, TimelineView
 
 
 def line_text(view: TimelineView, y: int) -> str:
@@ -42,13 +42,14 @@ async def test_every_rollout_is_a_bar_grouped_by_variant_with_its_ending_marked(
         header = view._header_height()
         assert header == 2 + 2 * 2, "legend, axis, then running and waiting per variant"
         assert "baseline run" in line_text(view, 2) and "baseline wait" in line_text(view, 3)
+        assert line_text(view, 4).startswith("candidate run ") and line_text(view, 5).startswith("candidate wait "), "whole, never \"candidat wait 0\""
         lines = [line_text(view, y) for y in range(header, header + 2 + 2 * 12)]
         assert lines[0].startswith("▾ baseline  12 rollouts") and lines[13].startswith("▾ candidate  12 rollouts")
         store = engine.store
         for line, key in zip(lines[1:13] + lines[14:], store.variants["baseline"] + store.variants["candidate"]):
             rollout = store.rollouts[key]
             assert line.split()[0] == key
-            bar = line[16:]
+            bar = line[LABEL_WIDTH:]
             if rollout.status in ENDS:
                 assert ENDS[rollout.status] in bar, key
             if rollout.status is Status.DONE:

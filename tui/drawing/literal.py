@@ -14,7 +14,7 @@ to escape pays for `str.translate`.
 
 from __future__ import annotations
 
-from rich.cells import cell_len, split_graphemes
+from rich.cells import cell_len, set_cell_size, split_graphemes
 
 from tracewatch.core.text import ESCAPES, UNSAFE_BUT_NEWLINE, visible
 
@@ -83,3 +83,12 @@ def wrap(text: str, width: int) -> list[tuple[int, int, int]]:
             space = (end, cells)
     ranges.append((start, len(text), cells))
     return ranges
+
+
+def fit(text: str, width: int) -> str:
+    """`text` in exactly `width` cells: padded, or cut with "…" so a cut name reads as
+    cut (a label cut bare, "candidat", reads as another word)."""
+    size = len(text) if text.isascii() else cell_len(text)
+    if size <= width:
+        return text + " " * (width - size)
+    return set_cell_size(text, width - 1) + "…" if width > 0 else ""

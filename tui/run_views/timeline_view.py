@@ -25,11 +25,13 @@ from tracewatch.core.session.contracts import StoreView
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.status import Status
 from tracewatch.tui.chrome.keys import bindings
-from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.literal import fit, safe
 from tracewatch.tui.drawing.palette import Palette
 from tracewatch.tui.drawing.virtual_size import set_virtual_size
 
-LABEL_WIDTH = 16
+LABEL_WIDTH = 20
+"""The label column: a variant's name with its running or waiting count ("candidate
+wait 12"), a rollout's key; what does not fit is cut with "…", never bare."""
 GLYPHS = {"waiting": "░", "attempt": "▚", "harness": "▒"}
 """A segment's cell; the others are full blocks in their phase's colour (model and
 harness share the agent's colour, as the waterfall draws them, told apart by glyph; a
@@ -320,7 +322,7 @@ class TimelineView(ScrollView, can_focus=True):
         top = max(values, default=0)
         now = values[-1] if values else 0
         count = f" {what[:3] if what == 'running' else what[:4]} {now}"
-        label = (safe(variant)[: LABEL_WIDTH - 1 - len(count)] + count).ljust(LABEL_WIDTH)
+        label = (fit(safe(variant), LABEL_WIDTH - 1 - len(count)).rstrip() + count).ljust(LABEL_WIDTH)
         bars = "".join(LEVELS[min(8, math.ceil(8 * value / top))] if top and value > 0 else " " for value in values)
         style = palette.primary if what == "running" else palette.warning
         return Strip([Segment(label, palette.muted), Segment(bars, style)])
@@ -335,7 +337,7 @@ class TimelineView(ScrollView, can_focus=True):
         its pieces, not the cells."""
         self.rows_drawn += 1
         width = self._bar_width()
-        label = f" {safe(rollout.key)}"[: LABEL_WIDTH - 1].ljust(LABEL_WIDTH)
+        label = " " + fit(safe(rollout.key), LABEL_WIDTH - 2) + " "
         segments = [Segment(label, self._style("timeline--cursor") if cursor else palette.muted)]
         horizon = rollout.ended_at if rollout.ended_at is not None else self.store.clock()
         scale = width / (end - start)

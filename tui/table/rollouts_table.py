@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from rich.cells import cell_len, set_cell_size
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -28,6 +28,7 @@ from tracewatch.core.session.contracts import StoreView
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.tui.chrome.keys import bindings
+from tracewatch.tui.drawing.literal import fit
 from tracewatch.tui.drawing.palette import PALETTE_CLASSES, Palette
 from tracewatch.tui.drawing.virtual_size import set_virtual_size
 from tracewatch.tui.table.columns import BY_KEY, COLUMNS, Cell, Column
@@ -71,14 +72,6 @@ def full_width(columns: tuple[Column, ...]) -> int:
     between columns, the Task column as wide as what is left (at least `TASK_NARROW`),
     and the columns that do not fit left out rather than behind a horizontal scrollbar."""
     return sum(column.width + 2 * PADDING for column in columns)
-
-
-def fit(text: str, width: int) -> str:
-    """`text` in exactly `width` cells: padded, or cut with "…" so a cut name reads as cut."""
-    size = len(text) if text.isascii() else cell_len(text)
-    if size <= width:
-        return text + " " * (width - size)
-    return set_cell_size(text, width - 1) + "…" if width > 0 else ""
 
 
 class _RowMessage(Message):
