@@ -10,6 +10,7 @@ import pytest
 from tests.support.app_screen import screen_text
 from tests.support.polling import until
 from tests.support.tui_standin import T0, make_engine
+from tracewatch.core.session.contracts import VariantState
 from tracewatch.tui.app import TracewatchApp
 
 
@@ -63,3 +64,27 @@ async def test_at_160_columns_a_stalled_rollouts_activity_is_whole() -> None:
         cells = {key: app.table.cell_text(key, "activity") for key in stalled}
         assert all(cell.startswith("⚠ 1:") for cell in cells.values()) and any(len(cell) > 16 for cell in cells.values()), cells
         await until(pilot, lambda: all(cell in screen_text(app) for cell in cells.values()), f"every stalled row's {set(cells.values())} whole on screen")
+
+
+@pytest.mark.parametrize("size", [(120, 40), (160, 48)])
+async def test_a_stopped_cards_mean_reward_is_whole(size: tuple[int, int]) -> None:
+    """A card with its stop's outcome below keeps its mean reward on the counts' row,
+    not after the server's model and sampling, where it read "mean reward 0…"."""
+    engine = make_engine()
+    for variant in engine.variants.values():
+        variant.state, variant.outcome_text = VariantState.CANCELLED, "cancelled: exited 0 after SIGTERM"
+        variant.sampling = {"temperature": 0.2, "top_p": 0.95, "max_tokens": 4096, "seed": 1234}
+    app = TracewatchApp(engine)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await until(pilot, lambda: screen_text(app).count("mean reward 0.80") == 2, "both cards' mean reward whole")
+
+
+async def test_at_80x24_a_cards_pid_is_whole() -> None:
+    engine = make_engine()
+    for variant in engine.variants.values():
+        variant.pid = 32145  # five digits, as the issue saw ("pid 3214…")
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        await until(pilot, lambda: screen_text(app).count("pid 32145") == 2, "both cards' pid whole, not \"pid 3214…\"")

@@ -134,10 +134,13 @@ class VariantCard(Horizontal, can_focus=True):
         reward = Text(f"mean reward {stats.mean_reward:.2f}", style="bold") if stats.mean_reward is not None else None
         height = self.styles.height  # the CSS's, not the laid-out size: known before the first frame
         if height is not None and height.cells is not None and height.cells < 4:
-            rows = [Text(" · ").join([head, server]), detail or Text(" · ").join([counts, *([reward] if reward else [])])]
+            # beside the name, the pid alone: its uptime and model would cut the pid's digits
+            pid = Text(f"pid {variant.pid}") if variant.pid is not None else server
+            rows = [Text(" · ").join([head, pid]), detail or Text(" · ").join([counts, *([reward] if reward else [])])]
         elif detail is not None:
-            rows = [Text(" · ").join([server, *([reward] if reward else [])]), counts, detail]
-            rows.insert(0, head)
+            # the reward beside the counts, not after the server's model and sampling,
+            # which cut it to "mean reward 0…"
+            rows = [head, server, Text(" · ").join([counts, *([reward] if reward else [])]), detail]
         else:
             last = Text(" · ").join([reward, Text(f"{stats.scored} scored{' so far' if self.store.partial is not None else ''}", style=palette.muted)]) if reward else Text()
             rows = [head, server, counts, last]
