@@ -380,3 +380,16 @@ async def test_a_long_task_name_takes_the_width_there_is() -> None:
         whole = f"{label}calc (120 + 37) * 3"
         await until(pilot, lambda: whole in screen_text(app), f"{whole!r} whole on the Compare tab")
         assert view.region.width < 160
+
+
+@pytest.mark.parametrize("size, hint", [((80, 24), "d differ"), ((200, 40), "d: where they differ")])
+async def test_the_side_by_side_title_keeps_its_keys_whole(size: tuple[int, int], hint: str) -> None:
+    """At 80 columns the keys' hint lost its last letters past the edge; the longest
+    hint that fits is shown whole and the task's name gives way."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=size) as pilot:
+        _, screen, _, _ = await open_side_by_side(app, pilot, 14, "enter")
+        title = screen.query_one("#task-title", Static)
+        await until(pilot, lambda: str(title.render()).endswith(hint), f"a title ending in {hint!r}")
+        text = str(title.render())
+        assert text.startswith("task calc") and len(text) <= size[0] - 2, text

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
@@ -23,10 +24,19 @@ from tracewatch.core.session.contracts import StoreView
 from tracewatch.core.session.divergence import TurnPairs
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.tui.chrome.keys import bindings
-from tracewatch.tui.drawing.literal import safe
+from tracewatch.tui.drawing.literal import fit, safe
 from tracewatch.tui.drawing.numbers import rollout_reward_text
 from tracewatch.tui.table.columns import rollout_number
 from tracewatch.tui.trace.transcript import Transcript
+
+HINTS = (
+    "side by side · Esc: back · v V: another variant · , .: another rollout (of the focused side) · d: where they differ",
+    "Esc back · v V another variant · , . another rollout · d where they differ",
+    "Esc back · v V variant · , . rollout · d differ",
+)
+"""The keys' hint, longest first: the title shows the longest that fits."""
+TASK_AT_LEAST = 16
+"""Cells of the task's name the hint leaves before a shorter hint is taken."""
 
 Task = tuple[int, str]
 REFRESH = 0.25
@@ -179,11 +189,19 @@ class SideBySideScreen(Screen[list[str]]):
             right.at = min(1, len(right.rollouts) - 1)  # one variant on both sides: two of its rollouts
 
     def compose(self) -> ComposeResult:
-        hint = "Esc: back · v V: another variant · , .: another rollout (of the focused side) · d: where they differ"
-        yield Static(Text(f"task {safe(self.shown_task[1])} · side by side · {hint}"), markup=False, id="task-title")
+        yield Static(markup=False, id="task-title")
         yield self.divergence
         with Horizontal(id="sides"):
             yield from self.sides
+
+    def on_resize(self, event: events.Resize) -> None:
+        """The keys' hint whole at any width, the longest that fits; the task's name
+        takes what is left and is cut with "…" (a hint cut at the edge lost its keys)."""
+        room = event.size.width - 2  # the title's padding
+        task = safe(self.shown_task[1])
+        hint = next((hint for hint in HINTS if len(hint) + TASK_AT_LEAST <= room), HINTS[-1])
+        name = fit(task, max(1, room - len(hint) - len("task  · ")))
+        self.query_one("#task-title", Static).update(Text(f"task {name.rstrip()} · {hint}", no_wrap=True, overflow="ellipsis"))
 
     def on_mount(self) -> None:
         self.sides[0].transcript.focus()
