@@ -102,6 +102,8 @@ def apply_record(store: RolloutStore, variants: dict[str, RecordedVariant], reco
         running = record.get("running_t")
         if isinstance(running, (int, float)) and not isinstance(running, bool):
             store.running_from(record["id"], float(running))
+    elif kind == "cancelling":
+        store.cancelling(record["id"])
     elif kind == "delta":
         key = record["id"]
         try:

@@ -49,6 +49,7 @@ def open_unpacker(file: Any) -> msgpack.Unpacker:
 _FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "rollout": {"id": (str,), "variant": (str,), "task_index": (int,), "task_data": (dict,), "rollout_index": (int,)},
     "request": {"id": (str,), "request_id": (str,)},
+    "cancelling": {"id": (str,)},
     "delta": {"id": (str,)},
     "reply": {"id": (str,), "r": (dict,)},
     "event": {"variant": (str,), "kind": (str,)},
@@ -116,5 +117,5 @@ class Damage:
         return f"{before}; {mine}" if before else f"{path}: {mine}"
 
 
-ROLLOUT_KINDS = ("rollout", "request", "delta", "reply")
+ROLLOUT_KINDS = ("rollout", "request", "cancelling", "delta", "reply")
 """The kinds of record that belong to one rollout (they carry its `id`)."""

@@ -13,7 +13,7 @@ from typing import Any
 import msgpack
 
 from tracewatch.core.recordings.ending import recorded_ending
-from tracewatch.core.recordings.file_format import Damage
+from tracewatch.core.recordings.file_format import ROLLOUT_KINDS, Damage
 from tracewatch.core.recordings.reader import Scan, read_header
 from tracewatch.core.run.times import Attempt, discarded_attempt
 from tracewatch.core.session.status import Ending, Status
@@ -367,7 +367,7 @@ class RecordingIndex:
                 continue
             if kind == "rollout":
                 rollouts[rollout_id] = RolloutSummary(rollout_id)
-            if kind in ("rollout", "request", "delta", "reply"):
+            if kind in ROLLOUT_KINDS:
                 rollouts[rollout_id]._add(offset, length, record)
                 touched[rollout_id] = None
             elif kind == "event":

@@ -139,6 +139,11 @@ class Recorder:
             record["running_t"] = running_t
         self._append(record)
 
+    def cancelling(self, id: str, t: float | None = None) -> None:
+        """The run was asked to abort: what ends it next ends it cancelled, and a replay
+        must know that as live did."""
+        self._append({"k": "cancelling", "t": _now(t), "id": id})
+
     def delta(self, id: str, delta: WireDelta, t: float | None = None) -> None:
         self._append({"k": "delta", "t": _now(t), "id": id, "d": delta})
 

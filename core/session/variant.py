@@ -170,7 +170,7 @@ class Variant(CapturedChild):
         if rollout.status is Status.QUEUED or task is None:
             self._end(key, "cancelled before it started", cancelled=True)
             return True
-        self.store.cancelling(key)
+        self._cancelling(key)
         task = asyncio.get_running_loop().create_task(self._cancel_run(key, rollout.request_id))
         self._cancels.add(task)
         task.add_done_callback(self._cancels.discard)
@@ -477,7 +477,7 @@ class Variant(CapturedChild):
             if rollout.status is Status.QUEUED:
                 self._end(key, "cancelled with the variant", cancelled=True)
             elif rollout.status is Status.RUNNING:
-                self.store.cancelling(key)
+                self._cancelling(key)
         if in_flight and self._client is not None:
             self._note("cancel-runs", f"cancelling {len(in_flight)} run(s) over the wire")
             self._client.cancel_soon(rid for rid in in_flight if rid)
@@ -529,6 +529,13 @@ class Variant(CapturedChild):
             return
         self.store.failed(key, reason, cancelled=cancelled)
         self._record_reply(key, {"success": False, "error": reason})
+
+    def _cancelling(self, key: str) -> None:
+        """The run is asked to abort, in the store and the recording alike: whatever
+        ends it next (a bad delta, the aborted reply) ends it cancelled in a replay too."""
+        self.store.cancelling(key)
+        if self.recorder is not None:
+            self.recorder.cancelling(key)
 
     def _record_reply(self, key: str, reply: dict[str, Any]) -> None:
         """The reply with the store's word on how the rollout ended, so a replay or an

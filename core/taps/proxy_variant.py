@@ -127,6 +127,8 @@ class ProxyVariant(TapVariant):
             return True
         forwarder.cancel(rollout.request_id)
         self.store.cancelling(key)
+        if self.recorder is not None:
+            self.recorder.cancelling(key)
         self._say(f"cancel sent upstream for {key} (request {rollout.request_id})")
         return True
 

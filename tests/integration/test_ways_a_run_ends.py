@@ -47,6 +47,20 @@ async def test_a_cancel_taken_but_never_followed_by_a_reply_ends_the_rollout(tmp
     assert "took the cancel but sent no reply" in rollout.reason
 
 
+async def test_a_bad_delta_while_the_run_is_cancelling_replays_as_cancelled(tmp_path):
+    """The run is asked to abort, and the server's last delta before its aborted reply
+    is one the client rejects: live ends it cancelled (the user asked), and so must the
+    replay, which reads the recording's word that the run was cancelling."""
+    scripts = {"silent": [("delta", {"trace": "t", "open": header("t")})]}
+    async with ScriptedServer(scripts) as server:
+        server.on_cancel = [("delta", {"trace": "t", "nodes": 5})]
+        engine, code, out = await run_live(tmp_path, server, ["silent"], cancel_stalled=0.3)
+        assert server.cancels, "the stalled run was cancelled over the wire"
+    rollout = engine.store.rollouts["remote/0"]
+    assert rollout.status is Status.CANCELLED and "'nodes' must be a list" in rollout.reason, out
+    assert endings((await replay(tmp_path / "live.twrec")).store) == endings(engine.store)
+
+
 async def test_a_rejected_delta_is_recorded_first_and_replays_to_the_same_failure(tmp_path):
     rejected = {"trace": "t", "nodes": 5}
     scripts = {

@@ -47,6 +47,9 @@ class ScriptedServer:
         """What a cancel is answered with (None: nothing)."""
         self.abort_on_cancel = True
         """Whether a cancelled run that has not replied then gets verifiers' aborted reply."""
+        self.on_cancel: list[Step] = []
+        """What a cancelled run that has not replied plays before its aborted reply (a
+        delta the server had in flight when the cancel came)."""
         self.runs: list[str] = []
         """Task ids of the runs requested, in order."""
         self.cancels: list[str] = []
@@ -95,6 +98,8 @@ class ScriptedServer:
                 player = self._players.get(target)
                 if self.abort_on_cancel and player is not None and target not in self._replied:
                     player.cancel()
+                    for kind, value in self.on_cancel:
+                        await self._send(client, target, kind, value)
                     await self._send(client, target, "reply", {"success": False, "error": ABORTED_ERROR})
 
     async def _play(self, client: bytes, request_id: bytes, script: list[Step]) -> None:
