@@ -11,8 +11,8 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tracewatch.core.engine.followed_run import FollowedRun
 from tracewatch.core.paths import new_session_dir
 from tracewatch.core.recordings.apply_records import (
     RecordedVariant,
@@ -30,6 +30,9 @@ from tracewatch.core.recordings.run_dir import open_run
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.session import Session
 from tracewatch.core.session.store import RolloutStore
+
+if TYPE_CHECKING:
+    from tracewatch.core.engine.followed_run import FollowedRun
 
 SLICE_SECONDS = 0.02
 """How long the index reads between hand-backs of the loop while a recording opens
@@ -96,6 +99,8 @@ def open_folder(path: Path, follow: bool | None = None, until_idle: float | None
     as a verifiers run."""
     found = detect(path) if path.is_dir() else None
     if isinstance(found, StreamRun):
+        from tracewatch.core.engine.followed_run import FollowedRun  # numpy's columns: only for a run that has them
+
         run = FollowedRun(found, bool(follow), until_idle)
         return run.snapshot() if follow is None else run
     folder = rollouts_dir(path)
