@@ -447,16 +447,17 @@ class Relay:
 
     def _tell_closed(self) -> None:
         """Each viewer told, on the notices socket, what it lost that no `loss` told
-        it: what was dropped for it, and the runs of what it never got (queued, or
-        still in pyzmq, which the close discards)."""
+        it: the runs of what was dropped for it and of what it never got (queued, or
+        still in pyzmq, which the close discards), and the count of both."""
         self._merge_gaps()
         left = {message[1] for message in list(self._queue)}
         running = self._running()
         for identity, viewer in list(self._viewers.items()):
             lost = viewer.lost | viewer.unsent_runs() | left
             payload = _pack({"lost": sorted(lost), "running": running})
+            missed = self._count(viewer) + viewer.unsent() + len(self._queue)
             try:
-                self._notices.send_multipart([identity, *encode(CLOSED, NO_RUN, payload, self._count(viewer))], zmq.NOBLOCK)
+                self._notices.send_multipart([identity, *encode(CLOSED, NO_RUN, payload, missed)], zmq.NOBLOCK)
             except zmq.ZMQError:
                 continue
 

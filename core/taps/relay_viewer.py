@@ -22,7 +22,7 @@ import zmq.asyncio
 from tracewatch.core.errors import TracewatchError
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.store import RolloutStore
-from tracewatch.core.taps.drain import STOP_SECONDS, SocketQueue, left_unread, read_until
+from tracewatch.core.taps.drain import STOP_SECONDS, TURN_SECONDS, SocketQueue, left_unread, read_until
 from tracewatch.core.taps.observed import ObservedRuns
 from tracewatch.core.taps.tap_variant import TapVariant
 from tracewatch_guest.framing import BATCH, BYE, CLOSED, HELLO, LOSS, WELCOME, decode
@@ -118,12 +118,17 @@ class RelayViewer(TapVariant):
         self._stop_by = 0.0
         self.relay_gone = False
         """The relay went silent (its heartbeats stopped): gone or stopped, for now."""
+        self.relay_closed = False
+        """The relay said it closed (on its notices)."""
         self._relay_id: str | None = None
         self._heartbeat = 1.0
         self._relay_dropped = 0
         """The current relay's last count of what it dropped for us."""
+        self._notices: zmq.asyncio.Socket | None = None
         self._notices_at: tuple[str, bytes] | None = None
         """Where the current relay tells of its close, and our identity there."""
+        self._heard_at = 0.0
+        """When the relay's last message came."""
 
     @property
     def can_start(self) -> bool:
@@ -131,7 +136,12 @@ class RelayViewer(TapVariant):
 
     @property
     def source_lost(self) -> str | None:
-        if not self.relay_gone or self.state is not VariantState.RUNNING:
+        if self.state is not VariantState.RUNNING:
+            return None
+        if self.relay_closed:
+            lost = f"; {self.view_loss}" if self.view_loss else ""
+            return f"the relay at {self.address} went away (it closed{lost}): waiting for it to come back"
+        if not self.relay_gone:
             return None
         return f"the relay at {self.address} went away (no heartbeat): waiting for it to come back"
 
@@ -154,7 +164,7 @@ class RelayViewer(TapVariant):
         if self.can_start:
             self.reason = None
             self.unread = 0
-            self.relay_gone = False
+            self.relay_gone = self.relay_closed = False
             self._relay_id = None
             self._set(VariantState.STARTING)
             self._main = asyncio.get_running_loop().create_task(self._view(), name=f"relay {self.name}")
@@ -174,7 +184,8 @@ class RelayViewer(TapVariant):
                 await self._main
         self.runs.unobserve_all("the viewer stopped before the run ended (the run itself goes on)")
         if self.relay_gone:
-            self.reason = f"the relay at {self.address} went away (no heartbeat) and had not come back"
+            how = "it closed" if self.relay_closed else "no heartbeat"
+            self.reason = f"the relay at {self.address} went away ({how}) and had not come back"
         if self.unread:
             self.reason = f"the viewer {left_unread(self.unread, 'relay messages')} (the runs themselves go on)"
         self.reason = "; ".join(filter(None, [self.reason, self.view_loss])) or None
@@ -188,19 +199,28 @@ class RelayViewer(TapVariant):
         dealer.connect(self.address)
         notices = context.socket(zmq.SUB)
         notices.setsockopt(zmq.LINGER, 0)
+        closes: asyncio.Task[None] | None = None
         try:
             queue = SocketQueue(dealer)
+            self._notices = notices
             if not await self._greeted(dealer, queue):
                 return
             self.server_started_at = time.time()
             self._set(VariantState.RUNNING)
+            closes = asyncio.get_running_loop().create_task(self._watch_closes(notices, queue), name=f"relay closes {self.name}")
             try:
-                await self._read(dealer, queue, notices)
+                await self._read(dealer, queue)
             except asyncio.CancelledError:  # the stop: the relay sends no more; what it sent is read for a while
                 _bye(dealer)
                 self.unread = await queue.read_at_stop(self._handle, lambda: self._stop_by, quiet=0)
                 raise
         finally:
+            if closes is not None:
+                closes.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await closes
+            self._notices = None
+            self._notices_at = None
             _bye(dealer)
             dealer.close(linger=100)
             notices.close()
@@ -227,67 +247,65 @@ class RelayViewer(TapVariant):
                 self._handle(frames)
         return True
 
-    async def _read(self, dealer: zmq.asyncio.Socket, queue: SocketQueue, notices: zmq.asyncio.Socket) -> None:
-        """Every message as it comes, and the relay's word that it closed; a relay
-        silent for `SILENT_BEATS` heartbeats is said to be gone, its runs in flight end
-        here as lost (its driver died or stopped: they would otherwise run, then stall,
-        forever), and it is greeted each `HELLO_SECONDS` until one answers (the same
-        relay, or a new one at the address)."""
-        poller = zmq.asyncio.Poller()
-        poller.register(dealer, zmq.POLLIN)
-        poller.register(notices, zmq.POLLIN)
-        following: tuple[str, bytes] | None = None
+    async def _read(self, dealer: zmq.asyncio.Socket, queue: SocketQueue) -> None:
+        """Every message as it comes; a relay silent for `SILENT_BEATS` heartbeats is
+        said to be gone, its runs in flight end here as lost (its driver died or
+        stopped: they would otherwise run, then stall, forever), and it is greeted each
+        `HELLO_SECONDS` until one answers (the same relay, or a new one at the address)."""
         while True:
-            following = self._follow(notices, following)
             silent_after = self._heartbeat * SILENT_BEATS if not self.relay_gone else HELLO_SECONDS
             polled = time.monotonic()
-            ready = dict(await poller.poll(math.ceil(silent_after * 1000)))
-            if dealer in ready:
+            if await queue.wait(silent_after):
                 await read_until(lambda: math.inf, queue.take, self._handle)
-            if notices in ready:
-                await self._closed(notices, queue)
-            if ready or time.monotonic() - polled > 2 * silent_after:  # we were stopped or starved, not the relay: a fresh look
+                continue
+            if time.monotonic() - polled > 2 * silent_after:  # we were stopped or starved, not the relay: a fresh look
                 continue
             if not self.relay_gone:
-                self.relay_gone = True
                 self._say(f"the relay at {self.address} went silent: it is gone or stopped; waiting for it to come back")
-                self.runs.unobserve_all(
-                    f"lost: the relay went away before the run ended (no heartbeat for {silent_after:g}s: its driver died or stopped); "
-                    "how the run itself ended is not known here"
-                )
-                self.store.touch_variant(self.name)
+                self._relay_went_away(f"no heartbeat for {silent_after:g}s: its driver died or stopped")
             await dealer.send_multipart([HELLO])
 
-    def _follow(self, notices: zmq.asyncio.Socket, following: tuple[str, bytes] | None) -> tuple[str, bytes] | None:
+    def _follow(self, endpoint: str | None, you: bytes | None) -> None:
         """Listen where the current relay tells of its close (a new relay, a new place)."""
-        if self._notices_at == following:
-            return following
-        if following is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                notices.disconnect(following[0])
-            notices.setsockopt(zmq.UNSUBSCRIBE, following[1])
-        if self._notices_at is not None:
-            notices.setsockopt(zmq.SUBSCRIBE, self._notices_at[1])
-            notices.connect(self._notices_at[0])
-        return self._notices_at
-
-    async def _closed(self, notices: zmq.asyncio.Socket, queue: SocketQueue) -> None:
-        """The relay closed: what it sent us is read first (to a quiet), so the runs
-        whose ends we have end as they did; then those we lost end, incomplete."""
-        words: list[list[bytes]] = []
-        with contextlib.suppress(zmq.Again):
-            while True:
-                words.append(await notices.recv_multipart(zmq.NOBLOCK))
-        told = [decode(frames[1:]) for frames in words if self._notices_at is not None and frames[:1] == [self._notices_at[1]]]
-        closes = [message for message in told if message is not None and message.kind == CLOSED]
-        if not closes:
+        notices = self._notices
+        if notices is None or self._notices_at == (endpoint, you):
             return
-        while await queue.wait(CLOSED_QUIET):
-            await read_until(lambda: math.inf, queue.take, self._handle)
-        for message in closes:
+        if self._notices_at is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                notices.disconnect(self._notices_at[0])
+            notices.setsockopt(zmq.UNSUBSCRIBE, self._notices_at[1])
+        self._notices_at = None
+        if endpoint is not None and you is not None:
+            notices.setsockopt(zmq.SUBSCRIBE, you)
+            notices.connect(endpoint)
+            self._notices_at = (endpoint, you)
+
+    async def _watch_closes(self, notices: zmq.asyncio.Socket, queue: SocketQueue) -> None:
+        """The relay's word that it closed: what it had sent us is read first, until
+        `CLOSED_QUIET` passes without a message, so the runs whose ends we have end as
+        they did; then those we lost end, incomplete."""
+        while True:
+            frames = await notices.recv_multipart()
+            message = decode(frames[1:]) if self._notices_at is not None and frames[:1] == [self._notices_at[1]] else None
+            if message is None or message.kind != CLOSED:
+                continue
+            told = time.monotonic()
+            while True:
+                await read_until(lambda: math.inf, queue.take, self._handle)
+                if time.monotonic() - max(told, self._heard_at) >= CLOSED_QUIET:
+                    break
+                await asyncio.sleep(TURN_SECONDS)
             self._count_dropped(message.dropped)
             apply_loss(self.runs, message.payload, self.dropped, closed=True)
-        self._say(f"the relay at {self.address} closed" + (f"; {self.view_loss}" if self.view_loss else ""))
+            self.relay_closed = True
+            self._say(f"the relay at {self.address} closed" + (f"; {self.view_loss}" if self.view_loss else ""))
+            self._relay_went_away("it closed")
+
+    def _relay_went_away(self, why: str) -> None:
+        """The relay is gone: its runs still in flight end here as lost (how each ended
+        is not known here), and it is greeted until one answers."""
+        self.relay_gone = True
+        self.runs.unobserve_all(f"lost: the relay went away before the run ended ({why}); how the run itself ended is not known here")
         self.store.touch_variant(self.name)
 
     def _count_dropped(self, dropped: int | None) -> None:
@@ -301,8 +319,9 @@ class RelayViewer(TapVariant):
         message = decode(frames)
         if message is None:
             return
+        self._heard_at = time.monotonic()
         if self.relay_gone:
-            self.relay_gone = False
+            self.relay_gone = self.relay_closed = False
             self._say(f"the relay at {self.address} answers again")
             self.store.touch_variant(self.name)
         if message.kind == WELCOME:
@@ -343,8 +362,8 @@ class RelayViewer(TapVariant):
         self._relay_dropped = 0
         you, port = welcome.get("you"), welcome.get("notices")
         host = self.address.removeprefix("tcp://").rpartition(":")[0]
-        known = type(port) is int and 0 < port < 65536 and self.address.startswith("tcp://")
-        self._notices_at = (f"tcp://{host}:{port}", you) if known and isinstance(you, bytes) else None
+        known = type(port) is int and 0 < port < 65536 and self.address.startswith("tcp://") and isinstance(you, bytes)
+        self._follow(f"tcp://{host}:{port}" if known else None, you if known and isinstance(you, bytes) else None)
         too_big = welcome.get("too_big")
         skipped = f"; {too_big:,} runs in flight too large to be sent to a late viewer" if isinstance(too_big, int) and too_big > 0 else ""
         self._say(f"connected to the relay at {self.address}{skipped}")
