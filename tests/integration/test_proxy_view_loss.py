@@ -288,6 +288,20 @@ STOPPED_APP = (
 """The headless app, with the small copy bound above."""
 
 
+def headless_app(server: HeldServer) -> tuple[str, TetheredProcess, list[str], threading.Thread]:
+    """The headless proxy app in front of `server`: its listen address, the process,
+    and what it prints, gathered by a thread."""
+    listen = free_address()
+    app = TetheredProcess(
+        [sys.executable, "-c", STOPPED_APP, "proxy", "--listen", listen, "--upstream", server.address, "--headless", "--no-record"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(app.stdout or ()), daemon=True)
+    reader.start()
+    return listen, app, said, reader
+
+
 def stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rpartition(")")[2].split()[0] == "T"
@@ -300,15 +314,7 @@ def test_a_stopped_view_never_stops_the_drivers_runs(server) -> None:
     and sheds for the view and never waits for it, so every run reaches its driver
     whole while the app stays stopped; resumed, the app stops cleanly and says what
     its view lost."""
-    listen = free_address()
-    app = TetheredProcess(
-        [sys.executable, "-c", STOPPED_APP, "proxy", "--listen", listen, "--upstream", server.address, "--headless", "--no-record"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    assert app.stdout is not None
-    said: list[str] = []
-    reader = threading.Thread(target=lambda: said.extend(app.stdout or ()), daemon=True)
-    reader.start()
+    listen, app, said, reader = headless_app(server)
     tasks = [f"t{i}" for i in range(RUNS)]
     big = pack({"trace": server.deltas[0]["trace"], "pending": [{"role": "tool", "content": "x" * (1 << 20)}]})
     """Many times the copies the view may fall behind by, one message."""
@@ -353,14 +359,7 @@ def test_a_view_resumed_after_its_runs_ended_ends_them_at_once_and_the_live_run_
     live: resumed, with no more traffic, the app ends the three as their replies say
     (the one that lost copies *view incomplete*, the others whole) within a deadline,
     and the live one goes on and ends when its driver's run does."""
-    listen = free_address()
-    app = TetheredProcess(
-        [sys.executable, "-c", STOPPED_APP, "proxy", "--listen", listen, "--upstream", server.address, "--headless", "--no-record"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    assert app.stdout is not None
-    said: list[str] = []
-    threading.Thread(target=lambda: said.extend(app.stdout or ()), daemon=True).start()
+    listen, app, said, _ = headless_app(server)
     ending = [f"e{i}" for i in range(3)]
     big = pack({"trace": server.deltas[0]["trace"], "pending": [{"role": "tool", "content": "x" * (1 << 20)}]})
     early, rest = [*map(pack, server.deltas[:3])], [*map(pack, server.deltas[3:])]
