@@ -249,7 +249,7 @@ def test_a_viewer_resumed_after_its_relay_closed_is_told_what_it_missed() -> Non
         assert setup.viewer is not None
         setup.viewer.send_signal(signal.SIGCONT)
         said.line(
-            lambda line: re.match(r"v: the relay at .* closed; the relay dropped [\d,]+ messages for this viewer", line) is not None,
+            lambda line: re.match(r"v: the relay at .* went away \(it closed; the relay dropped [\d,]+ messages for this viewer\)", line) is not None,
             "the resumed viewer saying the relay closed, and what it dropped",
         )
         if any("[big" in line for line in said.lines):  # its start reached the viewer before the close
