@@ -297,7 +297,7 @@ class RelayViewer(TapVariant):
                 await asyncio.sleep(TURN_SECONDS)
             self._count_dropped(message.dropped)
             apply_loss(self.runs, message.payload, self.dropped, closed=True)
-            self.relay_gone = self.relay_closed = True
+            self.relay_closed = True
             self._say(f"the relay at {self.address} closed" + (f"; {self.view_loss}" if self.view_loss else ""))
             self._relay_went_away("it closed")
 
