@@ -19,6 +19,8 @@ worth showing (each waited for with a deadline), then a PNG of each SVG:
     tokens.svg          a training rollout's message token by token, coloured by where the
                         trainer disagrees with the sampler, the cursor on the worst token
     cancel-variant.svg  a variant cancel escalating: runs cancelled, SIGTERM sent, grace left
+    prime-rl.svg        `tracewatch open` on a prime-rl output directory being written live:
+                        in-flight rows and finished ones, an in-flight trace selected
 
 For the last one the candidate's demo server is first frozen with SIGSTOP: a wedged
 server that ignores SIGTERM, the case the grace period exists for (a healthy demo
@@ -27,6 +29,12 @@ told; the supervisor SIGKILLs the frozen server when its grace runs out.
 
 At the end the engine is shut down (every run cancelled, every server stopped) and
 the script checks that no process it started is left.
+
+The prime-rl one has no demo server: the test suite's `RunWriter`
+(tests/support/prime_rl_orchestrator.py) plays prime-rl's orchestrator and trainer on a
+thread, writing a run's output directory as prime-rl's file monitor does, and the app
+follows it as `tracewatch open OUT` does (`open_folder(OUT, follow=True)`); the script
+waits for the writer to finish before it ends.
 
 PNGs need CairoSVG (`pip install cairosvg`, which needs the cairo C library:
 `apt-get install libcairo2`) or else `rsvg-convert` (`apt-get install librsvg2-bin`);
@@ -356,6 +364,57 @@ async def session(speed: float, out: Path) -> list[Path]:
     return shots.written
 
 
+PRIME_RL_RUN = dict(episodes=48, concurrent=8, turns=4, pause=0.12)
+"""Long enough to catch rows in flight beside finished ones, short enough to wait out."""
+
+
+async def prime_rl_session(out: Path) -> list[Path]:
+    """`tracewatch open` on a prime-rl output directory while the run writes it."""
+    from tests.support.prime_rl_orchestrator import RunWriter, Script
+    from tracewatch.core.engine.opened import open_folder
+    from tracewatch.core.recordings.prime_rl.layout import StreamRun, detect
+    from tracewatch.tui.app import TracewatchApp
+
+    with tempfile.TemporaryDirectory(prefix="tracewatch-prime-rl-") as folder:
+        run_dir = Path(folder) / "outputs"
+        writer = RunWriter(run_dir, Script(**PRIME_RL_RUN)).start()
+        try:
+            deadline = time.monotonic() + 30
+            while not isinstance(detect(run_dir) if run_dir.is_dir() else None, StreamRun):
+                if time.monotonic() > deadline or writer.done.is_set():
+                    raise Timeout(f"timed out waiting for the prime-rl writer to lay out {run_dir}")
+                await asyncio.sleep(0.05)
+            engine = open_folder(run_dir, follow=True)
+            app = TracewatchApp(engine)
+            store = engine.store
+            async with app.run_test(size=SIZE) as pilot:
+                shots = Shooter(app, pilot, out)
+                try:
+                    # rows in flight (one several turns in, selected) beside finished ones
+                    def mid_run() -> Rollout | None:
+                        rollouts = list(store.rollouts.values())
+                        finished = sum(r.status.finished for r in rollouts)
+                        running = [r for r in rollouts if r.status is Status.RUNNING]
+                        busy = [r for r in running if r.turns >= 2]
+                        return max(busy, key=lambda r: r.turns) if finished >= 10 and len(running) >= 4 and busy else None
+
+                    for _attempt in range(6):
+                        rollout = await wait_for(pilot, "prime-rl rows in flight beside finished ones", mid_run, 60)
+                        await shots.select(rollout.key)
+                        await shots.settle(0.6)
+                        if rollout.status is Status.RUNNING:
+                            break
+                    else:
+                        raise Timeout("the selected prime-rl rollout kept landing before the screenshot")
+                    shots.shoot("prime-rl", "tracewatch open: a prime-rl run followed as it writes")
+                finally:
+                    await engine.shutdown()
+        finally:
+            writer.join(timeout=120)  # the writer's thread has no stop: it plays its script out
+    say("the prime-rl writer has finished")
+    return shots.written
+
+
 # -- SVG to PNG ------------------------------------------------------------------------
 
 FONT_FAMILY = re.compile(r"font-family:\s*[^;]+;")
@@ -414,6 +473,7 @@ def main() -> int:
         os.environ["TRACEWATCH_HOME"] = home
         try:
             svgs = asyncio.run(session(args.speed, args.out))
+            svgs += asyncio.run(prime_rl_session(args.out))
         except Timeout as error:
             print(f"make.py: {error}; the demo did not reach that moment (try --speed 1)", file=sys.stderr)
             return 1
