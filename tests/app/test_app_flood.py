@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.flooding_server import FloodingServer
-from tests.support.polling import eventually, until
+from tests.support.polling import eventually, until, while_moving
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.session import variant
 from tracewatch.core.session.config import load_config
@@ -48,15 +48,12 @@ async def runs_end_as_the_backlog_drains(store: RolloutStore, sleep: Callable[[f
     machine longer than MARGIN to read, so the deadline is for progress: each MARGIN
     must bring a delta, or the end."""
 
-    def ended() -> bool:
-        return all(r.status.finished for r in store.rollouts.values())
-
-    def arrived() -> int:
-        return sum(r.deltas for r in store.rollouts.values())
-
-    while not ended():
-        before = arrived()
-        await eventually(lambda before=before: ended() or arrived() > before, what="the next delta of the backlog, or both runs to end", sleep=sleep)
+    await while_moving(
+        lambda: all(r.status.finished for r in store.rollouts.values()),
+        lambda: sum(r.deltas for r in store.rollouts.values()),
+        "the next delta of the backlog, or both runs to end",
+        sleep,
+    )
 
 
 async def test_keys_and_repaints_go_on_while_a_fast_source_floods(tmp_path: Path, flood: FloodingServer) -> None:

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.widgets import Button, Static
 
 from tests.support.app_screen import card_text, screen_text
-from tests.support.polling import until
+from tests.support.polling import until, while_moving
 from tests.support.tui_standin import make_engine, write_many_runs, write_recording
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.engine.replay import ReplaySession
@@ -51,9 +51,10 @@ async def test_a_replay_at_full_speed_is_drawn_at_every_third_tick_and_its_end_a
         drawn: list[tuple[int, bool]] = []
         sync = app.table.sync
         app.table.sync = lambda keys: (drawn.append((app._ticks, session.fast)), sync(keys))[1]  # type: ignore[method-assign]
-        await until(pilot, lambda: session.finished)
+        # the deadline is for progress: a loaded box takes longer than MARGIN over the whole replay
+        await while_moving(lambda: session.finished, lambda: session.applied, lambda: f"the replay to end; {session.applied:,} records applied", pilot.pause)
         ended = app._ticks
-        await until(pilot, lambda: any(tick > ended for tick, _ in drawn))
+        await until(pilot, lambda: any(tick > ended for tick, _ in drawn), lambda: f"a tick after the end (tick {ended}) to draw; drawn at {drawn[-5:]}")
         while_fast = [tick for tick, fast in drawn if fast]
         assert while_fast and all(tick % 3 == 0 for tick, fast in drawn if fast)
         assert not drawn[-1][1] and app.table.row_count == len(session.store.rollouts)
@@ -102,12 +103,21 @@ async def test_a_recording_opened_for_the_screen_fills_its_table_as_its_index_re
     app = TracewatchApp(session)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("4", "down", "down")
-        await until(pilot, lambda: session.store.partial is None and app.table.row_count == len(whole.store.rollouts))
+        await until(
+            pilot,
+            lambda: session.store.partial is None and app.table.row_count == len(whole.store.rollouts),
+            lambda: f"the index read: partial {session.store.partial!r}, {app.table.row_count} of {len(whole.store.rollouts)} rows",
+        )
         status = app.query_one("#status", Static)
-        await until(pilot, lambda: "indexing" not in str(status.render()) and "partial" not in screen_text(app))
+        # Compare redraws on its own refresh after the index ends: wait for the screen it ends on
+        await until(
+            pilot,
+            lambda: "indexing" not in str(status.render()) and "partial" not in (shown := screen_text(app)) and "variants disagree" in shown,
+            lambda: f"the screen as an index read at once shows it; it shows:\n{screen_text(app)}",
+        )
         row = lambda r: (r.status, r.phase, r.turns, r.tokens, r.reward, r.errors)  # noqa: E731
         assert [row(r) for r in session.store.rollouts.values()] == [row(r) for r in whole.store.rollouts.values()]
-        assert app.detail.active == "tab-compare" and "variants disagree" in screen_text(app)
+        assert app.detail.active == "tab-compare"
 
 
 async def test_a_partial_store_says_so_on_the_status_line_in_compare_and_beside_the_phases_p50_p95() -> None:

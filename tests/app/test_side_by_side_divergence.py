@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.app_screen import notices, open_side_by_side
+from tests.support.app_screen import open_side_by_side
 from tests.support.diverging_traces import Scripted, diverged, step
 from tests.support.polling import until
 from tracewatch.tui.app import TracewatchApp
@@ -58,20 +58,25 @@ async def test_a_turn_that_lands_on_either_side_is_judged_as_it_lands() -> None:
     for turn in range(1, 3):
         scripted.send("b", step(turn))
     app = TracewatchApp(scripted.engine)
-    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+    async with app.run_test(size=(160, 40)) as pilot:
         _, screen, left, right = await open_side_by_side(app, pilot, 2, "enter")
-        await until(pilot, lambda: callout(screen) == "alike so far: 2 turns compared, the rest as they land")
+        said = lambda: f"the callout, which reads {callout(screen)!r}"  # noqa: E731
+        await until(pilot, lambda: callout(screen) == "alike so far: 2 turns compared, the rest as they land", said)
+        told: list[str] = []
+        notify = app.notify
+        app.notify = lambda message, **options: (told.append(message), notify(message, **options))[1]  # type: ignore[method-assign]
         await pilot.press("d")
-        await until(pilot, lambda: any("no difference so far" in notice for notice in notices(app)))
+        # what the app told, not its toast: the toast lasts two seconds, less than a loaded box may take to draw it
+        await until(pilot, lambda: "no difference so far" in told, lambda: f"d to tell 'no difference so far'; told {told}")
         scripted.send("b", step(3)[:1])
         await until(pilot, lambda: "result 2" in "\n".join(lines(right.transcript)), "the half turn shown")
         assert callout(screen).startswith("alike so far: 2 turns"), "a turn without its reply is not judged"
         scripted.send("b", step(3, tool="grep")[1:])
-        await until(pilot, lambda: callout(screen).startswith("first difference: turn 3 · tool call"))
+        await until(pilot, lambda: callout(screen).startswith("first difference: turn 3 · tool call"), said)
         for side in (left, right):
             assert any(line.startswith("≠ ── turn 3 · first difference · tool call") for line in lines(side.transcript))
         scripted.finish("b")
-        await until(pilot, lambda: "1 more differing turn" in callout(screen))
+        await until(pilot, lambda: "1 more differing turn" in callout(screen), said)
         assert any(line.startswith("≠ ── turn 4 · one side only") for line in lines(left.transcript))
         assert not any("turn 4" in line for line in lines(right.transcript))
 

@@ -53,6 +53,20 @@ async def eventually(
     return value
 
 
+async def while_moving(
+    done: Callable[[], object],
+    progress: Callable[[], int],
+    what: What = "",
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> None:
+    """Until `done`, for work a loaded machine takes longer than MARGIN over (a
+    backlog drained, a replay at full speed): the deadline is for progress, each
+    MARGIN must raise `progress` or bring the end."""
+    while not done():
+        before = progress()
+        await eventually(lambda before=before: done() or progress() > before, what=what, sleep=sleep)  # type: ignore[misc]
+
+
 async def until(pilot: Any, condition: Callable[[], T], what: What = "", timeout: float = MARGIN) -> T:
     """`eventually` for a running app, letting it refresh between looks."""
     return await eventually(condition, timeout, what, sleep=pilot.pause)
