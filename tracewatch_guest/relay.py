@@ -245,6 +245,8 @@ class _Viewer:
         """Runs it lost messages of that no `loss` told it yet."""
         self.loss: zmq.MessageTracker | None = None
         """The last `loss` sent to it: the next waits until pyzmq let this one go."""
+        self.beat: zmq.MessageTracker | None = None
+        """The last heartbeat sent to it, the same way."""
         self.base = 0
         """The relay's hand-over drops before it joined (not its loss)."""
 
@@ -605,8 +607,24 @@ class Relay:
             if viewer.lost:  # told whenever it reads again, whatever else comes or not
                 self._tell_loss(identity, viewer, None)
             if now - viewer.last_sent >= self.heartbeat:
-                self._send(identity, viewer, _EMPTY, 0, frozenset(), None)
-                viewer.last_sent = now  # dropped too: the next try is a heartbeat away, not at once
+                self._heartbeat_to(identity, viewer)
+                viewer.last_sent = now  # not sent too: the next try is a heartbeat away, not at once
+
+    def _heartbeat_to(self, identity: bytes, viewer: _Viewer) -> None:
+        """A heartbeat goes whatever the viewer's share (one at a time: a stopped viewer
+        is sent one): a viewer that read its backlog hears the relay within a heartbeat,
+        and pyzmq, handed it, lets go of the last batch it held, so the batches the
+        share held back go again. Dropped like a batch, a resumed viewer heard nothing
+        for seconds and called a live relay gone."""
+        viewer.reap()
+        if viewer.beat is not None and not viewer.beat.done:
+            return
+        frame = zmq.Frame(_EMPTY, copy=False, track=True)
+        try:
+            self._socket.send_multipart([identity, BATCH, NO_RUN, frame, str(self._count(viewer)).encode()], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return
+        viewer.beat = frame.tracker
 
     def _read_peers(self) -> None:
         while True:
