@@ -42,9 +42,10 @@ async def test_a_followed_run_shows_every_episode_once_with_its_reward_and_step(
             finished = [r for r in store.rollouts.values() if r.status.finished]
             return writer.done.is_set() and len(finished) == len(writer.landed) == len(store.rollouts)
 
-        await until(pilot, all_landed, timeout=120)
+        landed = lambda: f"every episode landed and finished; writer done {writer.done.is_set()}, {len(writer.landed)} written, {len(store.rollouts)} rows, {sum(r.status.finished for r in store.rollouts.values())} finished"  # noqa: E731
+        await until(pilot, all_landed, landed, timeout=120)
         writer.join()
-        await until(pilot, lambda: app.table.row_count == len(writer.landed))
+        await until(pilot, lambda: app.table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {app.table.row_count} shown")
         written = by_key(writer)
         rows = {key: written[key.rsplit("/", 1)[1]] for key in app.table.ordered_keys}
         assert len({id(rollout) for rollout in rows.values()}) == len(writer.landed), "every episode once"
@@ -56,15 +57,19 @@ async def test_a_followed_run_shows_every_episode_once_with_its_reward_and_step(
             assert row.reward == rollout.reward  # type: ignore[attr-defined]
             assert row.variant == f"{rollout.kind}:{rollout.env}"  # type: ignore[attr-defined]
         # a step came with its dispatch, or from its record once the run was caught up
-        await until(pilot, lambda: all(app.table.cell_text(key, "step") == str(rollout.step) for key, rollout in rows.items()))  # type: ignore[attr-defined]
+        await until(
+            pilot,
+            lambda: all(app.table.cell_text(key, "step") == str(rollout.step) for key, rollout in rows.items()),  # type: ignore[attr-defined]
+            lambda: f"each row's step; these differ: {[(key, app.table.cell_text(key, 'step'), rollout.step) for key, rollout in rows.items() if app.table.cell_text(key, 'step') != str(rollout.step)]}",  # type: ignore[attr-defined]
+        )
         assert "step" in app.table.columns_shown and "used" in app.table.columns_shown
         # the orchestrator's annotations say which the trainer used: a column and a filter
         used = sorted(key for key, rollout in rows.items() if rollout.trace.id in writer.shipped)  # type: ignore[attr-defined]
         assert used
-        await until(pilot, lambda: all(app.table.cell_text(key, "used") == "yes" for key in used))
+        await until(pilot, lambda: all(app.table.cell_text(key, "used") == "yes" for key in used), lambda: f"'yes' under used for {used}; not yet: {[key for key in used if app.table.cell_text(key, 'used') != 'yes']}")
         assert all(app.table.cell_text(key, "used") == "" for key in rows if key not in used)
         await pilot.press("slash", *"used:1")
-        await until(pilot, lambda: sorted(app.table.ordered_keys) == used)
+        await until(pilot, lambda: sorted(app.table.ordered_keys) == used, lambda: f"used:1 to show {used}; it shows {sorted(app.table.ordered_keys)}")
     await session.shutdown()
 
 
@@ -78,9 +83,9 @@ async def test_an_opened_episode_shows_the_trainer_s_streams_on_its_tokens(tmp_p
     key = next(k for k in session.store.rollouts if k.endswith(shipped[0].episode_id))
     app = TracewatchApp(session)
     async with app.run_test(size=(140, 40)) as pilot:
-        await until(pilot, lambda: app.table.row_count == len(writer.landed))
+        await until(pilot, lambda: app.table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {app.table.row_count} shown")
         app.table.select(key)
-        await until(pilot, lambda: bool(session.store.rollouts[key].traces))
+        await until(pilot, lambda: bool(session.store.rollouts[key].traces), f"the selected episode {key}'s trace read")
         (trace,) = session.store.rollouts[key].traces.values()
         sampled = [n for n, node in enumerate(trace.nodes) if any(node["mask"])]
         assert sampled
@@ -105,8 +110,13 @@ async def test_the_history_of_a_followed_run_gets_its_steps_from_its_records(tmp
     app = TracewatchApp(session)
     written = by_key(writer)
     async with app.run_test(size=(160, 40)) as pilot:
-        await until(pilot, lambda: app.table.row_count == len(writer.landed))
+        await until(pilot, lambda: app.table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {app.table.row_count} shown")
         keys = list(app.table.ordered_keys)
         assert all(not key.rsplit("/", 1)[1].startswith("d-") for key in keys), "nothing was seen live"
-        await until(pilot, lambda: all(app.table.cell_text(key, "step") == str(written[key.rsplit("/", 1)[1]].step) for key in keys))  # type: ignore[attr-defined]
+        step = lambda key: str(written[key.rsplit("/", 1)[1]].step)  # type: ignore[attr-defined]  # noqa: E731
+        await until(
+            pilot,
+            lambda: all(app.table.cell_text(key, "step") == step(key) for key in keys),
+            lambda: f"each row's step from its record; these differ: {[(key, app.table.cell_text(key, 'step'), step(key)) for key in keys if app.table.cell_text(key, 'step') != step(key)]}",
+        )
     await session.shutdown()

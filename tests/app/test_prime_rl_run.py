@@ -39,7 +39,7 @@ def training_run(out: Path, episode: dict) -> Path:
 async def test_the_step_is_a_column_and_a_filter(tmp_path, episode):
     app = TracewatchApp(open_folder(training_run(tmp_path / "outputs", episode)))
     async with app.run_test(size=(160, 40)) as pilot:
-        await until(pilot, lambda: app.table.row_count == 7)
+        await until(pilot, lambda: app.table.row_count == 7, lambda: f"the run's 7 rows; {app.table.row_count} shown")
         assert "step" in app.table.columns_shown
         assert [app.table.cell_text(key, "step") for key in app.table.ordered_keys] == ["1", "1", "2", "2", "3", "3", "3"]
         await pilot.press("slash", *"step:2")
@@ -61,7 +61,7 @@ async def test_the_token_view_shows_a_trained_rollouts_streams(tmp_path, episode
     session = open_folder(training_run(tmp_path / "outputs", episode))
     app = TracewatchApp(session, tokenizers=TOKENIZER)
     async with app.run_test(size=(140, 40)) as pilot:
-        await until(pilot, lambda: app.table.row_count == 7)
+        await until(pilot, lambda: app.table.row_count == 7, lambda: f"the run's 7 rows; {app.table.row_count} shown")
         (trace,) = session.store.rollouts["train/2"].traces.values()
         app.table.select("train/2")
         await until(pilot, lambda: app.trace_pane.transcript.trace_state is trace)
@@ -74,9 +74,14 @@ async def test_the_token_view_shows_a_trained_rollouts_streams(tmp_path, episode
         assert list(tokens.ids) == written["token_ids"]
         first = written["mask"].index(True)
         await pilot.press(*["right"] * first)
-        assert screen.lines.cursor == first
         values = token_values(tokens, first)
         assert values == token_values(read_message(trace.nodes[-1]), first)
         assert values["advantages"] == 0.5 and values["trainer_logprobs"] == pytest.approx(round(written["trainer_logprobs"][0], 4))
-        at = str(screen.query_one("#tokens-at").render())
-        assert f"advantages {0.5:.4f}" in at and f"trainer_logprobs {values['trainer_logprobs']:.4f}" in at
+        at = lambda: str(screen.query_one("#tokens-at").render())  # noqa: E731
+        expected = (f"advantages {0.5:.4f}", f"trainer_logprobs {values['trainer_logprobs']:.4f}")
+        # the line under the tokens is redrawn on the app's refresh after the last key
+        await until(
+            pilot,
+            lambda: screen.lines.cursor == first and all(part in at() for part in expected),
+            lambda: f"the cursor on token {first} and {expected} under it; cursor at {screen.lines.cursor}, the line reads {at()!r}",
+        )

@@ -75,7 +75,7 @@ async def test_server_killed_mid_run_fails_its_rollouts(engine_for):
     await eventually(lambda: sum(r.turns > 0 for r in store.rollouts.values()) == 2, timeout=WAIT, what="rollouts mid-turn")
     supervisor_pid, server_pid = server_pids(engine, "doomed")
     os.kill(server_pid, signal.SIGKILL)
-    await asyncio.wait_for(engine.wait(), 15)
+    await asyncio.wait_for(engine.wait(), WAIT)
     assert variant.state is VariantState.FAILED
     assert "exited with code 137" in variant.reason
     assert all(r.status is Status.FAILED and "exited with code 137" in r.reason for r in store.rollouts.values())
@@ -131,7 +131,7 @@ async def test_attach_to_nothing_fails_after_health_timeout(engine_for):
     engine = engine_for(attached_variant("remote", f"tcp://127.0.0.1:{port}", health_timeout=1.0))
     started = time.monotonic()
     await engine.start()
-    await asyncio.wait_for(engine.wait(), 15)
+    await asyncio.wait_for(engine.wait(), WAIT)
     variant = engine.variants["remote"]
     assert variant.state is VariantState.FAILED
     assert variant.reason == f"nothing listens at 127.0.0.1:{port} (connection refused) for the whole health timeout (1s)"
@@ -154,7 +154,7 @@ async def test_attach_to_something_that_is_not_an_env_server_fails_at_once(engin
     engine = engine_for(attached_variant("remote", f"tcp://127.0.0.1:{port}", health_timeout=600.0))
     async with server:
         await engine.start()
-        await asyncio.wait_for(engine.wait(), 15)
+        await asyncio.wait_for(engine.wait(), WAIT)
     variant = engine.variants["remote"]
     assert variant.state is VariantState.FAILED
     assert variant.reason == f"something at 127.0.0.1:{port} is not a ZMQ env server (an HTTP server answered 'HTTP/1.1 400 Bad Request')"

@@ -12,13 +12,13 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from tests.support.polling import eventually
+from tests.support.polling import MARGIN, eventually
 from tracewatch.core.ports import free_address
 from tracewatch.core.wire.assembly import AssemblyError, EpisodeAssembly
 from tracewatch.core.wire.client import EnvClient, RunFailed, ServerGone, new_request_id
 
 CLIENT = {"base_url": "http://127.0.0.1:9/v1", "api_key_var": "NONE"}
-DEADLINE = 10.0
+DEADLINE = 3 * MARGIN
 
 
 def pack(value: object) -> bytes:
@@ -317,5 +317,5 @@ async def test_a_broken_socket_fails_waiting_runs_instead_of_hanging():
     await eventually(lambda: client._receiver is not None, what="the client's receiver")
     client._socket.close(linger=0)  # what a dead context does to a receive in progress
     with pytest.raises(ServerGone, match="connection to .* failed"):
-        await asyncio.wait_for(run, 5)
+        await asyncio.wait_for(run, DEADLINE)
     await client.close()
