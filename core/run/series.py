@@ -29,7 +29,9 @@ class Occupancy(NamedTuple):
 
 
 class Outcome(NamedTuple):
-    """How a rollout that ended did: when, how, its reward, tokens and agent seconds."""
+    """How a rollout that ended did: when, how, its reward, tokens and agent seconds,
+    and whether it was ever sent (one cancelled while queued, or failed with its
+    variant before its turn, never ran)."""
 
     t: float
     status: str
@@ -37,6 +39,7 @@ class Outcome(NamedTuple):
     reward: float | None
     tokens: int
     agent_seconds: float | None
+    sent: bool = True
 
 
 @dataclass(slots=True)
@@ -49,6 +52,8 @@ class Bucket:
     done: int = 0
     failed: int = 0
     cancelled: int = 0
+    unsent: int = 0
+    """Rollouts that ended without ever being sent: counted apart from all the others."""
     reward_sum: float = 0.0
     rewarded: int = 0
     tokens: int = 0
@@ -57,7 +62,13 @@ class Bucket:
 
     @property
     def ended(self) -> int:
+        """Those that ran and ended, cancelled ones too (never-sent ones are apart)."""
         return self.done + self.failed + self.cancelled
+
+    @property
+    def ran_to_end(self) -> int:
+        """Those that ran to an end of their own, done or failed: the run's throughput."""
+        return self.done + self.failed
 
     def merge(self, other: Bucket) -> None:
         self.waiting += other.waiting
@@ -65,13 +76,16 @@ class Bucket:
         self.done += other.done
         self.failed += other.failed
         self.cancelled += other.cancelled
+        self.unsent += other.unsent
         self.reward_sum += other.reward_sum
         self.rewarded += other.rewarded
         self.tokens += other.tokens
         self.agent.update(other.agent)
 
     def add_outcome(self, outcome: Outcome, sign: int) -> None:
-        if outcome.status == "done":
+        if not outcome.sent:
+            self.unsent += sign
+        elif outcome.status == "done":
             self.done += sign
         elif outcome.status == "failed":
             self.failed += sign
@@ -130,7 +144,8 @@ class Column:
 
     @property
     def per_minute(self) -> float:
-        return self.sums.ended * 60.0 / self.seconds
+        """Rollouts that ran to an end per minute (`Bucket.ran_to_end`)."""
+        return self.sums.ran_to_end * 60.0 / self.seconds
 
     @property
     def tokens_per_second(self) -> float:

@@ -1,6 +1,7 @@
 """What the trends show, per variant over time, from the run's columns (`RunSeries.
 columns`): rollouts finished per minute, mean reward over a rolling window and over the
-whole run so far, the error rate, tokens per second and the median agent time. Each is
+whole run so far, the error rate, tokens per second and the median agent time (cancelled
+rollouts and those never sent are counted apart, `set_apart`). Each is
 a list of values, one per column, None where nothing was there to measure."""
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _cumulative_reward(columns: list[Column]) -> list[float | None]:
 
 
 METRICS = (
-    Metric("finished", "finished per minute", "/min", _rolling(lambda b, seconds: b.ended * 60.0 / seconds)),
+    Metric("finished", "finished per minute (ran to an end: done or failed)", "/min", _rolling(lambda b, seconds: b.ran_to_end * 60.0 / seconds)),
     Metric("reward", "mean reward", "", _rolling(lambda b, _: b.mean_reward)),
     Metric("reward_all", "mean reward over the run so far", "", _cumulative_reward),
     Metric("errors", "error rate (failed of ended)", "", _rolling(lambda b, _: b.error_rate)),
@@ -56,4 +57,10 @@ METRICS = (
     Metric("agent", "p50 agent time", "s", _rolling(lambda b, _: b.p50_agent)),
 )
 """Every rate and mean but the run's overall reward is over the last `ROLLING` columns."""
+
+
+def set_apart(columns: list[Column]) -> tuple[int, int]:
+    """What throughput leaves out, over `columns`: rollouts cancelled (they ran, but
+    not to an end of their own) and rollouts that ended never sent."""
+    return sum(column.sums.cancelled for column in columns), sum(column.sums.unsent for column in columns)
 BY_KEY = {metric.key: metric for metric in METRICS}

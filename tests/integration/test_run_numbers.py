@@ -18,8 +18,10 @@ from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.core.recordings.trace_events import TraceEventsWritten, recording_rollouts, write_trace_events
 from tracewatch.core.run.times import bar_segments
+from tracewatch.core.run.trends import METRICS, set_apart
 from tracewatch.core.session.config import load_config
 from tracewatch.core.session.status import Status
+from tracewatch.tui.run_views.trends_view import run_window
 
 WAIT = 90.0
 
@@ -145,3 +147,30 @@ async def test_a_hung_model_call_is_model_time_live_and_an_open_slice_in_the_exp
     assert opened["args"] == {"open": True}
     assert opened["ts"] + opened["dur"] == pytest.approx(whole["ts"] + whole["dur"], abs=1.0), "open to the last known time"
     assert opened["dur"] / 1e6 > 1.0
+
+
+async def test_throughput_counts_the_rollouts_that_ran_to_an_end_and_sets_apart_the_cancelled_and_never_sent(tmp_path: Path) -> None:
+    """One slot: a normal run ends, a stuck one holds the slot, three wait. Cancelling
+    the variant cancels the stuck one (it ran) and the three never sent. Trends'
+    finished per minute counts the one that ran to an end, as the server's log has one
+    run "done"; the cancelled one and the three never sent are counted apart."""
+    config = load_config(write_config(tmp_path, [demo_variant("v", ["normal", "stuck", "normal", "normal", "normal"], max_concurrent=1)]))
+    engine = LiveSession(config, session_dir=tmp_path / "session")
+    try:
+        await engine.start()
+        store = engine.store
+        await eventually(lambda: store.rollouts["v/1"].turns == 1 and store.rollouts["v/0"].status.finished, WAIT, "the stuck run holding the slot")
+        engine.variants["v"].cancel()
+        await asyncio.wait_for(engine.wait(), WAIT)
+    finally:
+        await engine.shutdown()
+    path = engine.variants["v"].stderr_path
+    assert path is not None
+    logged_done = len(re.findall(r"run \S+: done in", path.read_text()))
+    window = run_window(store)
+    assert window is not None
+    (whole,) = store.series.columns("v", *window, 1)
+    finished = METRICS[0].values([whole])[0]
+    assert finished is not None and round(finished * whole.seconds / 60.0, 6) == logged_done == 1
+    assert set_apart([whole]) == (1, 3)
+    assert [r.status for r in store.variant_rollouts("v")] == [Status.DONE, *[Status.CANCELLED] * 4]

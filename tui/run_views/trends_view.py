@@ -17,7 +17,7 @@ from textual.widget import Widget
 
 from tracewatch.core.run.durations import clock
 from tracewatch.core.run.series import Column
-from tracewatch.core.run.trends import METRICS, Metric
+from tracewatch.core.run.trends import METRICS, Metric, set_apart
 from tracewatch.core.session.contracts import StoreView
 from tracewatch.tui.drawing.literal import safe
 from tracewatch.tui.drawing.palette import Palette
@@ -149,6 +149,8 @@ class TrendsView(Widget):
             for label, row in zip(labels, rows):
                 text.append(label[:AXIS_WIDTH].rjust(AXIS_WIDTH), style=palette.muted)
                 text.append(row + "\n", style=palette.primary)
+            if metric.key == "finished" and any(apart := set_apart(columns[name])):
+                text.append(" " * AXIS_WIDTH + f"not counted: {apart[0]:,} cancelled, {apart[1]:,} never sent\n", style=palette.muted)
 
     @staticmethod
     def _axis(start: float, end: float, width: int) -> str:
