@@ -261,15 +261,21 @@ async def test_a_late_viewers_recording_keeps_the_runs_start_its_elapsed_and_num
         assert shown.elapsed(0.0) == pytest.approx(joined.elapsed(0.0), abs=0.01), type(session).__name__
 
 
+async def welcomed(viewers: Any, address: str) -> tuple[LiveSession, RelayViewer]:
+    """A viewer `v` of the relay at `address`, once the relay welcomed it."""
+    engine = await viewers(address, "v")
+    viewer = engine.variants["v"]
+    assert isinstance(viewer, RelayViewer)
+    await eventually(lambda: viewer.state is VariantState.RUNNING, WAIT, "the viewer welcomed")
+    return engine, viewer
+
+
 async def test_a_viewer_says_when_the_relay_went_away_and_picks_up_when_one_is_back(viewers) -> None:
     relay = Relay("tcp://127.0.0.1:0", heartbeat=0.2)
     address = relay.address
     back = None
     try:
-        engine = await viewers(address, "v")
-        viewer = engine.variants["v"]
-        assert isinstance(viewer, RelayViewer)
-        await eventually(lambda: viewer.state is VariantState.RUNNING, WAIT, "the viewer welcomed")
+        engine, viewer = await welcomed(viewers, address)
         relay.begin({"id": "a"})({"trace": "t", "open": {"id": "t"}})
         rollout = await eventually(lambda: next(iter(engine.store.variant_rollouts("v")), None), WAIT, "the run shown")
         relay.close()
@@ -357,9 +363,7 @@ async def test_a_second_driver_sessions_runs_are_numbered_on_from_the_first_sess
     address = first.address
     second = None
     try:
-        engine = await viewers(address, "v")
-        viewer = engine.variants["v"]
-        await eventually(lambda: viewer.state is VariantState.RUNNING, WAIT, "the viewer welcomed")
+        engine, viewer = await welcomed(viewers, address)
         for trace in ("a", "b"):
             run = first.begin({"id": "x"})
             run({"trace": trace, "open": {"id": trace}})
