@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.support.app_screen import more_ticks
 from tests.support.polling import until
 from tests.support.scripted_server import ScriptedServer, attached, header
 from tests.support.tui_standin import T0, StandInEngine, StandInVariant, load_fixture
@@ -100,8 +101,7 @@ async def test_an_opened_recording_says_nothing_while_a_replay_re_enacts_its_ale
     app.bell = lambda: rings.append(None)
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await until(pilot, lambda: opened.store.partial is None and app.table.row_count == len(opened.store.rollouts) > 0, "the recording indexed")
-        indexed = app._ticks
-        await until(pilot, lambda: app._ticks > indexed + 30, "a second of ticks over the indexed run")
+        await more_ticks(app, pilot, 31, "a second of ticks over the indexed run")
         assert [(n.title, n.message) for n in app._notifications] == [] and not rings
     replay = ReplaySession(path, speed=0)
     app = TracewatchApp(replay)

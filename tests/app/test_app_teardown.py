@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.polling import MARGIN, until
+from tests.support.app_screen import more_ticks
+from tests.support.polling import until
 from tests.support.tui_standin import make_engine
 from tracewatch.core.recordings.recorder import Recorder
 from tracewatch.tui.app import TracewatchApp
@@ -34,9 +35,7 @@ async def test_ticks_and_logs_leave_removed_widgets_alone() -> None:
         await app.logs.remove_children()
         engine.store.failed(key, "changed after its transcript was removed")
         app.logs.poll(visible=True)
-        ticks = app._ticks
-        # 30 a second when idle; a loaded machine skips late ones, so the margin is wider
-        await until(pilot, lambda: app._ticks > ticks + 40, what="forty more ticks", timeout=3 * MARGIN)
+        await more_ticks(app, pilot, 41, "the app ticking over the removed widgets")
         assert app.return_code is None, "the app did not crash"
 
 

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 from textual.widgets import Static
 
-from tests.support.app_screen import open_side_by_side, screen_text
+from tests.support.app_screen import more_ticks, open_side_by_side, screen_text
 from tests.support.polling import until
 from tests.support.tui_standin import StandInEngine, StandInVariant, feed, make_engine, write_recording
 from tracewatch.cli import main
@@ -231,25 +231,20 @@ async def test_the_compare_tab_computes_only_when_the_store_moved_and_it_shows(m
     scored(store, "b", 0, [0.0])
     app = TracewatchApp(StandInEngine(store, {name: StandInVariant(name, store) for name in ("a", "b")}))
 
-    async def ticks(count: int) -> None:
-        """`count` ticks of the app (30 a second: 40 outlast its once-a-second work)."""
-        start = app._ticks
-        await until(pilot, lambda: app._ticks >= start + count, f"{count} ticks")
-
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.table.row_count == 2)
         await pilot.press("4")
         view = app.query_one(CompareView)
         await until(pilot, lambda: "b  mean reward 0.000 over 1 scored" in view_text(view), "the tab drawn")
         before = len(computed)
-        await ticks(40)
+        await more_ticks(app, pilot, 40, "the app ticking with nothing moved")
         assert len(computed) == before, "nothing moved: nothing computed"
         scored(store, "b", 0, [1.0])
         await until(pilot, lambda: "b  mean reward 0.500 ± 0.500 over 2 scored" in view_text(view), "the new reward shown")
         await pilot.press("1")
         before = len(computed)
         scored(store, "a", 0, [0.0])
-        await ticks(40)
+        await more_ticks(app, pilot, 40, "the app ticking with the tab hidden")
         assert len(computed) == before, "the tab is hidden: nothing computed"
         await pilot.press("4")
         await until(pilot, lambda: "a  mean reward 0.500 ± 0.500 over 2 scored" in view_text(view), "what landed while it was hidden")

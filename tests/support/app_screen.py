@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.pilot import Pilot
 
-from tests.support.polling import until
+from tests.support.polling import until, while_moving
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.run_views.compare_view import CompareView
 from tracewatch.tui.run_views.side_by_side import Side, SideBySideScreen
@@ -60,3 +60,11 @@ async def open_side_by_side(app: TracewatchApp, pilot: Any, rows: int, *keys: st
     screen = await until(pilot, lambda: isinstance(app.screen, SideBySideScreen) and app.screen)
     left, right = screen.query(Side)
     return view, screen, left, right
+
+
+async def more_ticks(app: TracewatchApp, pilot: Any, count: int, what: str) -> None:
+    """`count` more of the app's ticks (30 a second when idle, so 40 outlast its
+    once-a-second work). A loaded machine skips late ones, so the deadline is for
+    progress: each MARGIN must bring a tick."""
+    start = app._ticks
+    await while_moving(lambda: app._ticks >= start + count, lambda: app._ticks, lambda: f"{what}: {app._ticks - start} of {count} ticks", pilot.pause)
