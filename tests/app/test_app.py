@@ -13,7 +13,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static, TabbedContent
 
-from tests.support.app_screen import notices, screen_text, select, svg_text, table
+from tests.support.app_screen import notices, screen_text, select, svg_text, table, told
 from tests.support.polling import until
 from tests.support.tui_standin import StandInEngine, StandInVariant, load_fixture, make_engine
 from tracewatch.core.session.rollout import Rollout
@@ -280,9 +280,10 @@ async def test_help_palette_and_readonly() -> None:
         assert titles.count("Quit") == 1, "one Quit: ours, which stops the servers"
         assert not any(title.startswith("Replay") for title in titles), "no replay controls on a live session"
         assert not app.query(Button).filter(".start, .cancel"), "no Start or Cancel to press"
+        given = told(app)
         await pilot.press("c", "x", "s")
-        await until(pilot, lambda: len(notices(app)) >= 3)
-        assert notices(app) == ["Read-only\nreplaying a recording"] * 3
+        await until(pilot, lambda: len(given) >= 3, lambda: f"a notice for each of c, x and s; told {given}")
+        assert given == ["Read-only\nreplaying a recording"] * 3
         assert engine.cancelled == [] and all(not v.calls for v in engine.variants.values())
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.app_screen import open_side_by_side
+from tests.support.app_screen import open_side_by_side, told
 from tests.support.diverging_traces import Scripted, diverged, step
 from tests.support.polling import until
 from tracewatch.tui.app import TracewatchApp
@@ -62,12 +62,9 @@ async def test_a_turn_that_lands_on_either_side_is_judged_as_it_lands() -> None:
         _, screen, left, right = await open_side_by_side(app, pilot, 2, "enter")
         said = lambda: f"the callout, which reads {callout(screen)!r}"  # noqa: E731
         await until(pilot, lambda: callout(screen) == "alike so far: 2 turns compared, the rest as they land", said)
-        told: list[str] = []
-        notify = app.notify
-        app.notify = lambda message, **options: (told.append(message), notify(message, **options))[1]  # type: ignore[method-assign]
+        given = told(app)
         await pilot.press("d")
-        # what the app told, not its toast: the toast lasts two seconds, less than a loaded box may take to draw it
-        await until(pilot, lambda: "no difference so far" in told, lambda: f"d to tell 'no difference so far'; told {told}")
+        await until(pilot, lambda: "no difference so far" in given, lambda: f"d to tell 'no difference so far'; told {given}")
         scripted.send("b", step(3)[:1])
         await until(pilot, lambda: "result 2" in "\n".join(lines(right.transcript)), "the half turn shown")
         assert callout(screen).startswith("alike so far: 2 turns"), "a turn without its reply is not judged"

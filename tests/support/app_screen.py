@@ -48,6 +48,22 @@ def notices(app: TracewatchApp) -> list[str]:
     return [str(toast.render()) for toast in app.screen.query("Toast")]
 
 
+def told(app: TracewatchApp) -> list[str]:
+    """From now on, every notice the app gives (title and message, as its toast shows
+    them), as it gives it: a toast lasts a few seconds (two for some), which a loaded
+    machine may spend before a look at the screen finds it."""
+    given: list[str] = []
+    notify = app.notify
+
+    def recording(message: str, **options: Any) -> None:
+        title = options.get("title", "")
+        given.append(f"{title}\n{message}" if title else message)
+        notify(message, **options)
+
+    app.notify = recording  # type: ignore[method-assign]
+    return given
+
+
 async def open_side_by_side(app: TracewatchApp, pilot: Any, rows: int, *keys: str) -> tuple[CompareView, SideBySideScreen, Side, Side]:
     """Once the table holds `rows`, the Compare tab focused, `keys` pressed there,
     then the side-by-side screen they open and its two sides."""
