@@ -17,7 +17,6 @@ folded once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -79,7 +78,6 @@ class FollowedRun(Session):
         self._by_row: dict[int, str] = {}
         self._row_of: dict[str, int] = {}
         self._loaded: set[str] = set()
-        self._follower: asyncio.Task[None] | None = None
         self._rows_deferred = False
         self.problem: str | None = None
         """Why an episode opened could not be read, the latest."""
@@ -88,17 +86,10 @@ class FollowedRun(Session):
 
     async def start(self) -> None:
         await super().start()
-        self._follower = asyncio.get_running_loop().create_task(self._follow())
-
-    async def wait(self) -> None:
-        if self._follower is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
+        self._read_on_the_loop(self._follow())
 
     async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
-        if self._follower is not None:
-            self._follower.cancel()
-        await self.wait()
+        await self._stop_reading()
         self._settle()
         await super().shutdown(on_progress)
 

@@ -7,7 +7,6 @@ disabled, with the reason.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -157,7 +156,6 @@ class OpenedRecording(Session):
         self._applied: dict[str, int] = {}
         """How many of a loaded rollout's records are in the store."""
         self._events = 0
-        self._reader: asyncio.Task[None] | None = None
         if at_once:
             self._show(self.index.read_on())
         self._say_partial()
@@ -169,17 +167,10 @@ class OpenedRecording(Session):
     async def start(self) -> None:
         await super().start()
         if not self.index.done:
-            self._reader = asyncio.get_running_loop().create_task(self._read_on())
-
-    async def wait(self) -> None:
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+            self._read_on_the_loop(self._read_on())
 
     async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-        await self.wait()
+        await self._stop_reading()
         await super().shutdown(on_progress)
 
     async def _read_on(self) -> None:

@@ -6,7 +6,6 @@ with the same screens; start and cancel are disabled, with the reason.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -49,7 +48,6 @@ class ReplaySession(Session):
         self.applied = 0
         self._records: Iterator[dict[str, Any]] = iter(self.recording)
         self._resume = asyncio.Event()
-        self._player: asyncio.Task[None] | None = None
         self._seek: str | None = None
         self.variants: dict[str, RecordedVariant] = {}
         self.damage = Damage()
@@ -65,17 +63,10 @@ class ReplaySession(Session):
 
     async def start(self) -> None:
         self._resume.set()
-        self._player = asyncio.get_running_loop().create_task(self._play())
-
-    async def wait(self) -> None:
-        if self._player is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._player
+        self._read_on_the_loop(self._play())
 
     async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
-        if self._player is not None:
-            self._player.cancel()
-        await self.wait()
+        await self._stop_reading()
         on_progress("replay stopped")
 
     def _measure(self, path: Path) -> None:

@@ -5,9 +5,12 @@ folder's lock."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from tracewatch.core.paths import claim_session, file_name, private_dir, write_private
 from tracewatch.core.session.contracts import ReplayControls, VariantView
@@ -38,6 +41,9 @@ class Session:
         """What a second screen (side by side) shows besides the selection."""
         self._lock: int | None = None
         """The session folder's lock while this session uses the folder (see `claim_session`)."""
+        self._reading: asyncio.Task[None] | None = None
+        """The one task that reads the source on while the screen runs (a replay's pace,
+        a recording's index, a followed run's files), if the source is not read whole."""
 
     @property
     def quit_warning(self) -> str | None:
@@ -53,7 +59,6 @@ class Session:
     def replay(self) -> ReplayControls | None:
         return None
 
-
     def cap_stall(self, limit: float) -> None:
         self.store.cap_stall(limit)
 
@@ -62,7 +67,19 @@ class Session:
             self.store.touch_variant(name)
 
     async def wait(self) -> None:
-        """Until nothing more will arrive; at once for a session that is complete."""
+        """Until nothing more will arrive: at once for a session that is complete, else
+        when its reading ends."""
+        if self._reading is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reading
+
+    def _read_on_the_loop(self, reading: Coroutine[Any, Any, None]) -> None:
+        self._reading = asyncio.get_running_loop().create_task(reading)
+
+    async def _stop_reading(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+        await Session.wait(self)
 
     async def shutdown(self, on_progress: Callable[[str], None] = lambda _: None) -> None:
         on_progress("closed")
