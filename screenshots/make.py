@@ -409,8 +409,10 @@ async def prime_rl_session(out: Path) -> list[Path]:
                     shots.shoot("prime-rl", "tracewatch open: a prime-rl run followed as it writes")
                 finally:
                     await engine.shutdown()
-        finally:
-            writer.join(timeout=120)  # the writer's thread has no stop: it plays its script out
+        finally:  # the writer's thread has no stop: it plays its script out
+            if not writer.done.wait(120):
+                raise Timeout("timed out after 120s waiting for the prime-rl writer to finish its run")
+            writer.join()
     say("the prime-rl writer has finished")
     return shots.written
 
