@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
 from textual.widgets import Static
 
 from tests.support.app_screen import more_ticks, open_side_by_side, screen_text
@@ -388,3 +392,21 @@ async def test_the_side_by_side_title_keeps_its_keys_whole(size: tuple[int, int]
         await until(pilot, lambda: str(title.render()).endswith(hint), f"a title ending in {hint!r}")
         text = str(title.render())
         assert text.startswith("task calc") and len(text) <= size[0] - 2, text
+
+
+def test_a_count_of_none_on_the_cursor_row_is_not_painted_as_a_block() -> None:
+    """The cursor's row is drawn reversed: a blank fail or cxl cell styled in its
+    count's colour showed as a red or orange block, read as failures the task does not
+    have."""
+    store = RolloutStore()
+    scored(store, "a", 0, [1.0])
+    scored(store, "a", 1, [None])
+    comparison = compare_store(store)
+    palette: Any = SimpleNamespace(success=Style(color="green"), error=Style(color="red"), warning=Style(color="yellow"), muted=Style(dim=True))
+    console = Console(width=120, color_system="truecolor")
+    lines = list(Segment.split_lines(console.render(compare_view.comparison_table(comparison, palette, cursor=(0, "task 0"), width=120))))
+    cursor_row = next(line for line in lines if "task 0" in "".join(s.text for s in line))
+    painted = [s for s in cursor_row if not s.text.strip() and s.style is not None and s.style.reverse and s.style.color is not None and s.style.color.name in ("red", "yellow")]
+    assert painted == [], f"blank cells painted on the cursor's row: {painted}"
+    failing_row = next(line for line in lines if "task 1" in "".join(s.text for s in line))
+    assert any(s.text.strip() == "1" and s.style is not None and s.style.color is not None and s.style.color.name == "red" for s in failing_row)

@@ -74,7 +74,8 @@ def comparison_table(comparison: Comparison, palette: Palette, cursor: Task | No
             style = palette.success if cell is not None and cell.passed else palette.error if cell is not None and cell.k else palette.muted
             row.append(Text(texts[name][task].rjust(widths[name]), style=style))
             failed, cancelled = count_texts(cell)
-            row += [Text(failed, style=palette.error), Text(cancelled, style=palette.warning)]
+            # a count of none is unstyled: the cursor's reverse would paint it as a block of its colour
+            row += [Text(failed, style=palette.error if failed.strip() else ""), Text(cancelled, style=palette.warning if cancelled.strip() else "")]
         table.add_row(*row, style="reverse" if task == cursor else None)
     summary = Text()
     for name in comparison.variants:
