@@ -59,6 +59,19 @@ async def test_every_rollout_is_a_bar_grouped_by_variant_with_its_ending_marked(
         assert {r.status for r in store.rollouts.values()} >= {Status.DONE, Status.FAILED, Status.CANCELLED, Status.RUNNING, Status.QUEUED}
 
 
+async def test_the_legend_names_every_segment_whole_in_a_half_width_pane():
+    """Eight keys did not fit after the label column of a half-width pane ("scori");
+    the legend line's label column is blank, so the legend moves left into it."""
+    app = TracewatchApp(timed_engine())
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.press("5")
+        view = app.timeline
+        await until(pilot, lambda: view.size.height > 0 and view._rows, what=lambda: f"timeline of {view.size}")
+        legend = line_text(view, 0)
+        assert view.scrollable_content_region.width < LABEL_WIDTH + len(legend.strip()) + 1, "the pane is narrower than the legend after the labels"
+        assert legend.rstrip().endswith("⊘cxl") and "█scoring" in legend, legend
+
+
 async def test_the_timeline_cursor_is_the_tables_both_ways_and_zooms_and_pans():
     engine = timed_engine()
     app = TracewatchApp(engine)

@@ -270,7 +270,7 @@ class TimelineView(ScrollView, can_focus=True):
         start, end = self._span
         header = self._header_height()
         if y == 0:
-            strip = self._legend(palette)
+            strip = self._legend(palette, width)
         elif y == 1:
             strip = self._axis(start, end, palette)
         elif y < header:
@@ -288,13 +288,19 @@ class TimelineView(ScrollView, can_focus=True):
                 strip = self._bar(self.store.rollouts[self._rows[row]], row == self._cursor, start, end, palette)
         return strip.crop_extend(0, width, base)
 
-    def _legend(self, palette: Palette) -> Strip:
-        segments = [Segment(" " * LABEL_WIDTH)]
+    def _legend(self, palette: Palette, width: int) -> Strip:
+        """Over the bars when it fits there, else moved left into the label column
+        (blank on this line); cut with "…" only when the pane is narrower than it."""
+        segments: list[Segment] = []
         for name in SEGMENTS:
             segments += [Segment(GLYPHS.get(name, "█"), self._look(name, palette)), Segment(f"{LEGEND.get(name, name)} ", palette.muted)]
-        segments += [Segment(ENDS[Status.FAILED], palette.error), Segment("failed ", palette.muted)]
-        segments += [Segment(ENDS[Status.CANCELLED], palette.warning), Segment("cancelled", palette.muted)]
-        return Strip(segments)
+        segments += [Segment(ENDS[Status.FAILED], palette.error), Segment("fail ", palette.muted)]
+        segments += [Segment(ENDS[Status.CANCELLED], palette.warning), Segment("cxl", palette.muted)]  # Compare's words
+        legend = Strip(segments)
+        if legend.cell_length > width:
+            return Strip([*legend.crop(0, width - 1), Segment("…", palette.muted)])
+        indent = min(LABEL_WIDTH, width - legend.cell_length)
+        return Strip([Segment(" " * indent), *legend])
 
     def _axis(self, start: float, end: float, palette: Palette) -> Strip:
         """Time since the run's first rollout at a few round marks; the label column
