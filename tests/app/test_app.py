@@ -737,3 +737,18 @@ async def test_the_trace_pane_ends_on_the_row_the_cursor_rests_on() -> None:
         rested = rows.ordered_keys[4]
         assert rows.selected_key == rested and app.selected == rested
         await until(pilot, lambda: app.trace_pane.rollout is app.store.rollouts[rested], f"{rested} to be shown")
+
+
+async def test_a_reason_that_starts_with_the_phase_takes_its_place_in_the_title() -> None:
+    """A rollout cancelled with its variant read "· cancelled · cancelled with the
+    variant" in the trace's title (the README's cancel screenshot)."""
+    engine = make_engine()
+    rollout = engine.store.add_rollout("baseline", 0, {"name": "stuck"}, 7)
+    engine.store.started(rollout.key, "r-stuck")
+    engine.store.failed(rollout.key, "cancelled with the variant", cancelled=True)
+    app = TracewatchApp(engine)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: app.table.row_count > 1)
+        app.table.select(rollout.key)
+        title = await until(pilot, lambda: t if "with the variant" in (t := str(app.trace_pane._title_line.render())) else None, what=lambda: str(app.trace_pane._title_line.render()))
+        assert title.count("cancelled") == 1, title

@@ -138,11 +138,15 @@ class TracePane(Vertical):
     def _title(self, rollout: Rollout) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(rollout.variant), style="bold")
-        text.append(f" · {safe(rollout.task_label)} · {rollout.phase}")
+        phase, reason = rollout.phase, rollout.reason
+        says_phase = reason is not None and reason.lower().startswith(phase)  # "cancelled with the variant"
+        text.append(f" · {safe(rollout.task_label)}")
+        if not says_phase:
+            text.append(f" · {phase}")
         if rollout.note:
             text.append(f" · {safe(rollout.note)}")
-        if rollout.reason and rollout.reason.lower() != rollout.phase:  # not "cancelled · cancelled"
-            text.append(f" · {safe(rollout.reason)}", style="bold")
+        if reason:  # in the phase's place when it starts with it: never "cancelled · cancelled ..."
+            text.append(f" · {safe(reason)}", style="bold")
         if rollout.unavailable:
             text.append(f" · {safe(rollout.unavailable)}", style="bold reverse")
         if self.hidden:
