@@ -96,7 +96,7 @@ class Orchestrator:
         trace = self._new_trace(task)
         traces: list[Any] = [trace]
         streamer = DeltaStreamer(lambda: list(traces), _never)
-        rollout = Rollout(kind, env, group or str(uuid.uuid4()), f"{env}/{task}", step, f"d-{uuid.uuid4().hex[:12]}", fork, traces, streamer, started=time.time())
+        rollout = Rollout(kind, env, group or str(uuid.uuid4()), f"task {task}", step, f"d-{uuid.uuid4().hex[:12]}", fork, traces, streamer, started=time.time())
         self.events.append({"pending": rollout.dispatch_id, "dispatch": rollout.dispatch})
         trace.timing.start = time.time()
         trace.timing.setup.start = time.time()
@@ -128,7 +128,7 @@ class Orchestrator:
     def retry(self, rollout: Rollout) -> None:
         """A retried attempt: a fresh trace; the streamer discards the old one."""
         rollout.discarded.append(rollout.trace.id)
-        rollout.traces[:] = [self._new_trace(int(rollout.task.rsplit("/", 1)[1]))]
+        rollout.traces[:] = [self._new_trace(int(rollout.task.removeprefix("task ")))]
         rollout.trace.timing.start = time.time()
         self._diff(rollout)
 

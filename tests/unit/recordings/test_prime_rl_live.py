@@ -74,7 +74,7 @@ def test_a_live_file_folds_to_what_verifiers_assembles_from_the_same_deltas(run)
         reference.apply(delta)
     expected = reference.traces[rollout.trace.id]
     assert list(trace.trace["nodes"]) == expected["nodes"] and trace.trace["timing"] == expected["timing"]
-    assert trace.dispatch == Dispatch(rollout.dispatch_id, "train", "gsm8k", rollout.group, "gsm8k/3", 4, 4, rollout.started)
+    assert trace.dispatch == Dispatch(rollout.dispatch_id, "train", "gsm8k", rollout.group, "task 3", 4, 4, rollout.started)
     assert "dispatch" not in trace.trace
     assert trace.stage == "running" and trace.lines == len(deltas) and trace.error is None
 

@@ -51,7 +51,7 @@ def test_a_trace_whose_row_lands_before_its_file_vanishes_is_one_rollout(setup):
     assert changes.landed == [(rollout.trace.id, 0)] and changes.rows == range(0, 1)
     where = run.where(rollout.trace.id)
     assert where.live is not None and where.row == 0 and where.landing is None
-    assert run.table.steps()[0][0] == 3 and run.table.steps()[1][0] == STEP_FROM_DISPATCH and run.table.text("task", 0) == "gsm8k/1"
+    assert run.table.steps()[0][0] == 3 and run.table.steps()[1][0] == STEP_FROM_DISPATCH and run.table.text("task", 0) == "task 1"
     orchestrator.flush()
     changes = run.poll()
     assert [t.trace_id for t in changes.live.vanished] == [rollout.trace.id] and not changes.landed and not run.landing
