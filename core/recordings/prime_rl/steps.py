@@ -24,17 +24,23 @@ INT32 = 1 << 31
 
 def record_step(record: dict[str, Any]) -> int | None:
     """The step an episode was dispatched at, from its record: its first trace's
-    `info.dispatch.step`, else `run.work.step`."""
+    `info.dispatch.step`, else `run.work.step`. A negative step is none: the table
+    keeps a row's step unknown as a negative one, so taking it would leave the row
+    lacking a step and its record read again by every scan."""
     traces = record.get("traces")
     first = traces[0] if type(traces) is list and traces and type(traces[0]) is dict else {}
     info = first.get("info")
     dispatch = info.get("dispatch") if type(info) is dict else None
-    step = dispatch.get("step") if type(dispatch) is dict else None
-    if type(step) is not int:
+    step = _step(dispatch.get("step")) if type(dispatch) is dict else None
+    if step is None:
         run = record.get("run")
         work = run.get("work") if type(run) is dict else None
-        step = work.get("step") if type(work) is dict else None
-    return step if type(step) is int and -INT32 < step < INT32 else None
+        step = _step(work.get("step")) if type(work) is dict else None
+    return step
+
+
+def _step(value: Any) -> int | None:
+    return value if type(value) is int and 0 <= value < INT32 else None
 
 
 def record_task(record: dict[str, Any]) -> str | None:

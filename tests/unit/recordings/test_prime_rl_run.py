@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.prime_rl_monitor import FileMonitor, traces_dir
 from tests.support.prime_rl_orchestrator import Orchestrator
-from tracewatch.core.recordings.prime_rl.episodes import STEP_FROM_DISPATCH, STEP_FROM_SHIP
+from tracewatch.core.recordings.prime_rl.episodes import STEP_FROM_DISPATCH, STEP_FROM_SHIP, STEP_UNKNOWN
 from tracewatch.core.recordings.prime_rl.layout import find_run
 from tracewatch.core.recordings.prime_rl.run import LANDING_SECONDS, PrimeRlRun
 
@@ -197,3 +197,32 @@ def test_a_trace_seen_only_as_a_torn_first_line_is_landing_when_its_file_vanishe
     assert run.where(rollout.trace.id).landing is not None, "a gap: the rollout was nowhere"
     index.write_bytes(held)
     assert run.poll().landed == [(rollout.trace.id, 0)]
+
+
+def test_a_record_with_a_negative_step_is_read_once_and_its_step_stays_unknown(setup, monkeypatch):
+    """A finished row whose record says step -1 has no step to give: its record is read
+    by the first scan only (every later poll's scan would read it again otherwise)."""
+    from tracewatch.core.recordings.prime_rl import chunks
+
+    orchestrator, out, clock = setup
+    land(orchestrator, started(orchestrator, task=1, kind="eval", step=-1))
+    land(orchestrator, started(orchestrator, task=2, kind="eval", step=4))
+    reads: list[int] = []
+    record_at = chunks.OpenChunk.record_at
+
+    def counted(self, offset):
+        reads.append(offset)
+        return record_at(self, offset)
+
+    monkeypatch.setattr(chunks.OpenChunk, "record_at", counted)
+    run = PrimeRlRun(find_run(out), clock)
+    while run.poll().more:
+        pass
+    assert run.scan_steps(kind=None) == 1, "only the row whose record holds a step got one"
+    assert len(reads) == 2
+    for _ in range(5):
+        run.poll()
+        assert run.scan_steps(kind=None) == 0
+    assert len(reads) == 2, f"records read again on later scans: {len(reads) - 2} more reads"
+    steps, source = run.table.steps()
+    assert steps[1] == 4 and source[0] == STEP_UNKNOWN
