@@ -530,13 +530,6 @@ class Variant(CapturedChild):
         self.store.failed(key, reason, cancelled=cancelled)
         self._record_reply(key, {"success": False, "error": reason})
 
-    def _cancelling(self, key: str) -> None:
-        """The run is asked to abort, in the store and the recording alike: whatever
-        ends it next (a bad delta, the aborted reply) ends it cancelled in a replay too."""
-        self.store.cancelling(key)
-        if self.recorder is not None:
-            self.recorder.cancelling(key)
-
     def _record_reply(self, key: str, reply: dict[str, Any]) -> None:
         """The reply with the store's word on how the rollout ended, so a replay or an
         opened recording never has to guess it from the error text."""

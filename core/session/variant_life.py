@@ -59,6 +59,13 @@ class VariantLife:
         self.store.touch_variant(self.name)
         self._event(kind, detail=detail)
 
+    def _cancelling(self, key: str) -> None:
+        """The run is asked to abort, in the store and the recording alike: whatever
+        ends it next (a bad delta, the aborted reply) ends it cancelled in a replay too."""
+        self.store.cancelling(key)
+        if self.recorder is not None:
+            self.recorder.cancelling(key)
+
     def _event(self, kind: str, **fields: Any) -> None:
         if self.recorder is not None:
             self.recorder.event(self.name, kind, **{k: v for k, v in fields.items() if v is not None})

@@ -126,9 +126,7 @@ class ProxyVariant(TapVariant):
         if rollout.status is Status.CANCELLING:  # asked once already
             return True
         forwarder.cancel(rollout.request_id)
-        self.store.cancelling(key)
-        if self.recorder is not None:
-            self.recorder.cancelling(key)
+        self._cancelling(key)
         self._say(f"cancel sent upstream for {key} (request {rollout.request_id})")
         return True
 

@@ -162,8 +162,11 @@ async def test_verifiers_client_through_the_proxy_gets_what_it_gets_direct_and_t
     assert listed == {r.key: r.ending for r in rollouts}, "an opened recording says how each ended, and why"
 
 
-async def test_cancel_from_the_view_sends_a_real_cancel_and_the_driver_gets_verifiers_aborted_reply(proxy_engine) -> None:
-    engine, variant = await proxy_engine()
+async def test_cancel_from_the_view_sends_a_real_cancel_and_the_driver_gets_verifiers_aborted_reply(proxy_engine, tmp_path) -> None:
+    from tracewatch.core.recordings.recorder import Recorder
+
+    recording = tmp_path / "cancel.twrec"
+    engine, variant = await proxy_engine(Recorder(recording, meta={}))
     client = VerifiersClient(variant.listen)
     try:
         run = asyncio.ensure_future(
@@ -178,6 +181,8 @@ async def test_cancel_from_the_view_sends_a_real_cancel_and_the_driver_gets_veri
     finally:
         await client.close()
     assert variant.cancel_unavailable and not variant.can_cancel
+    await engine.shutdown()
+    assert OpenedRecording(recording).store.rollouts[key].status is Status.CANCELLED, "the recording says the run was cancelling"
 
 
 async def test_a_down_upstream_gets_no_answer_until_it_comes_up(proxy_engine) -> None:
