@@ -37,5 +37,10 @@ def seconds_text(seconds: float, places: int = 1) -> str:
 
 
 def span_text(seconds: float) -> str:
-    """A phase's time: `640ms` under a second, `24.7s` from there."""
-    return f"{cut(seconds * 1000):.0f}ms" if seconds < 1 else seconds_text(seconds)
+    """A phase's time: `640ms` under a second, `24.7s` from there. A time under a
+    millisecond reads `<1ms`: cut to `0ms` it read as a phase that took no time, which
+    only a true zero does."""
+    if seconds >= 1:
+        return seconds_text(seconds)
+    milliseconds = cut(seconds * 1000)
+    return "<1ms" if milliseconds == 0 < seconds else f"{milliseconds:.0f}ms"

@@ -66,6 +66,26 @@ def test_every_precision_is_the_cut_of_the_finer_one(seconds: float) -> None:
     assert whole == int(tenths) == int(hundredths) == cut(seconds) <= seconds + 1e-6
     assert int(secs) == whole % 60 and clock(seconds).count(":") == (2 if whole >= 3600 else 1)
     if seconds < 1:
-        assert int(span_text(seconds)[:-2]) == int(cut(seconds * 1000))
+        assert span_text(seconds) == ("<1ms" if 0 < seconds < 0.001 else f"{int(cut(seconds * 1000))}ms")
     else:
         assert span_text(seconds) == seconds_text(seconds)
+
+
+async def test_a_sub_millisecond_phase_never_reads_as_no_time_at_all() -> None:
+    """The waterfall said `0ms` for a 0.4 ms scoring: a nonzero time reads `<1ms`; a
+    phase that truly took no time still reads `0ms`."""
+    store = RolloutStore(clock=lambda: T0 + 30.0)
+    rollout = store.add_rollout("solo", 0, {"name": "task"}, key="solo/0", t=T0)
+    store.started(rollout.key, "req", t=T0)
+    timing = TIMING | {"finalize": {"start": T0 + 24.0, "end": T0 + 24.0}, "scoring": {"start": T0 + 24.0, "end": T0 + 24.0004}}
+    store.apply_delta(rollout.key, {"trace": "t0", "open": {"id": "t0"}, "set": {"timing": timing}}, t=T0 + 0.2)
+    store.ended(rollout.key, Ending(Status.DONE, None), t=T0 + 25.0)
+    app = TracewatchApp(StandInEngine(store, {"solo": StandInVariant("solo", store)}))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 1)
+        await select(pilot, "solo/0")
+        await pilot.press("2")
+        await until(pilot, lambda: "scoring" in screen_text(app), "the waterfall")
+        lines = {line.split()[0]: line for line in app.timing.render().renderables[1].plain.splitlines() if line.strip()}
+        assert " <1ms" in lines["scoring"] and " 0ms" not in lines["scoring"], lines["scoring"]
+        assert " 0ms" in lines["finalize"], lines["finalize"]

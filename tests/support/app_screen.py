@@ -3,6 +3,7 @@ screen shows as text, its notifications, and the side-by-side screen the Compare
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from rich.text import Text
@@ -34,7 +35,8 @@ def card_text(card: VariantCard) -> str:
 
 
 def svg_text(markup: str) -> str:
-    return markup.replace("&#160;", " ")
+    """The SVG's text as the screen shows it: its entities (`&lt;`, `&amp;`) read back."""
+    return html.unescape(markup.replace("&#160;", " "))
 
 
 def screen_text(app: TracewatchApp) -> str:
