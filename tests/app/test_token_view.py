@@ -20,7 +20,7 @@ from tracewatch.core.tokens.streams import read_message, token_values
 from tracewatch.core.tokens.tokenizer import Tokenizers
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.tokens.token_lines import TokenLines
-from tracewatch.tui.tokens.token_view import TokenScreen
+from tracewatch.tui.tokens.token_view import TokenScreen, values_text
 
 DEMO_TOKENIZER = Tokenizers(by_variant={"trainer": str(vocabulary.PATH)})
 """Named by the variant, as a config does (the app's default finds it by the demo's model)."""
@@ -95,6 +95,22 @@ async def test_t_opens_the_newest_message_and_each_key_does_what_it_says(deltas:
         assert screen.lines.cursor is not None and screen.lines.cursor > 0
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, TokenScreen))
+
+
+async def test_a_values_line_wider_than_the_screen_ends_with_an_ellipsis(deltas: list[dict]) -> None:
+    """At 80 columns a sampled token's values ran past the edge and were cut with no sign."""
+    app = TracewatchApp(training_engine(deltas), tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        tokens = screen.lines.tokens
+        assert tokens is not None
+        sampled = next(index for index in range(len(tokens)) if len(values_text(tokens, screen.lines.pieces[index], index)) > 80)
+        await pilot.press(*["right"] * sampled)
+        await until(pilot, lambda: screen.lines.cursor == sampled)
+        full = shown(screen, "tokens-at")
+        at = screen.query_one("#tokens-at", Static)
+        drawn = at.render_line(0).text.strip()
+        assert drawn.endswith("…") and full.startswith(drawn[:-1]), f"drawn {drawn!r} of {full!r}"
 
 
 async def test_the_header_names_a_trained_tool_result(deltas: list[dict]) -> None:

@@ -67,7 +67,7 @@ def summary_text(summary: Summary) -> Text:
 def values_text(tokens: MessageTokens, piece: Piece, index: int) -> Text:
     """Every stream's value at one token, by the node's own names."""
     row = token_values(tokens, index)
-    text = Text(end="", no_wrap=True, overflow="ellipsis")
+    text = Text(end="")
     text.append(f"#{index} ", style="bold")
     text.append(f"id {row.pop('id')} ")
     text.append(repr(piece.text) if not piece.special else piece.text, style="bold")
@@ -93,7 +93,7 @@ class TokenScreen(Screen[None]):
     TokenScreen {
         & #tokens-head { height: auto; max-height: 8; padding: 0 1; background: $boost; }
         & #tokens-body { height: 1fr; }
-        & #tokens-at { height: 1; padding: 0 1; background: $boost; }
+        & #tokens-at { height: 1; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis; }
     }
     """
 
