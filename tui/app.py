@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on, work
@@ -52,6 +53,9 @@ from tracewatch.tui.table.filter_field import FilterField
 from tracewatch.tui.table.rollouts_table import RolloutsTable
 from tracewatch.tui.trace.trace_pane import TracePane
 from tracewatch.tui.trace.transcript import Transcript
+
+if TYPE_CHECKING:
+    from tracewatch.tui.run_views.metrics_view import MetricsView
 
 TICK = 1 / 30
 NARROW_STATUS = 140
@@ -110,6 +114,8 @@ class TracewatchApp(App[None]):
         self._quitting = False
         self._told_recording_stopped = False
         self._side_variants: list[str] = []
+        self.metrics: MetricsView | None = None
+        """The run's own metrics in the Trends tab, for a session that has them."""
         """The variants side by side showed last: the next task opens with them."""
         if session.readonly_reason:
             hide_writes(self._bindings)
@@ -138,7 +144,17 @@ class TracewatchApp(App[None]):
                 with TabPane("Timeline", id="tab-timeline"):
                     yield TimelineView(self.store, id="timeline")
                 with TabPane("Trends", id="tab-trends"):
-                    with VerticalScroll(id="trends-scroll"):
+                    metrics = self.session.run_metrics
+                    if metrics is not None:
+                        from tracewatch.tui.run_views.metrics_view import (
+                            MetricsView,  # numpy with it: only for a run that has metrics
+                        )
+
+                        yield Input(placeholder="keys: words a key holds (reward kl entropy ...)", id="metrics-filter", compact=True, select_on_focus=False)
+                    with VerticalScroll(id="trends-scroll", can_focus=metrics is None):  # else the metrics' focus scrolls it
+                        if metrics is not None:
+                            self.metrics = MetricsView(metrics, id="metrics")
+                            yield self.metrics
                         yield TrendsView(self.store, id="trends")
         yield SteadyFooter()
 
@@ -201,6 +217,8 @@ class TracewatchApp(App[None]):
         self.palette = Palette(self.table)
         self.table.set_palette(self.palette)
         self.timing.palette = self.compare.palette = self.timeline.palette = self.trends.palette = self.palette
+        if self.metrics is not None:
+            self.metrics.palette = self.palette
 
     # -- the tick ------------------------------------------------------------------
 
@@ -231,6 +249,8 @@ class TracewatchApp(App[None]):
                 if self._timeline_moved and self._ticks % CARD_EVERY == 0:  # as often as the cards
                     self._timeline_moved = False
                     self.timeline.sync()
+            elif self.detail.active == "tab-trends" and self.metrics is not None and self._ticks % CARD_EVERY == 0:
+                self.metrics.show()  # rows as they arrive: only when the run's metrics moved
             if now >= self._next_second:
                 self._second()
             elif (self.store.partial is not None) != self._partial:  # an index whole at last moves no clock
@@ -261,6 +281,8 @@ class TracewatchApp(App[None]):
             self.timeline.sync()
         elif self.detail.active == "tab-trends":
             self.trends.show()
+            if self.metrics is not None:
+                self.metrics.show()
 
     def _tell_recording_stopped(self) -> None:
         """Once, as an error that stays up: what follows is not recorded, which the
@@ -328,6 +350,8 @@ class TracewatchApp(App[None]):
             self.timeline.select(self.selected)
         elif self.detail.active == "tab-trends":
             self.trends.show()
+            if self.metrics is not None:
+                self.metrics.show()
 
     def _draw_status(self) -> None:
         self._partial = self.store.partial is not None
@@ -465,6 +489,9 @@ class TracewatchApp(App[None]):
         if self.focused is self.trace_pane.transcript:  # in the trace, `/` searches it
             self.trace_pane.open_search()
             return
+        if self.metrics is not None and self.focused is self.metrics:  # in the run's metrics, it filters their keys
+            self.screen.set_focus(self.query_one("#metrics-filter", Input).add_class("-visible"))
+            return
         field = self.query_one("#filter", Input).add_class("-visible")
         self.screen.set_focus(field)
 
@@ -512,6 +539,9 @@ class TracewatchApp(App[None]):
         if self.focused is self.query_one("#trace-search", Input):
             self.trace_pane.clear_search()
             return
+        if self.metrics is not None and self.focused in (self.metrics, self.query_one("#metrics-filter", Input)):
+            self._clear_metrics_filter()
+            return
         if self.focused is self.trace_pane.transcript:
             if self.trace_pane.transcript.search_status:
                 self.trace_pane.clear_search()
@@ -524,6 +554,28 @@ class TracewatchApp(App[None]):
         field.value = ""  # the field applies it now (`FilterField`)
         field.remove_class("-visible")
         self.table.focus()
+
+    @on(Input.Changed, "#metrics-filter")
+    def _metrics_filter_changed(self, event: Input.Changed) -> None:
+        if self.metrics is not None:
+            self.metrics.set_filter(event.value)
+
+    @on(Input.Submitted, "#metrics-filter")
+    def _metrics_filter_submitted(self) -> None:
+        if self.metrics is not None:
+            self.metrics.focus()
+
+    def _clear_metrics_filter(self) -> None:
+        """Esc in the metrics' key filter, or on the charts with one set: every key
+        again, the charts focused; on the charts with none, back to the table."""
+        assert self.metrics is not None
+        field = self.query_one("#metrics-filter", Input)
+        if self.focused is self.metrics and not field.value:
+            self.table.focus()
+            return
+        field.value = ""
+        field.remove_class("-visible")
+        self.metrics.focus()
 
     # -- commands ----------------------------------------------------------------------
 
@@ -630,6 +682,8 @@ class TracewatchApp(App[None]):
         self.detail.active = tab
         if tab == "tab-compare":
             self.compare.focus()
+        elif tab == "tab-trends" and self.metrics is not None:
+            self.metrics.focus()
         self._second()
 
     def action_switch_pane(self, step: int = 1) -> None:

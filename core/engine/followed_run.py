@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,8 +31,10 @@ from tracewatch.core.recordings.prime_rl.chunks import RecordUnreadable
 from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN
 from tracewatch.core.recordings.prime_rl.layout import StreamRun
 from tracewatch.core.recordings.prime_rl.live import Dispatch, LiveTrace, Placeholder
+from tracewatch.core.recordings.prime_rl.metrics import Series
+from tracewatch.core.recordings.prime_rl.plan import EvalProgress
 from tracewatch.core.recordings.prime_rl.run import PrimeRlRun, RunChanges
-from tracewatch.core.session.contracts import VariantState
+from tracewatch.core.session.contracts import RunMetrics, VariantState
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.session import Session
 from tracewatch.core.session.status import Ending, Status
@@ -81,6 +83,8 @@ class FollowedRun(Session):
         self._rows_deferred = False
         self.problem: str | None = None
         """Why an episode opened could not be read, the latest."""
+        self.metrics_version = 0
+        self._metrics_generation = 0
 
     # -- the session -------------------------------------------------------------------
 
@@ -156,6 +160,8 @@ class FollowedRun(Session):
                 rollout.step = step
                 self.store.steps_known = True
                 self.store.touch_rollout(rollout.key)
+        if found.any() and self.run.plan.expected:  # the plan's counts take the steps found
+            self.metrics_version += 1
         return bool(found.any())
 
     def _settle(self) -> None:
@@ -189,6 +195,7 @@ class FollowedRun(Session):
         for row in changes.annotated.tolist():
             if (key := self._by_row.get(row)) is not None:
                 self._mark_used(key, row)
+        self._metrics_moved(changes)
         return bool(changes.live or changes.rows or changes.landed or changes.lost or len(changes.annotated) or changes.metrics)
 
     def _variant(self, name: str) -> str:
@@ -334,6 +341,40 @@ class FollowedRun(Session):
             errors=max(0, errors),
             trace_ids=tuple(table.traces_of(row)),
         )
+
+    # -- the run's own metrics (`RunMetrics`) --------------------------------------------
+
+    def _metrics_moved(self, changes: RunChanges) -> None:
+        """The version the Trends tab redraws on: metric rows came (or the file started
+        over), the plan changed, or, with a plan, the episodes it counts moved."""
+        generation = self.run.metrics.generation
+        progress = bool(self.run.plan.expected) and bool(changes.live or changes.rows or changes.landed or changes.lost)
+        if changes.metrics or changes.plan or progress or generation != self._metrics_generation:
+            self._metrics_generation = generation
+            self.metrics_version += 1
+
+    @property
+    def run_metrics(self) -> RunMetrics:
+        return self
+
+    @property
+    def metric_keys(self) -> list[str]:
+        return self.run.metrics.keys
+
+    @property
+    def metric_producers(self) -> list[str | None]:
+        return self.run.metrics.producers
+
+    @property
+    def metrics_skipped(self) -> str | None:
+        skipped = self.run.metrics.skipped
+        return f"{skipped.count} line(s) skipped, the first: {skipped.first[0]}" if skipped.count and skipped.first else None
+
+    def metric_points(self, key: str) -> Series | None:
+        return self.run.metrics.series(key)
+
+    def eval_lines(self) -> Sequence[EvalProgress]:
+        return self.run.eval_progress()
 
     # -- an episode opened -------------------------------------------------------------
 

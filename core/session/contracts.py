@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # types only: the screen imports this module before any session exists
+    import numpy as np
+
     from tracewatch.core.run.series import RunSeries
     from tracewatch.core.session.rollout import Rollout
     from tracewatch.core.session.store import Changes, VariantStats
@@ -212,6 +214,57 @@ class StoreView(Protocol):
     def live_counts(self, now: float | None = None) -> tuple[int, int]: ...
 
 
+class MetricPoints(Protocol):
+    """One metric's rows in the order they were written: numpy columns, step NaN for a
+    row keyed by time, producer a code into `RunMetrics.metric_producers`."""
+
+    @property
+    def step(self) -> np.ndarray[Any, np.dtype[np.float64]]: ...
+    @property
+    def time(self) -> np.ndarray[Any, np.dtype[np.float64]]: ...
+    @property
+    def value(self) -> np.ndarray[Any, np.dtype[np.float64]]: ...
+    @property
+    def producer(self) -> np.ndarray[Any, np.dtype[np.int16]]: ...
+
+
+class EvalLine(Protocol):
+    """How far one planned eval step is: its env and step, the episodes it expects,
+    those done, those in flight, and the env's finished evals whose step is not known yet."""
+
+    @property
+    def env(self) -> str: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def expected(self) -> int: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def unknown_step(self) -> int: ...
+
+
+class RunMetrics(Protocol):
+    """A run's own metrics and its eval plan, as a training run writes them beside its
+    rollouts (a followed prime-rl run); the Trends tab charts them."""
+
+    @property
+    def metrics_version(self) -> int:
+        """Moves whenever metric rows arrived, the plan changed or how far it is moved."""
+    @property
+    def metric_keys(self) -> Sequence[str]: ...
+    @property
+    def metric_producers(self) -> Sequence[str | None]: ...
+    @property
+    def metrics_skipped(self) -> str | None:
+        """What the reader skipped (lines that are not rows), in words, if anything."""
+    def metric_points(self, key: str) -> MetricPoints | None: ...
+    def eval_lines(self) -> Sequence[EvalLine]:
+        """Each planned eval step, by env then step (none: no plan)."""
+
+
 class SessionView(Protocol):
     """A source of rollouts as the app and the headless runner drive it."""
 
@@ -244,6 +297,9 @@ class SessionView(Protocol):
     @property
     def quit_warning(self) -> str | None:
         """What quitting costs someone else (a proxy's drivers lose their route), if anything."""
+    @property
+    def run_metrics(self) -> RunMetrics | None:
+        """The run's own metrics, where the session has them (a followed prime-rl run)."""
 
     async def start(self) -> None: ...
     async def wait(self) -> None:

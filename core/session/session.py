@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tracewatch.core.paths import claim_session, file_name, private_dir, write_private
-from tracewatch.core.session.contracts import ReplayControls, VariantView
+from tracewatch.core.session.contracts import ReplayControls, RunMetrics, VariantView
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.wire.episode_json import episode_json, partial_episode
@@ -57,6 +57,11 @@ class Session:
 
     @property
     def replay(self) -> ReplayControls | None:
+        return None
+
+    @property
+    def run_metrics(self) -> RunMetrics | None:
+        """None: only a training run followed writes metrics of its own."""
         return None
 
     def cap_stall(self, limit: float) -> None:

@@ -14,6 +14,7 @@ from tracewatch.tui.chrome import keys_doc
 from tracewatch.tui.chrome.keys import KEYS, WHERE
 from tracewatch.tui.chrome.screens import HelpScreen
 from tracewatch.tui.run_views.compare_view import CompareView
+from tracewatch.tui.run_views.metrics_view import MetricsView
 from tracewatch.tui.run_views.side_by_side import SideBySideScreen
 from tracewatch.tui.run_views.timeline_view import TimelineView
 from tracewatch.tui.table.rollouts_table import RolloutsTable
@@ -30,6 +31,7 @@ WIDGETS = {
     "sides": SideBySideScreen,
     "tokens": TokenLines,
     "timeline": TimelineView,
+    "metrics": MetricsView,
 }
 
 
@@ -47,7 +49,7 @@ def test_every_key_is_bound_where_the_table_says() -> None:
 
 def test_every_binding_is_in_the_table() -> None:
     listed = {(name, key.action) for key in KEYS for name in key.keys.split(",")}
-    for where in ("app", "transcript", "table", "compare", "timeline", "sides", "tokens"):
+    for where in ("app", "transcript", "table", "compare", "timeline", "metrics", "sides", "tokens"):
         missing = bound(WIDGETS[where]) - listed
         assert not missing, f"{where} binds keys the help does not list: {missing}"
 

@@ -5,6 +5,7 @@ after a deliberate change; look at `__snapshots__/` beside this file before comm
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,12 @@ from textual.pilot import Pilot
 from tests.support.app_screen import open_side_by_side
 from tests.support.diverging_traces import diverged
 from tests.support.polling import until
+from tests.support.prime_rl_orchestrator import trainer_metrics
 from tests.support.tui_standin import StandInEngine, make_engine, write_recording
+from tracewatch.core.engine.followed_run import FollowedRun
 from tracewatch.core.engine.opened import OpenedRecording
 from tracewatch.core.engine.replay import ReplaySession
+from tracewatch.core.recordings.prime_rl.layout import StreamRun, detect
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.chrome.screens import HelpScreen
 from tracewatch.tui.run_views.compare_view import CompareView
@@ -126,3 +130,37 @@ def test_logs_at_80x24(snap_compare) -> None:
     engine.variants["baseline"].lines.append("WARNING [bold]provider[/bold] " + "retrying the call after a 30 s timeout " * 3 + "(attempt 3 of 5)")
     app = TracewatchApp(engine)
     assert snap_compare(app, terminal_size=(80, 24), run_before=selected("baseline/run1/0", "3", wait=lambda app: "attempt 3 of 5" in "".join(app.logs.query_one(LogLines).lines)))
+
+
+def write_metrics_run(out: Path) -> StreamRun:
+    """A prime-rl output folder holding the run's metrics and eval plan as prime-rl
+    writes them (`json.dumps` a row, a fixed clock here): 30 steps of the orchestrator's
+    reward and the trainer's keys, the inference gauges by time, three planned evals."""
+    monitor = out / "monitors" / "file"
+    monitor.mkdir(parents=True)
+    rows = []
+    for step in range(1, 31):
+        reward = round(0.2 + 0.6 * (1 - 0.9**step) + 0.05 * (step % 3 == 0), 4)
+        rows.append({"step": step, "time": NOW + 20 * step, "train/reward/mean": reward, "producer": "orchestrator"})
+        rows.append({"step": step, "time": NOW + 20 * step + 5, **trainer_metrics(step), "producer": "trainer"})
+        rows.append({"step": None, "time": NOW + 20 * step + 9, "inference/agg/num_requests_running/mean": float(16 + step % 7), "producer": "orchestrator"})
+    (monitor / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (monitor / "plan.json").write_text(json.dumps({"math": {"0": 8, "10": 8, "20": 8}}))
+    layout = detect(out)
+    assert isinstance(layout, StreamRun)
+    return layout
+
+
+def test_prime_rl_metrics(snap_compare, tmp_path: Path) -> None:
+    """The Trends tab of a followed prime-rl run: the eval plan, then each key's chart
+    under its producer (the value axis's range, the steps), smoothed with EMA 0.6."""
+    session = FollowedRun(write_metrics_run(tmp_path / "out"), follow=False).snapshot()
+
+    async def run_before(pilot: Pilot) -> None:
+        app = pilot.app
+        assert isinstance(app, TracewatchApp)
+        await pilot.press("6", "m")
+        await until(pilot, lambda: app.metrics is not None and len(app.metrics.charts) == 6 and app.metrics.smoothing == 1)
+        await pilot.pause()
+
+    assert snap_compare(TracewatchApp(session, title="tracewatch open out"), terminal_size=(160, 60), run_before=run_before)

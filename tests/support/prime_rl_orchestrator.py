@@ -42,6 +42,17 @@ from tests.support.tui_standin import fixture_episodes
 ENVS = ("gsm8k", "math")
 
 
+def trainer_metrics(step: int) -> dict[str, float]:
+    """What the trainer logs at `step` (prime-rl's keys: the gradient's norm, the
+    mismatch KL between trainer and sampler, the entropy, the throughput)."""
+    return {
+        "optim/grad_norm": round(0.1 * step, 4),
+        "mismatch_kl/mean": round(0.002 * step * step, 4),
+        "entropy/mean": round(1.5 - 0.1 * step, 4),
+        "perf/throughput": 1000.0 + 250.0 * (step % 4),
+    }
+
+
 def trainer_value(node: int, token: int) -> float:
     """The trainer's logprob for node `node`'s token `token` (its entropy is minus it)."""
     return round(-(node + 1) / 10 - token / 1000, 4)
@@ -260,6 +271,8 @@ class RunWriter:
         self.discarded: set[str] = set()
         self.planned: dict[int, int] = {}
         """Eval episodes dispatched per step (the plan's entries for the eval env)."""
+        self.metrics: list[tuple[str, int | None, dict[str, float]]] = []
+        """(producer, step, values) of each metrics row, in the order written."""
         self.error: BaseException | None = None
         self.done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -321,9 +334,14 @@ class RunWriter:
                     step += 1
                     orchestrator.ship(cohort, step)
                     self.shipped.update({r.trace.id: step for r in cohort})
-                    monitor.log_metrics({"train/reward/mean": sum(r.reward for r in cohort) / len(cohort)}, step)
-                    trainer.log_metrics({"optim/grad_norm": 0.1 * step}, step)
-                    monitor.log_metrics({"inference/agg/num_requests_running/mean": float(len(running))}, None)
+                    rows: list[tuple[FileMonitor, str, int | None, dict[str, float]]] = [
+                        (monitor, "orchestrator", step, {"train/reward/mean": sum(r.reward for r in cohort) / len(cohort)}),
+                        (trainer, "trainer", step, trainer_metrics(step)),
+                        (monitor, "orchestrator", None, {"inference/agg/num_requests_running/mean": float(len(running))}),
+                    ]
+                    for logger, producer, at, values in rows:
+                        logger.log_metrics(values, at)
+                        self.metrics.append((producer, at, values))
                     cohort = []
                 if script.relaunch_after is not None and len(self.landed) == script.relaunch_after:
                     orchestrator.flush()

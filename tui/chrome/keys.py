@@ -41,7 +41,7 @@ class Key:
     def local_help(self) -> str:
         """The description under its place's heading: without the "table: " that the palette needs."""
         place, colon, rest = self.help.partition(": ")
-        return rest if colon and self.where != "app" and place in ("table", "trace", "compare", "timeline", "side by side", "tokens", "replays") else self.help
+        return rest if colon and self.where != "app" and place in ("table", "trace", "compare", "timeline", "metrics", "side by side", "tokens", "replays") else self.help
 
     def binding(self) -> Binding:
         return Binding(self.keys, self.action, self.footer or self.title, show=bool(self.footer), priority=self.priority)
@@ -75,6 +75,7 @@ WHERE = {
     "transcript": "Trace (when the transcript has focus)",
     "compare": "Compare tab (`4` gives it focus; so do tab past the cards, and a click)",
     "timeline": "Timeline tab (when it has focus: tab past the cards, or a click)",
+    "metrics": "Trends tab, a training run's own metrics (`6` gives them focus; `/` there filters their keys, Esc clears)",
     "sides": "Side by side (a task's traces, opened from the Compare tab)",
     "tokens": "Tokens (a message's tokens: t, or a double click on the message)",
     "replay": "Replays only",
@@ -138,6 +139,7 @@ KEYS: tuple[Key, ...] = (
     Key("right,l", "pan(1)", "Later", "timeline: pan to later", where="timeline", palette=False),
     Key("0", "fit", "Whole run", "timeline: the whole run again, following it live", where="timeline", footer="Whole run", palette=False),
     Key("enter", "choose", "Open trace", "timeline: open the rollout's trace (a click on it too)", where="timeline", footer="Open trace", palette=False),
+    Key("m", "cycle_smoothing", "Metrics smoothing", "metrics: smoothing off, then an EMA of 0.6, 0.9, 0.99 (the title says which)", where="metrics", footer="Smooth", palette=False),
     Key("comma", "cycle(-1)", "Previous rollout", "side by side: the focused side's previous rollout of the task", where="sides", palette=False),
     Key("full_stop", "cycle(1)", "Next rollout", "side by side: the focused side's next rollout of the task", where="sides", palette=False),
     Key("v", "choose_variant(1)", "Next variant", "side by side: the focused side's next variant that ran the task", where="sides", palette=False),
