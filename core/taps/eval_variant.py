@@ -6,6 +6,13 @@ here on 127.0.0.1: each run's begin, deltas and reply, and where vf-eval writes 
 traces.jsonl (`run_dir`). The eval is ours to stop (SIGTERM, grace, SIGKILL; vf-eval exits 130
 on SIGTERM: cancelled). One rollout is not: vf-eval's runner (`gather_rollouts`)
 cancels every rollout when one of them ends by an exception, a cancel included.
+
+A viewer that was stopped or slow has messages dropped for it by the tap (its queue
+is bounded): the tap's `loss` names the runs, and the runs whose end was dropped end
+here as *unobserved*, view incomplete, while the runs still live go on. What the tap
+still held at its exit, if the viewer did not read it in time, is discarded there:
+the tap's `closed` says how many messages it had queued, so the count of what never
+came is known once the eval exited and its last messages were read.
 """
 
 from __future__ import annotations
@@ -28,15 +35,18 @@ from tracewatch.core.session.variant_life import CapturedChild
 from tracewatch.core.supervision.capture import tail_lines
 from tracewatch.core.supervision.child import ChildError, SupervisedChild
 from tracewatch.core.taps.drain import STOP_SECONDS, SocketQueue, left_unread
+from tracewatch.core.taps.loss import apply_loss, read_loss
 from tracewatch.core.taps.tap_variant import TapVariant
 from tracewatch.core.wire.protocol import unpack
 from tracewatch_guest import inject
-from tracewatch_guest.framing import ADDRESS_VAR, RUN_DIR, TAPPED, decode
+from tracewatch_guest.framing import ADDRESS_VAR, CLOSED, LOSS, RUN_DIR, TAPPED, Message, decode
 
 INJECT_DIR = Path(inject.__file__).resolve().parent
 RECEIVE_QUEUE = 100_000
 QUIET_AFTER_EXIT = 0.3
 """After the eval exits, what it sent last is awaited until this long passes without a message."""
+WHOSE = "the eval's"
+"""Whom a run the view lost belongs to: the view's loss is no failure of the eval's."""
 EXITED_AT_ONCE = 5.0
 """An eval that ends this soon after its start, without a rollout, "exited at once"."""
 
@@ -84,6 +94,10 @@ class EvalVariant(TapVariant, CapturedChild):
         self.run_dir: str | None = None
         self.outcome_text: str | None = None
         self.dropped = 0
+        """Tap messages the view missed: dropped by the tap, or discarded at its exit unread."""
+        self._received = 0
+        self._closings: list[Message] = []
+        """The tap's word at each tapped process's exit, read once the eval exited."""
         self.unread = 0
         """Tap messages still queued when a cancel's bounded read ended (counted, not read)."""
         self._cancelled_at = math.inf
@@ -120,6 +134,8 @@ class EvalVariant(TapVariant, CapturedChild):
         parts = [f"run dir {self.run_dir} (tracewatch open it)"] if self.run_dir else []
         if self.dropped:
             parts.append(f"{self.dropped:,} tap messages dropped (the eval went on)")
+        if wholeness := self.runs.wholeness():
+            parts.append(wholeness)
         return " · ".join(parts) or None
 
     # -- commands --------------------------------------------------------------------
@@ -128,7 +144,8 @@ class EvalVariant(TapVariant, CapturedChild):
         if not self.can_start:
             return
         self.reason = self.outcome_text = None
-        self.unread = 0
+        self.unread = self.dropped = self._received = 0
+        self._closings = []
         self.tapped = []
         self._cancelled_at = math.inf
         self.escalation = []
@@ -164,6 +181,7 @@ class EvalVariant(TapVariant, CapturedChild):
             await self._read_after_exit(queue, receiver)
             if self.state is VariantState.CANCELLING:
                 return  # `_stop` reports how it ended
+            self._apply_closings()
             outcome = child.outcome()
             self.outcome_text = f"exit code {outcome.exit_code} · {outcome.status}"
             self._event("exited", code=code, status=str(outcome.status))
@@ -174,7 +192,9 @@ class EvalVariant(TapVariant, CapturedChild):
             elif not saw_a_run:
                 self.reason = self._no_rollout_reason()
             self.runs.end_all(self.reason or "the eval ended before this rollout replied")
-            self._set(VariantState.FAILED if self.reason else VariantState.DONE)
+            failed = self.reason is not None
+            self.reason = "; ".join(filter(None, [self.reason, self.view_loss, self.runs.wholeness()])) or None
+            self._set(VariantState.FAILED if failed else VariantState.DONE)
         except (ChildError, OSError) as error:
             self.reason = str(error)
             self._set(VariantState.FAILED)
@@ -219,17 +239,28 @@ class EvalVariant(TapVariant, CapturedChild):
         exited = time.monotonic()
         self.unread = await queue.read_at_stop(self._handle, lambda: max(exited, self._cancelled_at) + STOP_SECONDS, QUIET_AFTER_EXIT)
 
+    @property
+    def view_loss(self) -> str | None:
+        """What this view says of the tap messages it missed (runs, card, summary)."""
+        return f"the eval's tap dropped {self.dropped:,} messages for this view" if self.dropped else None
+
     def _handle(self, frames: list[bytes]) -> None:
         message = decode(frames)
         if message is None:
             return
-        if message.dropped is not None and message.dropped != self.dropped:
+        if message.kind == CLOSED:  # on a socket of its own: it may come before what the tap sent last
+            self._closings.append(message)
+            return
+        self._received += 1
+        if message.dropped is not None and message.dropped > self.dropped:
             self.dropped = message.dropped
             self.store.touch_variant(self.name)
         try:
             if self.runs.message(message.kind, message.run, message.payload):
                 return
-            if message.kind == RUN_DIR:
+            if message.kind == LOSS:
+                self._apply_loss(message.payload)
+            elif message.kind == RUN_DIR:
                 self.run_dir = str(unpack(message.payload).get("path"))
                 self._event("run_dir", path=self.run_dir)
                 self.store.touch_variant(self.name)
@@ -238,6 +269,28 @@ class EvalVariant(TapVariant, CapturedChild):
                 self.tapped.append(pid if isinstance(pid, int) else 0)
         except Exception as error:  # one odd message must not stop the view of the rest
             self.runs.lose(message.run, f"a tap message could not be read: {error!r}")
+
+    def _apply_loss(self, payload: bytes, closed: str | None = None) -> None:
+        if (loss := read_loss(payload)) is not None:
+            apply_loss(self.runs, loss, self.view_loss or "", WHOSE, closed)
+
+    def _apply_closings(self) -> None:
+        """Once the eval exited and what it sent was read: what the tap queued and
+        never came was discarded at its exit (the viewer was stopped or slow), so the
+        runs whose end is among what was lost end here, view incomplete. A tap that
+        lost nothing changes nothing (another process of the eval's runs are not its)."""
+        sent = 0
+        for message in self._closings:
+            loss = read_loss(message.payload) or {}
+            sent += loss["sent"] if type(loss.get("sent")) is int else 0
+            self.dropped = max(self.dropped, message.dropped or 0)
+        self.dropped += max(0, sent - self._received)
+        if not self.dropped:
+            return
+        self.store.touch_variant(self.name)
+        for message in self._closings:
+            if message.dropped or sent > self._received:
+                self._apply_loss(message.payload, closed="the eval exited")
 
     # -- stopping ------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from tracewatch.core.errors import TracewatchError
 from tracewatch.core.session.contracts import VariantState
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.taps.drain import STOP_SECONDS, TURN_SECONDS, SocketQueue, left_unread, read_until
-from tracewatch.core.taps.observed import ObservedRuns
+from tracewatch.core.taps.loss import apply_loss, read_loss
 from tracewatch.core.taps.tap_variant import TapVariant
 from tracewatch_guest.framing import BATCH, BYE, CLOSED, HELLO, LOSS, WELCOME, decode
 
@@ -41,31 +41,6 @@ without a message: the runs whose ends are among it end as they did."""
 def view_loss(dropped: int) -> str | None:
     """What a viewer says of the messages a relay dropped for it (card, summary, runs)."""
     return f"the relay dropped {dropped:,} messages for this viewer" if dropped else None
-
-
-def _runs_in(value: Any) -> set[bytes]:
-    return {run for run in value if isinstance(run, bytes)} if isinstance(value, list | tuple) else set()
-
-
-def apply_loss(runs: ObservedRuns, payload: bytes, dropped: int, closed: bool = False) -> None:
-    """A relay's `loss` (or, `closed`, its last word): a run it names as lost goes on
-    marked incomplete; a run we hold open that is no longer running at the relay had
-    its end dropped for us, and ends here, incomplete. At the close a run that lost
-    messages ends too: nothing more of it comes."""
-    try:
-        loss = msgpack.unpackb(payload)
-    except Exception:
-        loss = None
-    if not isinstance(loss, dict):
-        return
-    lost, running = _runs_in(loss.get("lost")), _runs_in(loss.get("running"))
-    said = view_loss(max(dropped, 1)) or ""
-    for run in list(runs.keys):
-        if run not in running or (closed and (run in lost or run in runs.lossy)):
-            ending = "the run's end among them" if run not in running else "and the relay closed before the run ended"
-            runs.missed_end(run, f"{said}, {ending} (the run itself is the driver's)")
-        elif run in lost:
-            runs.lost_copies(run)
 
 
 class RelayError(TracewatchError, OSError):
@@ -296,7 +271,7 @@ class RelayViewer(TapVariant):
                     break
                 await asyncio.sleep(TURN_SECONDS)
             self._count_dropped(message.dropped)
-            apply_loss(self.runs, message.payload, self.dropped, closed=True)
+            self._apply_loss(message.payload, closed="the relay closed")
             self.relay_closed = True
             self._say(f"the relay at {self.address} closed" + (f"; {self.view_loss}" if self.view_loss else ""))
             self._relay_went_away("it closed")
@@ -307,6 +282,10 @@ class RelayViewer(TapVariant):
         self.relay_gone = True
         self.runs.unobserve_all(f"lost: the relay went away before the run ended ({why}); how the run itself ended is not known here")
         self.store.touch_variant(self.name)
+
+    def _apply_loss(self, payload: bytes, closed: str | None = None) -> None:
+        if (loss := read_loss(payload)) is not None:
+            apply_loss(self.runs, loss, view_loss(max(self.dropped, 1)) or "", "the driver's", closed)
 
     def _count_dropped(self, dropped: int | None) -> None:
         if dropped is not None and dropped > self._relay_dropped:
@@ -328,7 +307,7 @@ class RelayViewer(TapVariant):
             self._welcomed(message.payload)
         self._count_dropped(message.dropped)
         if message.kind == LOSS:
-            apply_loss(self.runs, message.payload, self.dropped)
+            self._apply_loss(message.payload)
         if message.kind != BATCH:
             return
         try:

@@ -391,3 +391,60 @@ def test_a_headless_eval_view_resumed_after_a_run_ended_ends_it_and_the_live_run
     finally:
         viewer.send_signal(signal.SIGCONT)
         viewer.end()
+
+
+PAD = 8_000_000
+"""Characters more in each tool turn of the hanging task: far more than the socket
+buffers between a stopped viewer and the eval hold, so the tap's queue (2) drops."""
+PADDED = "calc (120 + 37) * 3"
+
+
+def test_a_headless_eval_view_stopped_while_the_eval_ends_says_what_it_missed_and_ends_the_run(model, eval_env, monkeypatch) -> None:
+    """The viewer (`tracewatch eval --headless`) suspended (SIGSTOP) while the real
+    vf-eval's last rollout streams far more than the tap may queue, and until the
+    eval exited: resumed, with nothing more to come from the eval, it says within a
+    few seconds how many messages it missed and ends that run *unobserved*, view
+    incomplete, its end among them; the runs it saw whole are done; the recording
+    it wrote ends each run the same."""
+    monkeypatch.setenv("TW_EVALSET_HANG", "1")
+    monkeypatch.setenv("TW_EVALSET_PAD", str(PAD))
+    monkeypatch.setenv("TRACEWATCH_TAP_QUEUE", "2")
+    monkeypatch.setenv("TRACEWATCH_HOME", str(eval_env / "home"))
+    recording = eval_env / "view.twrec"
+    viewer = TetheredProcess(
+        [sys.executable, "-m", "tracewatch.cli", "eval", "--name", "ev", "--headless", "--record", str(recording), "--",
+         *vf_eval(model, eval_env / "out", rollouts=1)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    said: list[str] = []
+    threading.Thread(target=lambda: said.extend(viewer.stdout or ()), daemon=True).start()
+
+    def line(task: str, status: str) -> str | None:
+        return next((text for text in list(said) if f"[{task}] {status}" in text), None)
+
+    def seen() -> str:
+        return f"; the viewer said {list(said)[-12:]}"
+
+    try:
+        assert model.hanging.wait(WAIT), "the scripted model call never hung" + seen()
+        wait_until(lambda: line(PADDED, "") and line("calc 17 * 23", "done") and line("calc 1000 / 8 + 6", "done"), WAIT,
+                   lambda: "the padded run seen, the others done" + seen())  # fmt: skip
+        viewer.send_signal(signal.SIGSTOP)
+        model.release()
+        record_path = wait_until(lambda: next((eval_env / "home" / "sessions").glob("*/ev-1/supervisor.json"), None), WAIT, "the eval's supervisor record")
+        wait_until(lambda: json.loads(record_path.read_text())["state"] == "finished", WAIT, "the eval finished while the viewer was stopped")
+        viewer.send_signal(signal.SIGCONT)
+        ended = wait_until(lambda: line(PADDED, "unobserved"), 30, lambda: "the resumed viewer ended the run it missed the end of" + seen())
+        assert viewer.wait(WAIT) is not None, seen()
+    finally:
+        viewer.send_signal(signal.SIGCONT)
+        model.release()
+        viewer.end()
+    assert "view incomplete: the eval's tap dropped " in ended and "messages for this view, the run's end among them (the run itself is the eval's)" in ended, seen()
+    assert not any(line(task, status) for task in EXPECTED for status in ("failed", "cancelled")), seen()
+    (summary,) = [text for text in said if text.startswith("ev: done; ")]
+    assert "2 done, 1 unobserved;" in summary and "the eval's tap dropped " in summary, seen()
+    opened = OpenedRecording(recording)
+    endings = {r.task_label: (r.status, r.reason) for r in opened.store.rollouts.values()}
+    assert {task: status for task, (status, _) in endings.items()} == {task: Status.UNOBSERVED if task == PADDED else Status.DONE for task in EXPECTED}, endings
+    assert (reason := endings[PADDED][1]) is not None and reason in ended, endings

@@ -16,6 +16,15 @@ is imported, nor anything named `core` or `tui` (the user's project may have suc
 packages); an existing
 `sitecustomize` still runs; sending never blocks (a full queue drops the
 message and counts it); and nothing here ever raises into the eval.
+
+A viewer that is stopped or slow (a SIGSTOP, a laptop lid, a slow terminal) fills the
+queue, and what does not fit is dropped. The runs it dropped messages of are told in a
+`loss` before anything else is sent after the drop (naming the runs still running, so
+the viewer ends those whose end it missed), by a thread of the tap's own as soon as the
+queue has room again, whether or not the eval sends anything more. At the exit, what is
+still queued waits for the viewer `LINGER_MS` at most; a `closed` that says how many
+messages were queued and which runs were lost goes on a second socket of its own, which
+no backlog holds up, so a viewer resumed after the eval ended can tell what it missed.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import importlib.util
 import itertools
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,6 +44,10 @@ if TYPE_CHECKING:
 
 QUEUE = 10_000
 """Messages that may wait for tracewatch before new ones are dropped (and counted)."""
+QUEUE_VAR = "TRACEWATCH_TAP_QUEUE"
+"""The environment variable that sets `QUEUE` (a positive integer) for an eval."""
+TELL_SECONDS = 0.1
+"""How often the tap tries to tell a loss while the queue is full."""
 LINGER_MS = 3000
 """How long the eval's exit waits for queued messages to reach tracewatch."""
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,8 +100,17 @@ def _load_framing() -> Any:
     return importlib.import_module(f"{GUEST_PACKAGE}.framing")
 
 
+def _queue_bound() -> int:
+    try:
+        bound = int(os.environ.get(QUEUE_VAR, QUEUE))
+    except ValueError:
+        bound = QUEUE
+    return bound if bound > 0 else QUEUE
+
+
 class _Sender:
-    """One PUSH socket to tracewatch; every send is non-blocking."""
+    """One PUSH socket to tracewatch, every send non-blocking, and one for the close's
+    word; the eval's threads and the loss teller share them under a lock."""
 
     def __init__(self, address: str) -> None:
         import msgpack
@@ -97,10 +120,22 @@ class _Sender:
         self._pack = msgpack.packb
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.PUSH)
-        self._socket.setsockopt(zmq.SNDHWM, QUEUE)
+        self._socket.setsockopt(zmq.SNDHWM, _queue_bound())
         self._socket.setsockopt(zmq.LINGER, LINGER_MS)
         self._socket.connect(address)
+        self._notices = self._context.socket(zmq.PUSH)
+        self._notices.setsockopt(zmq.LINGER, LINGER_MS)
+        self._notices.connect(address)  # now, while the viewer answers: a stopped one could not greet it at the exit
         self.dropped = 0
+        self.sent = 0
+        """Messages queued for tracewatch (those the exit discards unsent among them)."""
+        self.lost: set[bytes] = set()
+        """Runs that had messages dropped which no `loss` told yet."""
+        self.running: set[bytes] = set()
+        self._lock = threading.Lock()
+        self._lossy = threading.Condition(self._lock)
+        self._teller: threading.Thread | None = None
+        self._closed = False
         self._ids = itertools.count()
         self.send(framing.HELLO, framing.NO_RUN, self.packed({"pid": os.getpid(), "argv": sys.argv}))
 
@@ -111,15 +146,64 @@ class _Sender:
         return bytes(self._pack(payload, use_bin_type=True))
 
     def send(self, kind: bytes, run: bytes, payload: bytes) -> None:
+        """Queued, unless the queue is full or a loss is still untold: then dropped,
+        counted, and its run told lost as soon as there is room."""
+        with self._lock:
+            if kind == framing.BEGIN:
+                self.running.add(run)
+            elif kind == framing.REPLY:
+                self.running.discard(run)
+            if (self.lost and not self._tell_loss()) or not self._put(kind, run, payload):
+                self._drop(run)
+
+    def _put(self, kind: bytes, run: bytes, payload: bytes) -> bool:
         try:
             self._socket.send_multipart(framing.encode(kind, run, payload, self.dropped), self._zmq.NOBLOCK)
-        except self._zmq.Again:
-            self.dropped += 1
         except Exception:
-            self.dropped += 1
+            return False
+        self.sent += 1
+        return True
+
+    def _drop(self, run: bytes) -> None:
+        self.dropped += 1
+        if run == framing.NO_RUN:
+            return
+        self.lost.add(run)
+        if self._teller is None and not self._closed:
+            self._teller = threading.Thread(target=self._tell, name="tracewatch tap loss", daemon=True)
+            self._teller.start()
+        self._lossy.notify()
+
+    def _loss(self) -> bytes:
+        return self.packed({"lost": sorted(self.lost), "running": sorted(self.running), "sent": self.sent})
+
+    def _tell_loss(self) -> bool:
+        if not self._put(framing.LOSS, framing.NO_RUN, self._loss()):
+            return False
+        self.lost = set()
+        return True
+
+    def _tell(self) -> None:
+        """Tells a loss once the queue has room, with no more of the eval's traffic
+        needed (a viewer resumed after the eval's last message learns it too); idle
+        otherwise."""
+        with self._lock:
+            while not self._closed:
+                if self.lost:
+                    self._tell_loss()
+                self._lossy.wait(TELL_SECONDS if self.lost else None)
 
     def close(self) -> None:
         try:
+            with self._lock:
+                self._closed = True
+                self._lossy.notify()
+                message = framing.encode(framing.CLOSED, framing.NO_RUN, self._loss(), self.dropped)
+                try:
+                    self._notices.send_multipart(message, self._zmq.NOBLOCK)
+                except Exception:
+                    pass
+            self._notices.close()
             self._socket.close()
             self._context.term()
         except Exception:

@@ -8,7 +8,8 @@ serves many concurrent rollouts deterministically:
 - `parallel=1`: the first tool turn makes two calls;
 - `wrong=1`: the final answer is off by one (reward 0);
 - `fail=K`: model call K answers HTTP 500 once per rollout (the harness retries);
-- `hang=K`: model call K hangs until the test calls `release()`.
+- `hang=K`: model call K hangs until the test calls `release()`;
+- `pad=N`: each tool turn's text carries N more characters (a large trace).
 
 The final answer is the last tool result, so it depends on the tool really running.
 """
@@ -117,7 +118,7 @@ class FakeModel:
         expression = _EXPRESSION.search(prompt).group(1).strip()
         if turn <= int(script.get("tools", 1)):
             calls = 2 if turn == 1 and script.get("parallel") == "1" else 1
-            content = f"Step {turn}: running bash."
+            content = f"Step {turn}: running bash." + "." * int(script.get("pad", 0))
             tool_calls = [
                 {
                     "index": i,
