@@ -122,3 +122,38 @@ async def test_the_palette_key_covers_the_footers_right_edge(width: int) -> None
         edge = footer.region.right - 1
         widget, _ = app.screen.get_widget_at(edge, footer.region.y)
         assert widget is palette or widget is footer, f"{widget} shows at the footer's last cell"
+
+
+def footer_problem(app: TracewatchApp) -> str | None:
+    """What is wrong with the footer now, if anything: a key cut or under the palette's,
+    or keys the focus brings neither shown nor folded under a visible `…`."""
+    footer = app.query_one(SteadyFooter)
+    keys = [key for key in app.query(FooterKey) if key.display]
+    palette = next((key for key in keys if key.has_class("-command-palette")), None)
+    if palette is None:
+        return "no palette key"
+    others = [key for key in keys if key is not palette]
+    edge = max((key.region.right for key in others), default=0)
+    cut = [key.description for key in keys if key.region.width < len(key.render().plain)]
+    if cut or edge > palette.region.x or palette.region.right > footer.region.right:
+        return f"cut {cut} or under the palette's key: {[(key.description, key.region.x, key.region.right) for key in keys]}"
+    wanted = {binding.description for _node, binding, _enabled, _tip in app.screen.active_bindings.values() if binding.show}
+    missing = wanted - {key.description for key in keys}
+    folded = [label for label in footer.query(".-folded") if label.display and label.region.x >= edge and label.region.right <= palette.region.x]
+    if missing and not folded:
+        return f"{sorted(missing)} left off without a sign"
+    return None
+
+
+async def test_every_tabs_footer_shows_its_keys_or_folds_them_visibly_at_80x24() -> None:
+    """On the Compare tab its own key pushed Cancel and Export under the palette's key:
+    cut, with nothing to say so. The timeline's three keys did the same."""
+    app = TracewatchApp(make_engine())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.table.row_count == 14)
+        focus = {"1": lambda: app.trace_pane.transcript, "5": lambda: app.timeline}
+        for tab in "123456":
+            await pilot.press(tab)
+            if tab in focus:
+                focus[tab]().focus()
+            await until(pilot, lambda: footer_problem(app) is None, lambda: f"focus {app.focused}: {footer_problem(app)}")

@@ -9,15 +9,21 @@ reads the bindings as they are when it runs) is not asked twice: at start two si
 come before the first rebuild runs, and the keys would be built twice.
 
 Below `COMPACT_BELOW` columns the keys drop their padding, so an 80-column terminal
-shows every one.
+shows every one of the table's. A focused view brings keys of its own (Compare's, the
+timeline's) ahead of them: what does not fit before the palette's key (docked right,
+over the rest) is folded from the end, and a `…` says so, where it used to slide under
+the palette's key, cut with no sign. Help (`?`) lists every key.
 """
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual import events
+from textual.app import ComposeResult
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+from textual.widgets._footer import FooterKey, FooterLabel
 
 COMPACT_BELOW = 100
 """The live screen's keys and the palette's take 88 columns spaced, 79 compact."""
@@ -26,8 +32,15 @@ COMPACT_BELOW = 100
 class SteadyFooter(Footer):
     _rebuild_queued = False
 
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        mark = FooterLabel("…", classes="-folded")
+        mark.display = False
+        yield mark
+
     def on_resize(self, event: events.Resize) -> None:
         self.compact = event.size.width < COMPACT_BELOW  # each key restyles in place
+        self.call_after_refresh(self._fold)
 
     def bindings_changed(self, screen: Screen[object]) -> None:
         live = bool(screen.app.app_focus and self.is_attached and screen is self.screen)
@@ -41,6 +54,7 @@ class SteadyFooter(Footer):
                         enabled = shown[identity]
                         key._disabled = not enabled
                         key.set_class(not enabled, "-disabled")
+                self._fold()
                 return
         if self._rebuild_queued:
             return
@@ -50,6 +64,25 @@ class SteadyFooter(Footer):
     async def recompose(self) -> None:
         self._rebuild_queued = False
         await super().recompose()
+        self.call_after_refresh(self._fold)
+
+    def _fold(self) -> None:
+        """Show the keys that fit before the palette's key, in order, and the `…` if
+        any is left off (its room taken from theirs)."""
+        keys = [key for key in self.query_children(FooterKey) if not key.has_class("-command-palette")]
+        shown = self._keys_shown(self.screen)
+        wanted = [key for key in keys if (key.key, key.action, key.description) in shown]
+        room = self.size.width - sum(_width(key) for key in self.query_children(FooterKey) if key.has_class("-command-palette"))
+        marks = list(self.query_children(".-folded"))
+        if sum(map(_width, wanted)) > room:
+            room -= sum(map(_width, marks))
+        fits = True
+        for key in wanted:  # folded from the end: a key after one left off is left off
+            room -= _width(key)
+            fits = fits and room >= 0
+            key.display = fits
+        for mark in marks:
+            mark.display = not fits
 
     def _keys_shown(self, screen: Screen[object]) -> dict[tuple[str, str, str], bool]:
         """The keys `compose` would draw now, each with whether it is enabled."""
@@ -59,3 +92,9 @@ class SteadyFooter(Footer):
             if binding.show or key == palette:
                 shown.setdefault((binding.key, binding.action, binding.description), enabled)
         return shown
+
+
+def _width(widget: Widget) -> int:
+    """The cells `widget` takes in the footer's row, laid out or not (a folded key is not)."""
+    styles = widget.styles
+    return cell_len(widget.render().plain if isinstance(widget, FooterKey) else str(widget.render())) + styles.gutter.width + styles.margin.width

@@ -15,7 +15,8 @@ generated from it: `python -m tracewatch.tui.chrome.keys_doc > docs/keys.md`.
 The footer shows the focused pane's own keys first (the Compare tab's Enter, the
 Timeline's zoom, the transcript's End), then the main keys, so it says where a key goes;
 below 100 columns it drops the space around them, so an 80-column terminal shows every
-main one with the table focused. A replay or an opened recording leaves `s`, `x` and `c`
+main one with the table focused; keys that do not fit (a focused pane's own come
+first) are left off from the end, and a `…` before `^p` says so (`?` lists them all). A replay or an opened recording leaves `s`, `x` and `c`
 off it (pressed, they say the session is read-only) for its own keys.
 
 The mouse works too: click rows (a Compare tab task opens its traces side by side),
