@@ -370,6 +370,9 @@ class FollowedRun(Session):
         skipped = self.run.metrics.skipped
         return f"{skipped.count} line(s) skipped, the first: {skipped.first[0]}" if skipped.count and skipped.first else None
 
+    def metric_stamp(self, key: str) -> tuple[int, int]:
+        return self.run.metrics.generation, self.run.metrics.count(key)
+
     def metric_points(self, key: str) -> Series | None:
         return self.run.metrics.series(key)
 

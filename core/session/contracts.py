@@ -260,6 +260,9 @@ class RunMetrics(Protocol):
     @property
     def metrics_skipped(self) -> str | None:
         """What the reader skipped (lines that are not rows), in words, if anything."""
+    def metric_stamp(self, key: str) -> tuple[int, int]:
+        """Moves whenever the key's rows do (the file's generation, the key's rows read):
+        a chart is made again only then."""
     def metric_points(self, key: str) -> MetricPoints | None: ...
     def eval_lines(self) -> Sequence[EvalLine]:
         """Each planned eval step, by env then step (none: no plan)."""

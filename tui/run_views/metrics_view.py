@@ -8,9 +8,10 @@ plotting library: the charts are text in the theme's palette that a test reads, 
 run writing hundreds of keys costs one widget rather than one plot widget a key.
 
 The app imports this module only for a session that has metrics (numpy comes with it,
-as the session's reader brought it already). Charted again only when the session's `metrics_version` moved (rows arrived, the plan
-or its counts changed) or the filter, the smoothing or the width did: the rows are the
-reader's, in memory, never read from the file here.
+as the session's reader brought it already). Drawn again only when the session's
+`metrics_version` moved (rows arrived, the plan or its counts changed) or the filter,
+the smoothing or the width did, and a key charted again only when its own rows moved:
+the rows are the reader's, in memory, never read from the file here.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class MetricsView(Widget, can_focus=True):
         """Keys that match the filter past `MAX_CHARTS`."""
         self.plan: list[EvalLine] = []
         self._drawn: tuple[int, int, str, int] | None = None
+        self._made: dict[str, tuple[tuple[int, int], int, list[MetricChart]]] = {}
+        """Each key's charts, with the stamp and smoothing they were made at: a key
+        whose rows did not move is not charted again (most move once a step)."""
         self._text = Text()
 
     @property
@@ -105,12 +109,17 @@ class MetricsView(Widget, can_focus=True):
         metrics, words = self.metrics, self.key_filter.lower().split()
         keys = [key for key in metrics.metric_keys if matches(key, words)]
         charts: list[MetricChart] = []
+        made: dict[str, tuple[tuple[int, int], int, list[MetricChart]]] = {}
         for key in keys:
             if len(charts) >= MAX_CHARTS:
                 break
-            points = metrics.metric_points(key)
-            if points is not None:
-                charts += charts_of(key, points.step, points.time, points.value, points.producer, metrics.metric_producers, self.weight)
+            stamp, known = metrics.metric_stamp(key), self._made.get(key)
+            if known is not None and known[:2] == (stamp, self.smoothing):
+                made[key] = known
+            elif (points := metrics.metric_points(key)) is not None:
+                made[key] = (stamp, self.smoothing, charts_of(key, points.step, points.time, points.value, points.producer, metrics.metric_producers, self.weight))
+            charts += made[key][2] if key in made else []
+        self._made = made
         self.left_out = max(0, len(keys) - len({chart.key for chart in charts[:MAX_CHARTS]}))
         self.charts = sorted(charts[:MAX_CHARTS], key=lambda chart: (chart.by_time, chart.producer or "", chart.key))
         self.plan = list(metrics.eval_lines())

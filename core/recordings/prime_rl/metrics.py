@@ -96,6 +96,11 @@ class MetricsReader:
     def keys(self) -> list[str]:
         return list(self._columns)
 
+    def count(self, key: str) -> int:
+        """Rows of `key` read since the file (re)started."""
+        column = self._columns.get(key)
+        return 0 if column is None else len(column.value)
+
     def series(self, key: str) -> Series | None:
         column = self._columns.get(key)
         if column is None:
