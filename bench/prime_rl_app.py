@@ -2,11 +2,14 @@
 (`bench.prime_rl.write_run`: the index, sealed chunks, annotations), against the data
 layer's own read of the same index (`EpisodeIndex`, the columns) in the same process:
 
-- the first screen: from opening the run (`FollowedRun`) to the table's first rows
-  drawn, and to every row in the table;
+- the first screen: from opening the run (`FollowedRun`, its finished episodes kept
+  as columns as `tracewatch open` keeps them) to the table's first rows drawn, and to
+  every row in the table;
 - a filter keystroke over every row (`reward:<0.5`, `variant:eval`, `turns:>10`,
-  cleared, in turn): from the key to its rows drawn (a pass over many rows runs a
-  chunk a frame), p50/p95 of `--repeats`;
+  cleared, in turn): from the key to its rows drawn, p50/p95 of `--repeats`;
+- a sort keystroke (by reward, turns, task, reversed, in turn), the same way;
+- an episode opened: from the cursor put on a row deep in the table to its
+  transcript drawn (its record read from its sealed chunk), p50/p95;
 - resident memory per finished episode once every row is in.
 
     python -m bench.prime_rl_app [--rows 100000 --repeats 10]
@@ -36,6 +39,7 @@ from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.tui.app import TracewatchApp
 
 FILTERS = ("reward:<0.5", "variant:eval", "turns:>10", "")
+SORTS = (("reward", False), ("turns", True), ("task", False), ("reward", True))
 
 
 def rss() -> int:
@@ -55,7 +59,7 @@ def index_seconds(layout: StreamRun) -> float:
 async def app_figures(layout: StreamRun, rows: int, repeats: int) -> dict[str, float]:
     before = rss()
     start = time.perf_counter()
-    session = FollowedRun(layout, follow=False)
+    session = FollowedRun(layout, follow=False, columns=True)
     app = TracewatchApp(session)
     found: dict[str, float] = {}
     async with app.run_test(size=(160, 50)) as pilot:
@@ -77,11 +81,38 @@ async def app_figures(layout: StreamRun, rows: int, repeats: int) -> dict[str, f
                     await pilot.pause(0)
                 table.render_lines(Region(0, 0, table.size.width, table.size.height))
                 samples.append(time.perf_counter() - began)
-        samples.sort()
-        found["keystroke p50"] = statistics.median(samples)
-        found["keystroke p95"] = samples[int(len(samples) * 0.95) - 1]
+        percentiles(found, "filter keystroke", samples)
+        samples = []
+        for _ in range(repeats):
+            for column, reverse in SORTS:
+                began = time.perf_counter()
+                table.sort_by(column, reverse)
+                table.render_lines(Region(0, 0, table.size.width, table.size.height))
+                samples.append(time.perf_counter() - began)
+                await pilot.pause(0)
+        percentiles(found, "sort keystroke", samples)
+        samples = []
+        table.focus()
+        for n in range(repeats):
+            position = (n + 1) * table.row_count // (repeats + 2)
+            began = time.perf_counter()
+            table.action_first()
+            table.action_cursor(position)
+            key = table.selected_key
+            assert key is not None
+            table.action_select_cursor()
+            while not ((rollout := session.store.rollouts.get(key)) is not None and rollout.traces and app.trace_pane.transcript.trace_state is next(iter(rollout.traces.values()))):
+                await pilot.pause(0.002)
+            samples.append(time.perf_counter() - began)
+        percentiles(found, "episode opened", samples)
     await session.shutdown()
     return found
+
+
+def percentiles(found: dict[str, float], name: str, samples: list[float]) -> None:
+    samples.sort()
+    found[f"{name} p50"] = statistics.median(samples)
+    found[f"{name} p95"] = samples[max(0, int(len(samples) * 0.95) - 1)]
 
 
 def main() -> None:

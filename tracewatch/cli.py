@@ -310,7 +310,7 @@ def _offline_session(command: str, args: argparse.Namespace) -> Session:
         return ReplaySession(args.file, speed=args.speed)
     if args.path.suffix == RECORDING_SUFFIX:
         return OpenedRecording(args.path, at_once=False)  # rows join as the index reads on
-    return open_folder(args.path, follow=not args.no_follow, until_idle=args.until_idle)
+    return open_folder(args.path, follow=not args.no_follow, until_idle=args.until_idle, columns=not args.headless)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,9 @@ where the orchestrator gave none): a placeholder queues it, its trace's deltas r
 (a retry's new trace takes the same row over), and when its record lands it ends with
 the index's word on it, so a live row becomes its finished row, never a second one. A
 finished episode never seen live joins as a row of its index facts alone; its record
-is read from its chunk only when it is opened (`load`).
+is read from its chunk only when it is opened (`load`). On screen (`columns`), such
+rows stay rows of the run's columns (`RunRows`, the store's `finished`) until one is
+opened: a million of them are arrays, not a million rollouts.
 
 The live rows are folded by the store (`LiveFollower.fold`): it applies each delta,
 as from every source, into the follower's own assembly of the file, so a trace is
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from tracewatch.core.engine.run_rows import RunRows, variant_name
 from tracewatch.core.paths import new_session_dir
 from tracewatch.core.recordings.apply_records import RecordedVariant
 from tracewatch.core.recordings.load_episodes import TaskNumbers, trace_as_delta
@@ -52,17 +55,12 @@ SCAN_SLICE = 64
 UNOBSERVED = "the viewer stopped following; the run goes on"
 
 
-def variant_name(kind: str | None, env: str | None) -> str:
-    """The env, train and eval apart (`train:gsm8k`, `eval:math`)."""
-    return f"{kind or 'train'}:{env or 'env'}"
-
-
 class FollowedRun(Session):
     """A stream-layout prime-rl run, followed until quit (`follow`), or read to where it
     is now and left there; with `until_idle`, the following ends once nothing changed
     for that many seconds."""
 
-    def __init__(self, layout: StreamRun, follow: bool = True, until_idle: float | None = None) -> None:
+    def __init__(self, layout: StreamRun, follow: bool = True, until_idle: float | None = None, columns: bool = False) -> None:
         super().__init__(RolloutStore(), new_session_dir(), None)
         self.layout = layout
         self.follow = follow
@@ -85,6 +83,10 @@ class FollowedRun(Session):
         """Why an episode opened could not be read, the latest."""
         self.metrics_version = 0
         self._metrics_generation = 0
+        self.rows: RunRows | None = None
+        """The finished rows no rollout stands for, as columns (`columns`)."""
+        if columns:
+            self.rows = self.store.finished_rows = RunRows(self.run.table, lambda name: self._numbers[self._variant(name)], self._row_of)
 
     # -- the session -------------------------------------------------------------------
 
@@ -120,7 +122,7 @@ class FollowedRun(Session):
         """Each finished episode's record as it landed, its annotations folded in, read
         one at a time: (its row's key, the record, or why it cannot be read)."""
         for row in range(len(self.run.table)):
-            key = self._by_row.get(row, f"row {row}")
+            key = self._by_row.get(row) or (self.rows.key(row) if self.rows is not None else f"row {row}")
             try:
                 yield key, self.run.open_episode(row).record, None
             except RecordUnreadable as error:
@@ -153,6 +155,10 @@ class FollowedRun(Session):
             return False
         steps = table.column("dispatch_step")[lacking]
         found = steps >= 0  # a record's negative step is counted filled, and stays unknown
+        if self.rows is not None and found.any():
+            self.rows.changed(lacking[found].astype(np.int64))
+            self.store.steps_known = True
+            self.store.touch_finished(self.variants)
         for row, step in zip(lacking[found].tolist(), steps[found].tolist(), strict=True):
             key = self._by_row.get(row)
             rollout = self.store.rollouts.get(key) if key is not None else None
@@ -181,6 +187,8 @@ class FollowedRun(Session):
         if changes.restarted:  # the index was replaced: every row is read again (and landed again)
             self._by_row.clear()
             self._row_of.clear()
+            if self.rows is not None:
+                self.rows.reset(self.run.table)
         for placeholder in changes.live.placed:
             self._queue(placeholder)
         for trace_id, row in changes.landed:
@@ -196,6 +204,9 @@ class FollowedRun(Session):
             if (key := self._by_row.get(row)) is not None:
                 self._mark_used(key, row)
         self._metrics_moved(changes)
+        if self.rows is not None and len(changes.annotated):
+            self.rows.changed(changes.annotated.astype(np.int64))
+            self.store.touch_finished(self.variants)
         return bool(changes.live or changes.rows or changes.landed or changes.lost or len(changes.annotated) or changes.metrics)
 
     def _variant(self, name: str) -> str:
@@ -252,6 +263,8 @@ class FollowedRun(Session):
             return  # seen listed, never folded: it joins as a new row
         self._by_row[row] = key
         self._row_of[key] = row
+        if self.rows is not None:
+            self.rows.set_has_rollout(row)
         self._assemblies.pop(key, None)
         self._as_finished(key, row)
         self._end(key, row)
@@ -290,10 +303,16 @@ class FollowedRun(Session):
             self.store.ended(key, Ending(Status.DONE), t=t)
 
     def _add_rows(self, rows: range) -> None:
-        """Finished episodes never seen live, each a row of its index facts."""
+        """Finished episodes never seen live, each a row of its index facts (on
+        screen, a row of the columns: `RunRows`)."""
         if not rows:
             return
         table = self.run.table
+        if self.rows is not None:
+            variants = self.rows.extend(rows.stop)
+            self.store.steps_known = self.store.steps_known or bool((self.rows.column("step") >= 0).any())
+            self.store.touch_finished(variants)
+            return
         steps, source = table.steps()
         for row in rows:
             if row in self._by_row:
@@ -384,6 +403,8 @@ class FollowedRun(Session):
     def load(self, key: str) -> None:
         """A finished episode's record, read from its chunk, annotations folded in, into
         its rollout (once)."""
+        if self.rows is not None and key not in self.store.rollouts and (found := self.rows.row_of(key)) is not None:
+            self._make_rollout(key, found)
         row = self._row_of.get(key)
         if row is None or key in self._loaded:
             return
@@ -410,6 +431,29 @@ class FollowedRun(Session):
         head = {name: value for name, value in record.items() if name != "traces"}
         summaries = [{"id": trace["id"], "nodes": len(trace.get("nodes") or ()), "calls": len(trace.get("calls") or ())} for trace in traces]
         store.ended(key, old.ending or Ending(Status.DONE), rollout.assembly.finish(head, summaries, partial=True), t=old.ended_at)
+
+    def _make_rollout(self, key: str, row: int) -> None:
+        """A finished row opened: a rollout stands for it from now on, numbered and
+        labelled as its row was."""
+        rows = self.rows
+        assert rows is not None
+        table = self.run.table
+        variant = rows.labels("variant")[int(rows.column("variant")[row])]
+        task, group = table.text("task", row), table.text("group", row)
+        data = {"name": task} if task else {"group": group} if group else {}
+        dispatch = float(table.column("dispatch")[row])
+        step = int(rows.column("step")[row])
+        rollout = self.store.add_rollout(
+            variant, int(rows.column("task_index")[row]), data, int(rows.column("number")[row]),
+            key=key, t=None if math.isnan(dispatch) else dispatch, step=step if step >= 0 else None,
+        )
+        rollout.facts = self._facts(row)
+        self._by_row[row], self._row_of[key] = key, row
+        rows.set_has_rollout(row)
+        self._mark_used(key, row)
+        self.store.started(key, table.episode_id(row) or key, rollout.created_at)
+        self._end(key, row)
+        self.store.touch_finished([variant])
 
     def row_of(self, key: str) -> int | None:
         """The finished episode's row of a rollout, once it has one."""

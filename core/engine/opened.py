@@ -90,17 +90,20 @@ def skipped_note(path: Path, skipped: list[str], *problems: str | None) -> str |
     return f"{path}: " + "; ".join(parts) if parts else None
 
 
-def open_folder(path: Path, follow: bool | None = None, until_idle: float | None = None) -> OpenedRun | OpenedTrainingRun | FollowedRun:
+def open_folder(
+    path: Path, follow: bool | None = None, until_idle: float | None = None, columns: bool = False
+) -> OpenedRun | OpenedTrainingRun | FollowedRun:
     """A run's folder or traces file: a prime-rl run in the stream layout (its output
     dir, `monitors/file/` or `traces/`) read whole now (`follow` None: the offline
     commands), or read on the session's loop once it starts, followed or not; a
     prime-rl output directory of the older layout as its training run; anything else
-    as a verifiers run."""
+    as a verifiers run. `columns`: a prime-rl run's finished episodes stay columns
+    (`FollowedRun`), as the screen draws them."""
     found = detect(path) if path.is_dir() else None
     if isinstance(found, StreamRun):
         from tracewatch.core.engine.followed_run import FollowedRun  # numpy's columns: only for a run that has them
 
-        run = FollowedRun(found, bool(follow), until_idle)
+        run = FollowedRun(found, bool(follow), until_idle, columns=columns and follow is not None)
         return run.snapshot() if follow is None else run
     folder = rollouts_dir(path)
     return OpenedTrainingRun(folder) if folder is not None else OpenedRun(path)

@@ -25,9 +25,14 @@ class TaskNumbers:
 
     def of(self, task_key: str | None, data: Any) -> tuple[int, int]:
         """The task's index and this rollout's index within it."""
-        task_index = self._tasks.setdefault(task_identity(task_key, data), len(self._tasks))
+        return self.reserve(task_identity(task_key, data), 1)
+
+    def reserve(self, identity: str, count: int) -> tuple[int, int]:
+        """`count` rollouts of the task `identity` (`task_identity`) at once: the
+        task's index and the first one's index within it."""
+        task_index = self._tasks.setdefault(identity, len(self._tasks))
         rollout_index = self._rollouts.get(task_index, 0)
-        self._rollouts[task_index] = rollout_index + 1
+        self._rollouts[task_index] = rollout_index + count
         return task_index, rollout_index
 
 

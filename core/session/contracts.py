@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # types only: the screen imports this module before any session exists
     import numpy as np
+    import numpy.typing as npt
 
     from tracewatch.core.run.series import RunSeries
     from tracewatch.core.session.rollout import Rollout
@@ -174,6 +175,45 @@ class ReplayControls(Protocol):
         """Playing as fast as it can (speed 0, or seeking): faster than it can be read."""
 
 
+FINISHED_COLUMNS = ("variant", "task", "task_index", "number", "ok", "reward", "turns", "tokens", "elapsed", "step", "used", "errors")
+"""What `FinishedRows.column` gives, a numpy array of one value a row each:
+`variant` and `task` are codes into `labels` (`task` -1: not known, the row reads
+`task <task_index>`), `number` is the row's index among its task's rollouts, `ok` is 1
+where the episode ended well (done) and 0 where it failed, `reward` and `elapsed` are
+NaN, `step` and `used` -1, where not known (`used` 0: the trainer said it did not)."""
+
+
+class FinishedRows(Protocol):
+    """Finished episodes kept as columns rather than rollouts (a followed prime-rl
+    run's history: a million `Rollout`s would not fit): what the table shows, filters
+    and sorts by, read-only. A row that has a rollout (it was seen live, or opened) is
+    shown as that rollout instead (`has_rollout`). Arrays are views: do not keep one
+    across a change of `version`."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def version(self) -> int:
+        """Moves whenever a row was added or one of its values changed."""
+    def column(self, name: str) -> npt.NDArray[Any]: ...
+    def labels(self, name: str) -> Sequence[str]:
+        """The texts of a coded column (`variant`, `task`), by code."""
+    def has_rollout(self) -> npt.NDArray[np.bool_]:
+        """Per row, whether a `Rollout` of the store stands for it."""
+    def changed_since(self, version: int) -> npt.NDArray[np.int64] | None:
+        """The rows added or changed since `version` (None: too many to say)."""
+    def key(self, row: int) -> str:
+        """The key its rollout has, once it has one."""
+    def row_of(self, key: str) -> int | None: ...
+    def rollout_row(self, key: str) -> int | None:
+        """The row a rollout of the store stands for, if it stands for one (a dict lookup)."""
+    def trace_ids(self, row: int) -> tuple[str, ...]: ...
+    def containing(self, word: str) -> npt.NDArray[np.bool_]:
+        """Per row, whether `word` (lower case) is in its key or one of its trace ids."""
+    def first_traces(self) -> npt.NDArray[np.float64]:
+        """Per row, its first trace id's leading 13 hex digits as a number (-1: none), to sort by."""
+
+
 class StoreView(Protocol):
     """The store as the screen and the headless runner read it (`RolloutStore` meets
     it): what there is and what changed, never a way to change it. Only a session's
@@ -201,6 +241,9 @@ class StoreView(Protocol):
     def dropped_frames(self) -> int: ...
     @property
     def last_drop(self) -> str | None: ...
+    @property
+    def finished_rows(self) -> FinishedRows | None:
+        """The finished rows kept as columns, in a session that keeps some (None elsewhere)."""
 
     def take_changes(self) -> Changes:
         """What changed since the last look (the next look starts from here)."""

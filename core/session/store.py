@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracewatch.core.run.series import RunSeries
+from tracewatch.core.session.contracts import FinishedRows
 from tracewatch.core.session.phases import DURATION_KEYS, percentile, phase_durations
 from tracewatch.core.session.rollout import Counts, Rollout
 from tracewatch.core.session.stall_watch import StallWatch
@@ -87,6 +88,10 @@ class RolloutStore:
         which rollouts there are and how they ended looks again only when it moved."""
         self.series = RunSeries()
         """Waiting, running and outcomes over time per variant, counted as they change."""
+        self.finished_rows: FinishedRows | None = None
+        """Finished rows kept as columns, not rollouts (a followed prime-rl run's):
+        the table draws them and `stats` counts them with the rollouts."""
+        self._finished_tallies: tuple[int, dict[str, Tally]] | None = None
 
     def add_variant(self, name: str) -> None:
         if name not in self.variants:
@@ -290,16 +295,22 @@ class RolloutStore:
         percentiles, read from what the store keeps counted as rollouts change, never
         a pass over them; cached until one of the variant's rollouts changes status,
         ending or record. Do not mutate what it returns."""
-        version = self._versions.get(variant, 0)
+        version = self._versions.get(variant, 0) + (self.finished_rows.version if self.finished_rows is not None else 0)
         cached = self._stats.get((variant, run))
         if cached is not None and cached[0] == version:
             return cached[1]
         tally = self._tallies.get((variant, run)) or Tally(dict.fromkeys(Status, 0))
+        finished = self._finished_tally(variant) if run in (None, 1) else None
+        counts, reward_sum, scored = dict(tally.counts), tally.reward_sum, tally.scored
+        if finished is not None:
+            for status, count in finished.counts.items():
+                counts[status] += count
+            reward_sum, scored = reward_sum + finished.reward_sum, scored + finished.scored
         phases = self._phases.get(variant)
         stats = VariantStats(
-            counts=dict(tally.counts),
-            mean_reward=tally.mean_reward,
-            scored=tally.scored,
+            counts=counts,
+            mean_reward=float(reward_sum / scored) if scored else None,
+            scored=scored,
             phases={
                 phase: (percentile(values, 0.5), percentile(values, 0.95))
                 for phase in DURATION_KEYS
@@ -309,6 +320,27 @@ class RolloutStore:
         )
         self._stats[(variant, run)] = (version, stats)
         return stats
+
+    def _finished_tally(self, variant: str) -> Tally | None:
+        """What the finished rows without a rollout add to a variant's counts, counted
+        over the columns for every variant at once (once a version of them)."""
+        rows = self.finished_rows
+        if rows is None:
+            return None
+        if self._finished_tallies is None or self._finished_tallies[0] != rows.version:
+            from tracewatch.core.session.finished_columns import (
+                finished_tallies,  # numpy: only for a session that keeps columns
+            )
+
+            self._finished_tallies = (rows.version, finished_tallies(rows))
+        return self._finished_tallies[1].get(variant)
+
+    def touch_finished(self, variants: Iterable[str]) -> None:
+        """Finished rows were added or changed: the cards and every view of the run count again."""
+        for name in variants:
+            self._versions[name] = self._versions.get(name, 0) + 1
+            self._changes.variants.add(name)
+        self.version += 1
 
     def running_count(self) -> int:
         """Rollouts running (begun, not waiting for a slot), over every variant and

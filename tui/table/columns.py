@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.style import Style
 
 from tracewatch.core.run.durations import clock
+from tracewatch.core.session.contracts import FinishedRows
 from tracewatch.core.session.phases import ROLLOUT_PHASES
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.status import Status
@@ -159,3 +160,51 @@ does now, how it ended, how long, whether it failed, whether its training tokens
 wrong; the cross-references last."""
 
 BY_KEY = {column.key: column for column in COLUMNS}
+
+FinishedCell = Callable[[FinishedRows, int, Palette], Cell]
+"""A finished row's cell drawn from the columns (`StoreView.finished_rows`): what the
+column's `cell` draws of the rollout the row would be."""
+
+
+def _finished_task(rows: FinishedRows, row: int) -> str:
+    code = int(rows.column("task")[row])
+    return rows.labels("task")[code] if code >= 0 else f"task {int(rows.column('task_index')[row])}"
+
+
+def _finished_trace(rows: FinishedRows, row: int, palette: Palette) -> Cell:
+    ids = rows.trace_ids(row)
+    text = (ids[0][:8] if len(ids) == 1 else f"{ids[0][:6]} +{len(ids) - 1}") if ids else ""
+    return safe(text), palette.muted
+
+
+def _finished_number(rows: FinishedRows, row: int, name: str, absent: int = -1) -> int | None:
+    value = int(rows.column(name)[row])
+    return None if value <= absent else value
+
+
+def _ok(rows: FinishedRows, row: int) -> bool:
+    return int(rows.column("ok")[row]) != 0
+
+
+def _finished_float(rows: FinishedRows, row: int, name: str) -> float | None:
+    value = float(rows.column(name)[row])
+    return None if value != value else value
+
+
+FINISHED_CELLS: dict[str, FinishedCell] = {
+    "variant": lambda rows, row, palette: (safe(rows.labels("variant")[int(rows.column("variant")[row])]), PLAIN),
+    "task": lambda rows, row, palette: (safe(_finished_task(rows, row)), PLAIN),
+    "number": lambda rows, row, palette: (str(int(rows.column("number")[row]) + 1), palette.muted),
+    "step": lambda rows, row, palette: ("" if (step := _finished_number(rows, row, "step")) is None else str(step), PLAIN),
+    "phase": lambda rows, row, palette: ("done", palette.phase("done")) if _ok(rows, row) else ("error", palette.phase("error")),
+    "activity": lambda rows, row, palette: (Status.DONE.value if _ok(rows, row) else Status.FAILED.value, palette.muted),
+    "turns": lambda rows, row, palette: (str(max(0, int(rows.column("turns")[row]))), PLAIN),
+    "tokens": lambda rows, row, palette: (f"{int(rows.column('tokens')[row]):,}", PLAIN),
+    "reward": lambda rows, row, palette: (reward_text(_finished_float(rows, row, "reward")), PLAIN),
+    "elapsed": lambda rows, row, palette: ("" if (seconds := _finished_float(rows, row, "elapsed")) is None else clock(max(0.0, seconds)), PLAIN),
+    "errors": lambda rows, row, palette: (str(errors), palette.error) if (errors := int(rows.column("errors")[row])) > 0 else ("", PLAIN),
+    "flag": lambda rows, row, palette: ("", PLAIN),
+    "trace": _finished_trace,
+    "used": lambda rows, row, palette: ("" if (used := _finished_number(rows, row, "used")) is None else "yes" if used else "no", PLAIN),
+}
+"""Each column's cell of a finished row (the keys of `BY_KEY`)."""

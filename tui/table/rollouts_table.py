@@ -9,11 +9,17 @@ screen only, through the Line API (`render_line`) and a per-row strip cache, so 
 costs the rows that changed and are visible, however many rows there are. The cursor
 belongs to a rollout key: rows inserted, sorted or filtered around it leave the same
 rollout selected.
+
+A session that keeps its finished rows as columns (`StoreView.finished_rows`, a followed
+prime-rl run's million episodes) has them indexed apart (`FinishedIndex`: numpy row
+numbers, filtered by a mask and sorted over the columns, drawn from the arrays), the
+rollouts merged in among them; every other session's index is its rollouts' keys alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -31,7 +37,13 @@ from tracewatch.tui.chrome.keys import bindings
 from tracewatch.tui.drawing.literal import fit
 from tracewatch.tui.drawing.palette import PALETTE_CLASSES, Palette
 from tracewatch.tui.drawing.virtual_size import set_virtual_size
-from tracewatch.tui.table.columns import BY_KEY, COLUMNS, Cell, Column
+from tracewatch.tui.table.columns import BY_KEY, COLUMNS, FINISHED_CELLS, Cell, Column
+
+if TYPE_CHECKING:
+    from tracewatch.tui.table.finished_index import FinishedIndex
+
+Entry = str | int
+"""What a table row shows: a rollout (its key) or a finished row kept as columns (its number)."""
 
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 PADDING = 1
@@ -132,13 +144,19 @@ class RolloutsTable(ScrollView, can_focus=True):
         """The index: shown rollouts' keys in display order."""
         self._rows: dict[str, int] = {}
         """Key -> position in `_keys`."""
+        self._finished: FinishedIndex | None = None
+        """The finished rows shown, where the session keeps some as columns."""
+        if store.finished_rows is not None:
+            from tracewatch.tui.table.finished_index import FinishedIndex  # numpy: only for a session that has columns
+
+            self._finished = FinishedIndex(store.finished_rows)
         self._dirty: dict[str, None] = {}
         self._resort = False
         self._cursor_row = 0
         self._cursor_key: str | None = None
         self._steps = store.steps_known
         self._columns, self._widths, self._pads = self._layout(full_width(available(self._steps)), self._steps)
-        self._strips: dict[str, tuple[Strip, int]] = {}
+        self._strips: dict[Entry, tuple[Strip, int]] = {}
         """Each drawn row without the cursor, full width, and the `_second` it was drawn
         in; dropped when its rollout changes, and a live row's (its clocks move) drawn
         again after the next `tick`. Kept through filter changes: the rows a cleared
@@ -157,12 +175,14 @@ class RolloutsTable(ScrollView, can_focus=True):
 
     @property
     def row_count(self) -> int:
-        return len(self._keys)
+        return len(self._keys) + (len(self._finished) if self._finished is not None else 0)
 
     @property
     def ordered_keys(self) -> list[str]:
         """The shown rollouts, top to bottom (do not change it)."""
-        return self._keys
+        if self._finished is None:
+            return self._keys
+        return [self._key_of(self._entry(position)) for position in range(self.row_count)]
 
     @property
     def cursor_row(self) -> int:
@@ -171,20 +191,29 @@ class RolloutsTable(ScrollView, can_focus=True):
     @property
     def selected_key(self) -> str | None:
         """The rollout the cursor belongs to; while `pinned`, one no row shows."""
-        return self._cursor_key if self.pinned else self._keys[self._cursor_row] if self._keys else None
+        return self._cursor_key if self.pinned else self._key_of(self._entry(self._cursor_row)) if self.row_count else None
 
     @property
     def pinned(self) -> bool:
         """The selected rollout left the view (the filter no longer lets it through):
         the cursor stays with it, on no row, until the user moves it."""
-        return self._cursor_key is not None and self._cursor_key not in self._rows and self._cursor_key in self.store.rollouts
+        key = self._cursor_key
+        if key is None or self._finished is None:
+            return key is not None and key not in self._rows and key in self.store.rollouts
+        return self._position(key) is None and (key in self.store.rollouts or self._finished.source.row_of(key) is not None)
 
     def get_row_index(self, key: str) -> int:
-        return self._rows[key]
+        position = self._position(key)
+        if position is None:
+            raise KeyError(key)
+        return position
 
     def cell_text(self, key: str, column: str) -> str:
         """The text the row of `key` draws in `column` now, before it is fitted to the
         column's width."""
+        rollout = self.store.rollouts.get(key)
+        if rollout is None and self._finished is not None and (row := self._finished.source.row_of(key)) is not None:
+            return FINISHED_CELLS[column](self._finished.source, row, self.palette)[0]
         return self._cells(self.store.rollouts[key], self.now(), (column,))[column][0]
 
     def header_label(self, column: str) -> str:
@@ -209,8 +238,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         self.palette = Palette(self)
 
     def select(self, key: str) -> None:
-        if key in self._rows:
-            self._move_cursor(self._rows[key])
+        if (position := self._position(key)) is not None:
+            self._move_cursor(position)
 
     def set_palette(self, palette: Palette) -> None:
         self.palette = palette
@@ -266,6 +295,7 @@ class RolloutsTable(ScrollView, can_focus=True):
             return
         self._pass = None
         self.row_filter = work.row_filter
+        self._weigh_finished()
         if work.sort:
             for key in self._dirty:
                 self._strips.pop(key, None)
@@ -292,6 +322,7 @@ class RolloutsTable(ScrollView, can_focus=True):
             self._keys = [key for key, rollout in rollouts.items() if wanted(rollout)]
         else:
             self._keys = list(rollouts)
+        self._weigh_finished()
         self._reindex(sort=True)
 
     def mark(self, keys: Iterable[str]) -> None:
@@ -303,8 +334,12 @@ class RolloutsTable(ScrollView, can_focus=True):
         as the filter says; only the changed rows on screen are repainted (a whole
         repaint also redraws every unchanged row and the scrollbar)."""
         self.mark(keys)
-        if not self._dirty:
+        finished = self._finished
+        moved = finished is not None and finished.version != finished.source.version and self._pass is None
+        if not self._dirty and not moved:
             return
+        if moved:
+            self._weigh_finished(changed_only=True)
         if self._pass is not None:
             self._pass.changed.update(self._dirty)
         if self.store.steps_known != self._steps:  # the first rollout with a step: its column joins
@@ -332,10 +367,10 @@ class RolloutsTable(ScrollView, can_focus=True):
         if added:
             self._keys.extend(added)
             self._resort = self._resort or self.sort_column is not None
-        if gone or added:
+        if gone or added or moved:
             self._reindex(sort=False)
         elif redraw:
-            self._repaint_rows(redraw)
+            self._repaint_rows(redraw if finished is None else [finished.live_position(index) for index in redraw])
 
     def tick(self) -> None:
         """Once a second: advance elapsed/activity on the running rows on screen, and
@@ -357,6 +392,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         if reverse is None:
             reverse = not self.sort_reverse if column == self.sort_column else False
         self.sort_column, self.sort_reverse = column, reverse
+        self._weigh_finished()
         self._reindex(sort=True)
 
     def action_cycle_sort(self) -> None:
@@ -373,26 +409,69 @@ class RolloutsTable(ScrollView, can_focus=True):
         """The filter's test for a rollout at this moment."""
         return self.row_filter.matcher(self.now(), self.store.is_stalled)
 
+    def _weigh_finished(self, changed_only: bool = False) -> None:
+        """The finished rows weighed against the filter and sorted again (those that
+        changed since the last look, with `changed_only`)."""
+        finished = self._finished
+        if finished is None:
+            return
+        rollouts = self.store.rollouts
+        live = [rollouts[key] for key in self._keys if key in rollouts]
+        weigh = finished.update if changed_only else finished.build
+        weigh(self.row_filter, self.sort_column, self.sort_reverse, self.now(), live)
+
     def _reindex(self, sort: bool) -> None:
         """After the index changed: sort it if asked, find every key's row again, keep
         the cursor on its rollout (or, when that one left, at its place)."""
-        if sort and self.sort_column is not None:
+        finished = self._finished
+        if finished is not None:  # the rollouts in the finished rows' order, merged in among them
+            rollouts = self.store.rollouts
+            live = [rollouts[key] for key in self._keys]
+            keys = finished.live_keys(self.sort_column, self.sort_reverse, self.now(), live)
+            order = sorted(range(len(self._keys)), key=keys.__getitem__)
+            self._keys = [self._keys[index] for index in order]
+            finished.merge([keys[index] for index in order])
+        elif sort and self.sort_column is not None:
             value, now, rollouts = BY_KEY[self.sort_column].sort, self.now(), self.store.rollouts
             self._keys.sort(key=lambda key: value(rollouts[key], now), reverse=self.sort_reverse)
         self._rows = {key: row for row, key in enumerate(self._keys)}
-        set_virtual_size(self, Size(sum(self._widths), len(self._keys) + 1))
-        row = self._rows.get(self._cursor_key) if self._cursor_key is not None else None
+        set_virtual_size(self, Size(sum(self._widths), self.row_count + 1))
+        row = self._position(self._cursor_key) if self._cursor_key is not None else None
         if row is None and self.pinned:
-            self._cursor_row = max(0, min(self._cursor_row, len(self._keys) - 1))
+            self._cursor_row = max(0, min(self._cursor_row, self.row_count - 1))
         else:
             self._move_cursor(self._cursor_row if row is None else row)
         self.refresh()
 
+    def _position(self, key: str) -> int | None:
+        """Where the row of `key` is shown (None: it is not)."""
+        index = self._rows.get(key)
+        finished = self._finished
+        if finished is None:
+            return index
+        if index is not None:
+            return finished.live_position(index)
+        row = finished.source.row_of(key)
+        return None if row is None else finished.row_position(row)
+
+    def _entry(self, position: int) -> Entry:
+        finished = self._finished
+        if finished is None:
+            return self._keys[position]
+        live, index = finished.entry(position)
+        return self._keys[index] if live else index
+
+    def _key_of(self, entry: Entry) -> str:
+        if isinstance(entry, str):
+            return entry
+        assert self._finished is not None
+        return self._finished.source.key(entry)
+
     def _move_cursor(self, row: int) -> None:
         """A move that does not scroll repaints the cursor's old and new lines only."""
         old, top = self._cursor_row, int(self.scroll_y)
-        self._cursor_row = max(0, min(row, len(self._keys) - 1))
-        key = self._keys[self._cursor_row] if self._keys else None
+        self._cursor_row = max(0, min(row, self.row_count - 1))
+        key = self._key_of(self._entry(self._cursor_row)) if self.row_count else None
         if key != self._cursor_key:
             self._cursor_key = key
             self.post_message(self.RowHighlighted(self, key))
@@ -425,8 +504,12 @@ class RolloutsTable(ScrollView, can_focus=True):
         return max(0, self.scrollable_content_region.height - 1)
 
     def _visible_keys(self) -> list[str]:
+        """The rollouts on screen (not the finished rows: nothing of theirs moves)."""
         top = int(self.scroll_y)
-        return self._keys[top : top + self._body_height()]
+        if self._finished is None:
+            return self._keys[top : top + self._body_height()]
+        entries = (self._entry(position) for position in range(top, min(self.row_count, top + self._body_height())))
+        return [entry for entry in entries if isinstance(entry, str)]
 
     # -- keys and mouse ------------------------------------------------------------------
 
@@ -443,7 +526,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._move_cursor(0)
 
     def action_last(self) -> None:
-        self._move_cursor(len(self._keys) - 1)
+        self._move_cursor(self.row_count - 1)
 
     def action_select_cursor(self) -> None:
         if (key := self.selected_key) is not None:
@@ -459,7 +542,7 @@ class RolloutsTable(ScrollView, can_focus=True):
                 self.sort_by(column)
             return
         row = int(self.scroll_y) + offset.y - 1
-        if row < len(self._keys):
+        if row < self.row_count:
             if row == self._cursor_row:
                 self.action_select_cursor()
             else:
@@ -493,7 +576,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         layout = self._layout(width, self._steps)
         if layout != (self._columns, self._widths, self._pads):
             self._columns, self._widths, self._pads = layout
-            set_virtual_size(self, Size(sum(self._widths), len(self._keys) + 1))
+            set_virtual_size(self, Size(sum(self._widths), self.row_count + 1))
             self._forget_drawing()
 
     @staticmethod
@@ -544,16 +627,16 @@ class RolloutsTable(ScrollView, can_focus=True):
             strip = self._header_strip()
         else:
             row = int(self.scroll_y) + y - 1
-            if row >= len(self._keys):
+            if row >= self.row_count:
                 return Strip.blank(width, self._base())
-            key = self._keys[row]
-            if row == self._cursor_row and key == self._cursor_key:
-                strip = self._row_strip(key, "cursor")
+            entry = self._entry(row)
+            if row == self._cursor_row and self._key_of(entry) == self._cursor_key:
+                strip = self._row_strip(entry, "cursor")
             else:
-                strip = self._kept_strip(key)
+                strip = self._kept_strip(entry)
         return strip.crop_extend(x, x + width, self._base())
 
-    def _kept_strip(self, key: str) -> Strip:
+    def _kept_strip(self, key: Entry) -> Strip:
         kept = self._strips.get(key)
         if kept is not None and (kept[1] == self._second or self._settled(key)):
             return kept[0]
@@ -561,8 +644,10 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._strips[key] = (strip, self._second)
         return strip
 
-    def _settled(self, key: str) -> bool:
+    def _settled(self, key: Entry) -> bool:
         """Nothing in its row moves with the clock (it finished, or is gone)."""
+        if isinstance(key, int):
+            return True
         rollout = self.store.rollouts.get(key)
         return rollout is None or rollout.status.finished
 
@@ -571,12 +656,17 @@ class RolloutsTable(ScrollView, can_focus=True):
         texts = (self.header_label(key) for key in self._columns)
         return Strip([Segment("".join(texts), style)], sum(self._widths))
 
-    def _row_strip(self, key: str, layer: str | None) -> Strip:
-        rollout = self.store.rollouts.get(key)
-        if rollout is None:
-            return Strip.blank(sum(self._widths), self._base())
+    def _row_strip(self, key: Entry, layer: str | None) -> Strip:
+        if isinstance(key, int):
+            assert self._finished is not None
+            rows, palette = self._finished.source, self.palette
+            cells = {column: FINISHED_CELLS[column](rows, key, palette) for column in self._columns}
+        else:
+            rollout = self.store.rollouts.get(key)
+            if rollout is None:
+                return Strip.blank(sum(self._widths), self._base())
+            cells = self._cells(rollout, self.now(), self._columns)
         self.rows_drawn += 1
-        cells = self._cells(rollout, self.now(), self._columns)
         left, right = (" " * pad for pad in self._pads)
         inner = len(left) + len(right)
         segments = [

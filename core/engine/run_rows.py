@@ -1,0 +1,250 @@
+"""A followed prime-rl run's finished episodes as the table's rows (`FinishedRows`):
+the run's own columns (`EpisodeTable`), plus what a row shows that the index does not
+say (its variant, its number among its task's rollouts, whether a rollout stands for
+it), a few bytes a row. A million finished episodes stay a million rows of arrays; a
+`Rollout` is made only for a row seen live or opened (`FollowedRun`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tracewatch.core.recordings.load_episodes import TaskNumbers
+from tracewatch.core.recordings.prime_rl.columns import Growable, Ids
+from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN, EpisodeTable
+from tracewatch.core.session.finished_columns import hex_trace_numbers, trace_number
+from tracewatch.core.session.task_identity import task_identity
+
+CHANGES_KEPT = 64
+"""Changes remembered for `changed_since`; a reader further behind looks at every row."""
+TABLE_COLUMNS = {"task": "task", "ok": "ok", "reward": "reward", "turns": "turns", "errors": "num_errors", "used": "effective"}
+"""`FinishedRows` columns that are the run's own (`EpisodeTable`), by the name the table knows them by."""
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def variant_name(kind: str | None, env: str | None) -> str:
+    """The env, train and eval apart (`train:gsm8k`, `eval:math`)."""
+    return f"{kind or 'train'}:{env or 'env'}"
+
+
+def hex_texts(ids: Ids, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.bytes_]:
+    """The ids at `positions` as 32-byte lower-case hex texts (a text that was not a
+    hex id reads as its packed hash: `Ids.texts` has it)."""
+    words = np.stack([ids.high.values[positions], ids.low.values[positions]], axis=1).astype(">u8")
+    raw = words.view(np.uint8).reshape(len(positions), 16)
+    digits = np.empty((len(positions), 32), dtype=np.uint8)
+    digits[:, 0::2], digits[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 15]
+    return digits.view("S32").reshape(len(positions))
+
+
+def _in_texts(texts: npt.NDArray[np.bytes_], word: bytes) -> npt.NDArray[np.bool_]:
+    return np.asarray(np.strings.find(texts, word) >= 0)
+
+
+class RunRows:
+    """`FinishedRows` over a `PrimeRlRun`'s table; `FollowedRun` adds the rows as the
+    index is read (`extend`) and says which changed (`changed`)."""
+
+    def __init__(self, table: EpisodeTable, numbers: Callable[[str], TaskNumbers], keys_of_rollouts: Mapping[str, int]) -> None:
+        self._numbers = numbers
+        """A variant's task numbers (the variant joins the session on first call)."""
+        self._rolled = keys_of_rollouts
+        """A rollout's key -> its row, for the rows a rollout stands for."""
+        self._version = 0
+        self.reset(table)
+
+    def reset(self, table: EpisodeTable) -> None:
+        """Rows from scratch: the index was replaced (`table` is the new one's)."""
+        self.table = table
+        self._variant = Growable(np.int32)
+        self._task_index = Growable(np.int32)
+        self._number = Growable(np.int32)
+        self._has = Growable(np.bool_)
+        self._variant_labels: list[str] = []
+        self._variant_codes: dict[str, int] = {}
+        self._pairs: dict[tuple[int, int], int] = {}
+        self._version += 1
+        self._log: list[tuple[int, npt.NDArray[np.int64]]] = []
+        self._derived: dict[str, tuple[int, npt.NDArray[Any]]] = {}
+
+    # -- FinishedRows ------------------------------------------------------------------
+
+    @property
+    def count(self) -> int:
+        return self._variant.size
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def column(self, name: str) -> npt.NDArray[Any]:
+        count, table = self.count, self.table
+        if name == "variant":
+            return self._variant.values
+        if name == "task_index":
+            return self._task_index.values
+        if name == "number":
+            return self._number.values
+        if name in TABLE_COLUMNS:
+            found: npt.NDArray[Any] = table.column(TABLE_COLUMNS[name])[:count]
+            return found
+        cached = self._derived.get(name)
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
+        values: npt.NDArray[Any]
+        if name == "tokens":
+            values = np.maximum(table.column("input_tokens")[:count], 0) + np.maximum(table.column("output_tokens")[:count], 0)
+        elif name == "elapsed":
+            values = np.maximum(table.column("arrival")[:count] - table.column("dispatch")[:count], 0.0)
+        elif name == "step":
+            steps, source = table.steps()
+            values = np.where(source[:count] != STEP_UNKNOWN, steps[:count], -1)
+        else:
+            raise KeyError(name)
+        self._derived[name] = (self._version, values)
+        return values
+
+    def labels(self, name: str) -> list[str]:
+        return self._variant_labels if name == "variant" else self.table.labels(name)
+
+    def has_rollout(self) -> npt.NDArray[np.bool_]:
+        return self._has.values
+
+    def changed_since(self, version: int) -> npt.NDArray[np.int64] | None:
+        if version == self._version:
+            return np.zeros(0, dtype=np.int64)
+        if not self._log or self._log[0][0] > version + 1:
+            return None
+        return np.unique(np.concatenate([rows for at, rows in self._log if at > version]))
+
+    def key(self, row: int) -> str:
+        return f"{self._variant_labels[int(self._variant.values[row])]}/{self.table.episode_id(row) or f'row-{row}'}"
+
+    def rollout_row(self, key: str) -> int | None:
+        return self._rolled.get(key)
+
+    def row_of(self, key: str) -> int | None:
+        if (row := self._rolled.get(key)) is not None:
+            return row
+        variant, _, episode = key.rpartition("/")
+        code = self._variant_codes.get(variant)
+        if code is None:
+            return None
+        if episode.startswith("row-") and episode[4:].isdigit():
+            row = int(episode[4:])
+            found = row if row < self.count and self.table.episode_id(row) is None else -1
+        else:
+            found = self.table.ids.find(episode)
+        return found if 0 <= found < self.count and int(self._variant.values[found]) == code else None
+
+    def trace_ids(self, row: int) -> tuple[str, ...]:
+        return tuple(self.table.traces_of(row))
+
+    def containing(self, word: str) -> npt.NDArray[np.bool_]:
+        count, table = self.count, self.table
+        encoded = word.encode("utf-8")
+        ids = hex_texts(table.ids, np.arange(count, dtype=np.int64))
+        found = _in_texts(ids, encoded)
+        codes = self._variant.values
+        for code, label in enumerate(self._variant_labels):  # the key is the variant, a slash, the episode id
+            prefix = label.lower() + "/"
+            mine = codes == code
+            if word in prefix:
+                found |= mine
+                continue
+            for cut in range(1, len(word)):
+                if prefix.endswith(word[:cut]):
+                    found |= mine & np.asarray(np.strings.startswith(ids, word[cut:].encode("utf-8")))
+        for position in table.ids.texts:  # not a hex id (or none): its key read as text
+            if position < count:
+                found[position] = word in self.key(position).lower()
+        traces = table.trace_ids
+        hits = _in_texts(hex_texts(traces, np.arange(len(traces), dtype=np.int64)), encoded)
+        for position, text in traces.texts.items():
+            hits[position] = text is not None and word in text.lower()
+        owners = table.row_of_trace_position(np.flatnonzero(hits))
+        found[owners[owners < count]] = True
+        return found
+
+    def first_traces(self) -> npt.NDArray[np.float64]:
+        count, table = self.count, self.table
+        starts = table.trace_start[:count]
+        ends = np.append(table.trace_start[1:count], len(table.trace_ids))[:count] if count else starts
+        has = ends > starts
+        at = np.minimum(starts, max(len(table.trace_ids) - 1, 0))
+        high = table.trace_ids.high.values[at] if len(table.trace_ids) else np.zeros(count, np.uint64)
+        values = np.where(has, hex_trace_numbers(high), -1.0)
+        for position, text in table.trace_ids.texts.items():
+            row = int(table.row_of_trace_position(np.array([position]))[0])
+            if row < count and int(starts[row]) == position:
+                values[row] = trace_number(text)
+        return values
+
+    # -- what FollowedRun tells it -----------------------------------------------------
+
+    def variant_code(self, name: str) -> int:
+        code = self._variant_codes.get(name)
+        if code is None:
+            code = self._variant_codes[name] = len(self._variant_labels)
+            self._variant_labels.append(name)
+        return code
+
+    def extend(self, stop: int) -> set[str]:
+        """The table's rows up to `stop` become rows here, numbered by task as a live
+        view numbers its rollouts (`TaskNumbers`, shared with the run's rollouts): the
+        variants they belong to."""
+        start, table = self.count, self.table
+        if stop <= start:
+            return set()
+        kinds, envs = table.column("kind")[start:stop].astype(np.int64), table.column("env")[start:stop].astype(np.int64)
+        pairs, at = np.unique(np.stack([kinds, envs], axis=1), axis=0, return_inverse=True)
+        variant_of_pair = []
+        for kind, env in pairs.tolist():
+            code = self._pairs.get((kind, env))
+            if code is None:
+                kind_text = table.labels("kind")[kind] if kind >= 0 else None
+                env_text = table.labels("env")[env] if env >= 0 else None
+                code = self._pairs[(kind, env)] = self.variant_code(variant_name(kind_text, env_text))
+            variant_of_pair.append(code)
+        variants = np.array(variant_of_pair, dtype=np.int64)[at.reshape(-1)]
+        tasks, groups = table.column("task")[start:stop].astype(np.int64), table.column("group")[start:stop].astype(np.int64)
+        # a task not known yet (in the record, read when opened): its group's rollouts share one
+        which = np.where(tasks >= 0, 1, np.where(groups >= 0, 2, 0))
+        label = np.where(tasks >= 0, tasks, np.where(groups >= 0, groups, 0))
+        identities, first, inverse, counts = np.unique(
+            np.stack([variants, which, label], axis=1), axis=0, return_index=True, return_inverse=True, return_counts=True
+        )
+        inverse = inverse.reshape(-1)
+        order = np.argsort(inverse, kind="stable")
+        rank = np.empty(len(inverse), dtype=np.int64)
+        rank[order] = np.arange(len(inverse)) - np.repeat(np.cumsum(counts) - counts, counts)
+        first_task = np.zeros(len(identities), dtype=np.int64)
+        first_number = np.zeros(len(identities), dtype=np.int64)
+        for at in np.argsort(first, kind="stable").tolist():  # tasks numbered in the order first met
+            variant, kind_of, code = identities[at].tolist()
+            data = {"name": table.labels("task")[code]} if kind_of == 1 else {"group": table.labels("group")[code]} if kind_of == 2 else {}
+            first_task[at], first_number[at] = self._numbers(self._variant_labels[variant]).reserve(task_identity(None, data), int(counts[at]))
+        self._variant.extend(variants.astype(np.int32))
+        self._task_index.extend(first_task[inverse].astype(np.int32))
+        self._number.extend((first_number[inverse] + rank).astype(np.int32))
+        has = np.zeros(stop - start, dtype=bool)
+        for row in self._rolled.values():
+            if start <= row < stop:
+                has[row - start] = True
+        self._has.extend(has)
+        self.changed(np.arange(start, stop, dtype=np.int64))
+        return {self._variant_labels[code] for code in set(variant_of_pair)}
+
+    def set_has_rollout(self, row: int) -> None:
+        if row < self.count:
+            self._has.values[row] = True
+            self.changed(np.array([row], dtype=np.int64))
+
+    def changed(self, rows: npt.NDArray[np.int64]) -> None:
+        self._version += 1
+        self._log.append((self._version, rows))
+        del self._log[:-CHANGES_KEPT]

@@ -1,0 +1,207 @@
+"""The finished rows a session keeps as columns (`FinishedRows`) read the way its
+rollouts are: a card's counts, the table's filter and its sort order, each a few numpy
+passes over the columns, never a Python object a row. Each says of a finished row what
+the per-rollout code says of the rollout the row would be: a row ended `done` when its
+episode was ok, else `failed` (its phase `error`), its reason says how many errors it
+had, it has no flags, nothing of it ticks with the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tracewatch.core.session.contracts import FinishedRows
+from tracewatch.core.session.phases import ROLLOUT_PHASES
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.rollout_filter import OPERATORS, Comparison, RowFilter
+from tracewatch.core.session.status import Status
+from tracewatch.core.session.tallies import Tally
+
+Mask = npt.NDArray[np.bool_]
+NONE_LAST = -np.inf
+"""A value a row lacks sorts first, as the per-rollout sort puts None before any value."""
+
+
+def failed_reason(errors: int) -> str:
+    """Why a finished row that was not ok failed, as its rollout says it."""
+    return f"the episode ended with {errors} error(s)" if errors > 0 else "the episode is not ok"
+
+
+def task_texts(rows: FinishedRows) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """Each row's task label as a code into the returned texts: a known task's name,
+    else `task N` (its index among its variant's tasks)."""
+    labels = list(rows.labels("task"))
+    codes = rows.column("task").astype(np.int64)
+    unknown = codes < 0
+    if unknown.any():
+        numbers, at = np.unique(rows.column("task_index")[unknown], return_inverse=True)
+        codes[unknown] = len(labels) + at
+        labels.extend(f"task {number}" for number in numbers.tolist())
+    return codes, labels
+
+
+def finished_tallies(rows: FinishedRows) -> dict[str, Tally]:
+    """Per variant, what its finished rows without a rollout add to its card."""
+    alone = ~rows.has_rollout()
+    codes = rows.column("variant")[alone]
+    ok = rows.column("ok")[alone] != 0
+    reward = rows.column("reward")[alone]
+    scored = ~np.isnan(reward)
+    labels = rows.labels("variant")
+    size = len(labels)
+    done = np.bincount(codes[ok], minlength=size).tolist()
+    failed = np.bincount(codes[~ok], minlength=size).tolist()
+    count = np.bincount(codes[scored], minlength=size).tolist()
+    sums = np.bincount(codes[scored], weights=reward[scored], minlength=size).tolist()
+    found: dict[str, Tally] = {}
+    for code, name in enumerate(labels):
+        tally = found[name] = Tally(dict.fromkeys(Status, 0))
+        tally.counts[Status.DONE], tally.counts[Status.FAILED] = done[code], failed[code]
+        tally.reward_sum, tally.scored = sums[code], count[code]
+    return found
+
+
+def _per_label(labels: Sequence[str], codes: npt.NDArray[Any], test: Callable[[str], bool]) -> Mask:
+    """`test` weighed once a label, spread over the rows by their codes (-1: no label)."""
+    verdicts = np.array([test(label) for label in labels] + [False], dtype=bool)
+    found: Mask = verdicts[codes]
+    return found
+
+
+def _holds(comparison: Comparison, values: npt.NDArray[Any], known: Mask) -> Mask:
+    found = np.zeros(len(values), dtype=bool)
+    for op, number in comparison.alternatives:
+        found |= OPERATORS[op](values, number)
+    return found & known
+
+
+def finished_mask(row_filter: RowFilter, rows: FinishedRows) -> Mask:
+    """Which finished rows `row_filter` lets through: what its per-rollout test
+    (`RowFilter.matcher`) says of the rollouts the rows stand for."""
+    count = rows.count
+    mask = np.ones(count, dtype=bool)
+    if not row_filter:
+        return mask
+    ok = rows.column("ok") != 0
+    variant = rows.column("variant")
+    variant_labels = rows.labels("variant")
+    if row_filter.variants:
+        mask &= _per_label(variant_labels, variant, lambda name: any(value in name.lower() for value in row_filter.variants))
+    if row_filter.statuses:
+        done = any(value in Status.DONE.value for value in row_filter.statuses)
+        failed = any(value in Status.FAILED.value for value in row_filter.statuses)
+        mask &= np.where(ok, done, failed)
+    if row_filter.phases:
+        mask &= np.where(ok, any(value in "done" for value in row_filter.phases), any(value in "error" for value in row_filter.phases))
+    if row_filter.flags:
+        mask[:] = False  # a finished row never read has no flags
+    for comparison in row_filter.comparisons:
+        values, known = _measure(rows, comparison.field)
+        mask &= _holds(comparison, values, known)
+    if row_filter.errors:
+        errors = np.maximum(rows.column("errors"), 0)
+        said = np.zeros(count, dtype=bool)
+        for number in np.unique(errors[~ok]).tolist():
+            reason = failed_reason(number)
+            if all(text in reason for text in row_filter.errors):
+                said |= ~ok & (errors == number)
+        mask &= said
+    if row_filter.words:
+        codes, labels = task_texts(rows)
+        for word in row_filter.words:
+            if not mask.any():
+                break
+            mask &= _per_label(variant_labels, variant, _holding(word)) | _per_label(labels, codes, _holding(word)) | rows.containing(word)
+    return mask
+
+
+def _holding(word: str) -> Callable[[str], bool]:
+    return lambda text: word in text.lower()
+
+
+def _measure(rows: FinishedRows, field: str) -> tuple[npt.NDArray[Any], Mask]:
+    """A comparison's numbers over the rows, and where a row has one."""
+    if field in ("turns", "tokens", "errors"):
+        values = np.maximum(rows.column(field), 0)
+        return values, np.ones(len(values), dtype=bool)
+    if field in ("reward", "elapsed"):
+        values = rows.column(field)
+        return values, ~np.isnan(values)
+    values = rows.column(field)  # step, used: -1 where not known
+    return values, values >= 0
+
+
+PHASE_ORDER = {phase: i for i, phase in enumerate(ROLLOUT_PHASES)}
+
+
+def sort_keys(column: str, rows: FinishedRows, rollouts: Sequence[Rollout], now: float) -> tuple[npt.NDArray[np.float64], list[float]]:
+    """The table's sort by `column` as numbers, over the finished rows and over
+    `rollouts`, in one order: the finished rows' and the rollouts' keys then merge."""
+    if column in ("variant", "task"):
+        if column == "variant":
+            codes, labels = rows.column("variant").astype(np.int64), list(rows.labels("variant"))
+            texts = [rollout.variant for rollout in rollouts]
+        else:
+            codes, labels = task_texts(rows)
+            labels = [label.lower() for label in labels]
+            texts = [rollout.task_label.lower() for rollout in rollouts]
+        ranks = {text: rank for rank, text in enumerate(sorted({*labels, *texts}))}
+        by_code = np.array([ranks[label] for label in labels] + [-1], dtype=np.float64)
+        return by_code[codes], [float(ranks[text]) for text in texts]
+    finished, live = _numbers(column, rows, rollouts, now)
+    return finished.astype(np.float64), live
+
+
+def _numbers(column: str, rows: FinishedRows, rollouts: Sequence[Rollout], now: float) -> tuple[npt.NDArray[Any], list[float]]:
+    count = rows.count
+    if column == "number":
+        return rows.column("number") + float(1 << 32), [float((r.run << 32) + r.rollout_index) for r in rollouts]
+    if column in ("step", "used"):
+        values = rows.column(column)
+        live = [getattr(r, column) for r in rollouts]
+        return np.where(values >= 0, values, NONE_LAST), [NONE_LAST if value is None else float(value) for value in live]
+    if column == "phase":
+        ok = rows.column("ok") != 0
+        return np.where(ok, PHASE_ORDER["done"], PHASE_ORDER["error"]), [float(PHASE_ORDER.get(r.phase, len(PHASE_ORDER))) for r in rollouts]
+    if column == "activity":
+        return np.zeros(count), [r.activity(now)[1] for r in rollouts]
+    if column in ("turns", "tokens", "errors"):
+        return np.maximum(rows.column(column), 0), [float(getattr(r, column)) for r in rollouts]
+    if column == "reward":
+        values = rows.column("reward")
+        return np.where(np.isnan(values), NONE_LAST, values), [NONE_LAST if r.reward is None else r.reward for r in rollouts]
+    if column == "elapsed":
+        return np.nan_to_num(rows.column("elapsed"), nan=0.0), [r.elapsed(now) for r in rollouts]
+    if column == "flag":
+        return np.zeros(count), [float(len(r.flags)) for r in rollouts]
+    if column == "trace":
+        return rows.first_traces(), [trace_number(next(iter(r.trace_ids), None)) for r in rollouts]
+    raise KeyError(column)
+
+
+TRACE_CHARACTERS = 7
+"""A trace id's leading characters the Trace column's sort weighs, each as its code
+(128 and over as 127): as many as a float holds exactly."""
+
+
+def trace_number(trace_id: str | None) -> float:
+    """A trace id's place in the Trace column's sort, as its text sorts (-1: none)."""
+    if not trace_id:
+        return -1.0
+    number = 0
+    for character in trace_id[:TRACE_CHARACTERS].ljust(TRACE_CHARACTERS, "\0"):
+        number = number * 128 + min(ord(character), 127)
+    return float(number)
+
+
+def hex_trace_numbers(high: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
+    """`trace_number` of 32-hex ids, from their high words (`Ids.high`)."""
+    number = np.zeros(len(high), dtype=np.int64)
+    for at in range(TRACE_CHARACTERS):
+        nibble = ((high >> np.uint64(60 - 4 * at)) & np.uint64(15)).astype(np.int64)
+        number = number * 128 + np.where(nibble < 10, ord("0") + nibble, ord("a") - 10 + nibble)
+    return number.astype(np.float64)

@@ -1,0 +1,102 @@
+"""A followed prime-rl run on screen keeps its finished episodes as columns, not
+rollouts (`FollowedRun(columns=True)`, as `tracewatch open RUN` runs it): in the real
+app (run_test) on a run prime-rl's orchestrator and trainer write on a thread
+(`RunWriter`), the history read before any was seen live stays rows of the columns,
+the episodes seen in flight turn into finished rows, every episode is one row, a
+filter and a sort take both kinds together, and an episode opened from the columns
+shows its transcript with the cursor still on it."""
+
+from __future__ import annotations
+
+from tests.support.polling import MARGIN, until, wait_until
+from tests.support.prime_rl_orchestrator import RunWriter, Script
+from tracewatch.core.engine.followed_run import FollowedRun
+from tracewatch.core.recordings.prime_rl.layout import StreamRun, detect
+from tracewatch.core.session.rollout_filter import RowFilter
+from tracewatch.tui.app import TracewatchApp
+
+
+def layout_of(out) -> StreamRun:
+    found = wait_until(lambda: detect(out), timeout=MARGIN, what="the run's folder")
+    assert isinstance(found, StreamRun)
+    return found
+
+
+def written(writer: RunWriter) -> dict[str, object]:
+    """Each landed rollout under both names its row may take: its dispatch id (seen
+    live) and its episode id (never seen live)."""
+    found: dict[str, object] = {}
+    for rollout in writer.landed:
+        found[rollout.dispatch_id] = found[rollout.episode_id] = rollout
+    return found
+
+
+async def test_history_stays_columns_live_rows_finish_in_place_and_a_filter_and_sort_take_both(tmp_path):
+    writer = RunWriter(tmp_path / "out", Script(episodes=30, concurrent=4, pause=0.05)).start()
+    wait_until(lambda: len(writer.landed) >= 8, timeout=60, what="a history of eight episodes before the viewer opens the run")
+    session = FollowedRun(layout_of(tmp_path / "out"), columns=True)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+
+        def whole() -> bool:
+            return writer.done.is_set() and table.row_count == len(writer.landed) and all(r.status.finished for r in session.store.rollouts.values())
+
+        await until(pilot, whole, lambda: f"a finished row for each episode; writer done {writer.done.is_set()}, {len(writer.landed)} landed, {table.row_count} rows", timeout=120)
+        writer.join()
+        episodes = written(writer)
+        keys = table.ordered_keys
+        rows = {key: episodes[key.rsplit("/", 1)[1]] for key in keys}
+        assert len(keys) == len(set(keys)) and len({id(rollout) for rollout in rows.values()}) == len(writer.landed), "every episode once"
+        assert session.rows is not None
+        columns_only = [key for key in keys if key not in session.store.rollouts]
+        seen_live = [key for key in keys if key.rsplit("/", 1)[1].startswith("d-")]
+        assert columns_only and seen_live, (len(columns_only), len(seen_live))
+        assert all(key in session.store.rollouts for key in seen_live), "an episode seen in flight is its rollout, finished"
+        assert len(session.store.rollouts) < len(keys), "the history was not made rollouts"
+        for key, rollout in rows.items():
+            assert table.cell_text(key, "reward") == f"{rollout.reward:.2f}", key  # type: ignore[attr-defined]
+            assert table.cell_text(key, "variant") == f"{rollout.kind}:{rollout.env}"  # type: ignore[attr-defined]
+            assert table.cell_text(key, "phase") == "done"
+
+        # a filter over both kinds of row, then a sort over what it lets through
+        wanted = sorted(key for key, rollout in rows.items() if rollout.reward > 0.5)  # type: ignore[attr-defined]
+        assert 0 < len(wanted) < len(rows)
+        await pilot.press("slash", *"reward:>0.5", "enter")
+        await until(pilot, lambda: sorted(table.ordered_keys) == wanted, lambda: f"reward:>0.5 to show {wanted}; it shows {sorted(table.ordered_keys)}")
+        assert any(key in columns_only for key in wanted) and any(key in seen_live for key in wanted)
+        table.sort_by("reward", reverse=True)
+        shown = [float(table.cell_text(key, "reward")) for key in table.ordered_keys]
+        assert shown == sorted(shown, reverse=True) and len(shown) == len(wanted)
+        table.set_filter(RowFilter())
+        await until(pilot, lambda: table.row_count == len(rows), lambda: f"every row back; {table.row_count} shown")
+        turns = [int(table.cell_text(key, "turns")) for key in table.ordered_keys]
+        table.sort_by("turns")
+        turns = [int(table.cell_text(key, "turns")) for key in table.ordered_keys]
+        assert turns == sorted(turns)
+    await session.shutdown()
+
+
+async def test_an_episode_opened_from_the_columns_shows_its_transcript_where_its_row_was(tmp_path):
+    writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
+    writer.run()
+    assert writer.error is None
+    session = FollowedRun(layout_of(tmp_path / "out"), follow=False, columns=True)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await until(pilot, lambda: table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {table.row_count} shown")
+        assert not session.store.rollouts, "nothing was seen live: every row is the columns'"
+        table.sort_by("reward")
+        key = table.ordered_keys[5]
+        reward = table.cell_text(key, "reward")
+        table.focus()
+        table.select(key)
+        await pilot.press("enter")
+        rollout = await until(pilot, lambda: (r := session.store.rollouts.get(key)) is not None and r.traces and r, f"the episode {key} opened, its record read")
+        (trace,) = rollout.traces.values()
+        await until(pilot, lambda: app.trace_pane.transcript.trace_state is trace, f"{key}'s transcript shown")
+        assert table.selected_key == key and table.get_row_index(key) == 5, "the cursor stays on the episode, in its place"
+        assert table.row_count == len(writer.landed), "the opened row is its rollout now, not a second row"
+        assert table.cell_text(key, "reward") == reward
+    await session.shutdown()

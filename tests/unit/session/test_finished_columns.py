@@ -1,0 +1,136 @@
+"""A followed prime-rl run's finished rows kept as columns (`RunRows`, the screen's
+way) say what the rollouts made of the same rows (the headless and offline way) say:
+a filter compiled to a mask over the columns lets the same episodes through as its
+test of each rollout, a sort over the columns orders them as the rollouts' values do,
+and a card counts them alike. Rows and filters are generated, hostile ones included
+(absent fields, ids that are not hex, a word across the key's slash)."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tracewatch.core.engine.followed_run import FollowedRun
+from tracewatch.core.recordings.prime_rl.layout import StreamRun, find_run
+from tracewatch.core.session.finished_columns import finished_mask, sort_keys
+from tracewatch.core.session.rollout_filter import RowFilter
+from tracewatch.tui.table.columns import BY_KEY
+
+NOW = 1.79e9 + 10_000
+
+hex_ids = st.uuids().map(lambda value: value.hex)
+numbers = st.one_of(st.none(), st.integers(-2, 40))
+index_rows = st.fixed_dictionaries(
+    {
+        "id": st.one_of(hex_ids, st.none(), st.sampled_from(["ep/1", "Episode-X", "row-x"])),
+        "kind": st.sampled_from(["train", "eval", None]),
+        "env": st.sampled_from(["gsm8k", "math", "Code", None]),
+        "group": st.sampled_from(["g1", "g2", None]),
+        "ok": st.sampled_from([True, False, None]),
+        "num_errors": st.integers(0, 3),
+        "reward": st.one_of(st.none(), st.floats(-1, 2, allow_nan=False)),
+        "turns": numbers,
+        "input_tokens": numbers,
+        "output_tokens": numbers,
+        "trace_ids": st.lists(st.one_of(hex_ids, st.just("not-hex trace")), max_size=2),
+        "dispatch": st.floats(1.79e9, 1.79e9 + 100),
+        "arrival": st.floats(1.79e9, 1.79e9 + 300),
+    }
+)
+"""prime-rl writes `dispatch` and `arrival` from the episode's own info: a row always has them."""
+runs = st.lists(index_rows, min_size=1, max_size=24, unique_by=lambda row: row["id"] or uuid.uuid4().hex)
+
+
+def write(out: Path, rows: list[dict[str, Any]], used: list[bool | None]) -> StreamRun:
+    traces = out / "monitors" / "file" / "traces"
+    (traces / "stream").mkdir(parents=True)
+    (traces / "annotations" / "orchestrator").mkdir(parents=True)
+    with open(traces / "stream.index.jsonl", "w") as index, open(traces / "annotations" / "orchestrator.index.jsonl", "w") as notes:
+        for line, (row, effective) in enumerate(zip(rows, used, strict=True)):
+            index.write(json.dumps({**row, "line": line, "offset": 0, "chunk": 0}) + "\n")
+            if effective is not None and row["trace_ids"] and row["trace_ids"][0] != "not-hex trace":
+                info = {"effective": effective, "ship": {"step": line % 3}}
+                notes.write(json.dumps({"trace_id": row["trace_ids"][0], "chunk": 0, "offset": 0, "info": info}) + "\n")
+    found = find_run(out)
+    assert isinstance(found, StreamRun)
+    return found
+
+
+def both(rows: list[dict[str, Any]], used: list[bool | None]) -> tuple[FollowedRun, FollowedRun]:
+    """The same run read as rollouts and as columns."""
+    out = Path(tempfile.mkdtemp(prefix="tw-columns-")) / "out"
+    layout = write(out, rows, used)
+    return FollowedRun(layout, follow=False).snapshot(), FollowedRun(layout, follow=False, columns=True).snapshot()
+
+
+def tokens_of(session: FollowedRun) -> list[str]:
+    """Filter words taken from what rows show: parts of keys, tasks, trace ids."""
+    found = {"task", "train:", "eval:math/", "/", "zz", "not-hex", "row-", "g1"}
+    for rollout in session.store.rollouts.values():
+        for text in (rollout.key.lower(), rollout.task_label.lower(), *rollout.trace_ids):
+            found.update({text[:3], text[-4:], text[2:9]})
+    return sorted(word for word in found if word and " " not in word)
+
+
+@st.composite
+def filters(draw: st.DrawFn, words: list[str]) -> str:
+    parts = st.one_of(
+        st.sampled_from(words),
+        st.builds(lambda v: f"variant:{v}", st.sampled_from(["gsm", "eval", "train:c", "code", "x"])),
+        st.builds(lambda v: f"status:{v}", st.sampled_from(["done", "fail", "d", "stalled", "running,failed"])),
+        st.builds(lambda v: f"phase:{v}", st.sampled_from(["done", "err", "e", "agent"])),
+        st.builds(
+            lambda field, op, number: f"{field}:{op}{number}",
+            st.sampled_from(["reward", "turns", "tokens", "errors", "elapsed", "step", "used"]),
+            st.sampled_from(["<", "<=", ">", ">=", "=", ""]),
+            st.sampled_from(["0", "1", "0.5", "2", "30", "-1"]),
+        ),
+        st.builds(lambda v: f"error:{v}", st.sampled_from(["error", "1 error", "not ok", "ended"])),
+        st.just("flag:misaligned"),
+    )
+    return " ".join(draw(st.lists(parts, max_size=3)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=runs, data=st.data())
+def test_a_filter_over_the_columns_lets_through_what_it_lets_through_of_the_rollouts(rows, data):
+    used = data.draw(st.lists(st.sampled_from([True, False, None]), min_size=len(rows), max_size=len(rows)))
+    rollouts, columns = both(rows, used)
+    table = columns.rows
+    assert table is not None and table.count == len(rows) and not columns.store.rollouts
+    keys = [table.key(row) for row in range(table.count)]
+    assert sorted(keys) == sorted(rollouts.store.rollouts), "the same rows under the same keys"
+    for _ in range(6):
+        text = data.draw(filters(tokens_of(rollouts)))
+        row_filter = RowFilter.parse(text)
+        wanted = {key for key, rollout in rollouts.store.rollouts.items() if row_filter.matches(rollout, NOW, rollouts.store.is_stalled)}
+        shown = {keys[row] for row in np.flatnonzero(finished_mask(row_filter, table)).tolist()}
+        assert shown == wanted, (text, sorted(shown ^ wanted))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=runs, data=st.data())
+def test_a_sort_over_the_columns_orders_rows_as_the_rollouts_values_do(rows, data):
+    used = data.draw(st.lists(st.sampled_from([True, False, None]), min_size=len(rows), max_size=len(rows)))
+    rollouts, columns = both(rows, used)
+    table = columns.rows
+    assert table is not None
+    by_key = rollouts.store.rollouts
+    for column in BY_KEY:
+        finished, _ = sort_keys(column, table, [], NOW)
+        values = [BY_KEY[column].sort(by_key[table.key(row)], NOW) for row in np.argsort(finished, kind="stable").tolist()]
+        assert values == sorted(values), column  # in the rollouts' own order, ties aside
+    # and the cards count them alike
+    for variant in rollouts.store.variants:
+        mine, theirs = columns.store.stats(variant), rollouts.store.stats(variant)
+        assert mine.counts == theirs.counts and mine.scored == theirs.scored
+        assert (mine.mean_reward is None) == (theirs.mean_reward is None)
+        assert mine.mean_reward is None or math.isclose(mine.mean_reward, theirs.mean_reward or 0.0, abs_tol=1e-9)

@@ -1,0 +1,162 @@
+"""The table's index over a session's finished rows kept as columns
+(`StoreView.finished_rows`): the rows its filter lets through in display order, as a numpy
+array of row numbers, with the rollouts' rows merged in by position. A keystroke is a
+mask over the columns (`finished_mask`) and a sort of the rows' keys, never a Python
+object a row; a row is drawn from the arrays when it is on screen.
+
+Display position p holds the live rollout i where `live_pos[i] == p`, else the
+finished row `rows[p - (live rollouts before p)]`: the live rollouts sit among the
+finished rows by their sort keys (on top when the table is not sorted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from tracewatch.core.session.contracts import FinishedRows
+from tracewatch.core.session.finished_columns import finished_mask, sort_keys
+from tracewatch.core.session.rollout import Rollout
+from tracewatch.core.session.rollout_filter import RowFilter
+
+Positions = npt.NDArray[np.int64]
+LiveKey = tuple[float, float]
+"""A live rollout's place: its sort key, then its finished row (infinity: none), as
+rows of one key stand in row order; an opened row's rollout takes the row's place."""
+ONE_BY_ONE = 4096
+"""Changed rows put back in their places one at a time, at most; more, and every row is sorted again."""
+
+
+class FinishedIndex:
+    def __init__(self, rows: FinishedRows) -> None:
+        self.source = rows
+        self.rows: Positions = np.zeros(0, dtype=np.int64)
+        """The finished rows shown, top to bottom."""
+        self.live_pos: Positions = np.zeros(0, dtype=np.int64)
+        """Each live rollout's display position (ascending), in the table's key order."""
+        self.version = -1
+        """The rows' `version` the index was built for."""
+        self._place: Positions = np.zeros(0, dtype=np.int64)
+        """Per finished row, where it is in `rows` (-1: not shown)."""
+        self._keys: npt.NDArray[np.float64] = np.zeros(0)
+        """The shown rows' sort keys, ascending (negated for a reversed sort)."""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    # -- building --------------------------------------------------------------------
+
+    def build(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
+        """Every row weighed and sorted again; the live rollouts' keys, to `merge`."""
+        source = self.source
+        self.version = source.version
+        shown = np.flatnonzero(finished_mask(row_filter, source) & ~source.has_rollout())
+        keys, live_keys = self._sort_keys(column, reverse, now, live)
+        order = np.argsort(keys[shown], kind="stable")
+        self.rows = shown[order]
+        self._keys = keys[self.rows]
+        self._placed()
+        return live_keys
+
+    def update(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
+        """The rows added or changed since the last look weighed again and put in their
+        places; everything again when too much changed to say."""
+        source = self.source
+        changed = source.changed_since(self.version)
+        if changed is None:
+            return self.build(row_filter, column, reverse, now, live)
+        self.version = source.version
+        changed = changed[changed < source.count]
+        known = len(self._place)
+        if int((changed < known).sum()) > ONE_BY_ONE:
+            return self.build(row_filter, column, reverse, now, live)
+        self._place = np.concatenate([self._place[: source.count], np.full(max(0, source.count - known), -1, dtype=np.int64)])
+        keys, live_keys = self._sort_keys(column, reverse, now, live)
+        if len(changed):
+            was = self._place[changed]
+            wanted = finished_mask(row_filter, source)[changed] & ~source.has_rollout()[changed]
+            # a row still shown with the same key stays where it is (a step learnt, a
+            # row annotated, in a table not sorted by either)
+            stays = (was >= 0) & wanted & (self._keys[np.maximum(was, 0)] == keys[changed] if len(self._keys) else False)
+            keep = np.ones(len(self.rows), dtype=bool)
+            keep[was[(was >= 0) & ~stays]] = False
+            self.rows = self.rows[keep]
+            self._keys = keys[self.rows]
+            new = np.sort(changed[wanted & ~stays])
+            added = new[new >= known]  # after every row there was: last among their equals
+            added = added[np.argsort(keys[added], kind="stable")]
+            self.rows = np.insert(self.rows, np.searchsorted(self._keys, keys[added], side="right"), added)
+            self._keys = keys[self.rows]
+            for row in new[new < known].tolist():
+                at = self._place_of(float(keys[row]), row)
+                self.rows = np.insert(self.rows, at, row)
+                self._keys = np.insert(self._keys, at, keys[row])
+        else:
+            self._keys = keys[self.rows]
+        self._placed()
+        return live_keys
+
+    def _place_of(self, key: float, row: float) -> int:
+        """Where a row (or a live rollout) of `key` goes: among the rows of that key, by row."""
+        low, high = int(np.searchsorted(self._keys, key, side="left")), int(np.searchsorted(self._keys, key, side="right"))
+        return low + int(np.searchsorted(self.rows[low:high], row, side="right")) if math.isfinite(row) else high
+
+    def take_over(self, row: int) -> int | None:
+        """A rollout stands for `row` now: it leaves the index; its display position
+        (the rollout takes it), None if it was not shown."""
+        if row >= len(self._place) or (at := int(self._place[row])) < 0:
+            return None
+        position = self.row_position(row)
+        self.rows = np.delete(self.rows, at)
+        self._keys = np.delete(self._keys, at)
+        self._place[row] = -1
+        self._place[self.rows[at:]] -= 1
+        return position
+
+    def merge(self, live_keys: list[LiveKey]) -> None:
+        """The live rollouts' positions by their keys (ascending) among the rows'."""
+        before = [self._place_of(key, row) for key, row in live_keys]
+        self.live_pos = np.array(before, dtype=np.int64) + np.arange(len(live_keys), dtype=np.int64)
+
+    def live_keys(self, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
+        """The live rollouts' sort keys in the rows' terms."""
+        return self._sort_keys(column, reverse, now, live)[1]
+
+    def _sort_keys(self, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> tuple[npt.NDArray[np.float64], list[LiveKey]]:
+        """Unsorted, the rows in the run's order and a rollout at its row's place (one
+        still in flight on top)."""
+        source = self.source
+        rows = [math.inf if (row := source.rollout_row(rollout.key)) is None else float(row) for rollout in live]
+        if column is None:
+            return np.arange(source.count, dtype=np.float64), [(-1.0 if math.isinf(row) else row, row) for row in rows]
+        keys, live_keys = sort_keys(column, source, live, now)
+        if reverse:
+            keys, live_keys = -keys, [-key for key in live_keys]
+        return keys, list(zip(live_keys, rows, strict=True))
+
+    def _placed(self) -> None:
+        place = np.full(self.source.count, -1, dtype=np.int64)
+        place[self.rows] = np.arange(len(self.rows), dtype=np.int64)
+        self._place = place
+
+    # -- reading -----------------------------------------------------------------------
+
+    def entry(self, position: int) -> tuple[bool, int]:
+        """(live, index): the live rollout's index in the table's keys, or the finished row."""
+        live = int(np.searchsorted(self.live_pos, position, side="left"))
+        if live < len(self.live_pos) and int(self.live_pos[live]) == position:
+            return True, live
+        return False, int(self.rows[position - live])
+
+    def live_position(self, index: int) -> int:
+        return int(self.live_pos[index])
+
+    def row_position(self, row: int) -> int | None:
+        if row >= len(self._place) or (at := int(self._place[row])) < 0:
+            return None
+        # the finished rows before it, and the live rollouts placed before it
+        shifted = self.live_pos - np.arange(len(self.live_pos), dtype=np.int64)
+        return at + int(np.searchsorted(shifted, at, side="right"))
