@@ -21,6 +21,7 @@ worth showing (each waited for with a deadline), then a PNG of each SVG:
     cancel-variant.svg  a variant cancel escalating: runs cancelled, SIGTERM sent, grace left
     prime-rl.svg        `tracewatch open` on a prime-rl output directory being written live:
                         in-flight rows and finished ones, an in-flight trace selected
+    prime-rl-metrics.svg  the same run's own metrics by step and its eval plan (Trends tab)
 
 For the last one the candidate's demo server is first frozen with SIGSTOP: a wedged
 server that ignores SIGTERM, the case the grace period exists for (a healthy demo
@@ -407,6 +408,11 @@ async def prime_rl_session(out: Path) -> list[Path]:
                     else:
                         raise Timeout("the selected prime-rl rollout kept landing before the screenshot")
                     shots.shoot("prime-rl", "tracewatch open: a prime-rl run followed as it writes")
+                    # the run's own metrics (orchestrator, trainer, inference by time) and its eval plan
+                    await pilot.press("6")
+                    await wait_for(pilot, "the run's metrics charted in the Trends tab", lambda: app.metrics is not None and len(app.metrics.charts) >= 6 and min(len(c.x) for c in app.metrics.charts) >= 4, 60)
+                    await shots.settle(0.6)
+                    shots.shoot("prime-rl-metrics", "tracewatch open: a prime-rl run's own metrics and eval plan, as they arrive")
                 finally:
                     await engine.shutdown()
         finally:  # the writer's thread has no stop: it plays its script out
