@@ -52,6 +52,13 @@ half of it, the copies of runs that already lost some are shed first, so a burst
 costs as few runs their wholeness as it can."""
 INCOMPLETE_KEPT = 65536
 """Runs remembered as having lost copies (the oldest forgotten first)."""
+REPLIES_KEPT = 4 << 20
+"""Bytes of replies kept from dropped copies, every leg's together, until the view has
+room for them: a reply is small and says how its run ended, so a view that fell
+behind still ends the run as it ended. A reply past this is told by its run alone."""
+REPLY_HELD = 1 << 20
+"""A reply not yet whole when its leg's copies go is held back until it is (up to
+this size), so that a reply is handed over, or kept, whole, never cut by a drop."""
 ACK_EVERY = 0.1
 """How often, at most, the app says how many bytes of copies it took. Each word wakes
 the process's main thread, whose turn at the GIL the forwarding thread then waits
@@ -107,6 +114,12 @@ class PushingForwarder(Forwarder):
         """The legs with copies gathered, in the order they began gathering."""
         self._flush_at = 0.0
         """When what is gathered goes to the app."""
+        self._owed: dict[Leg, None] = {}
+        """Legs whose view is owed a resume: copies were dropped since it last heard."""
+        self._kept = 0
+        """Bytes of replies kept from dropped copies, every leg's."""
+        self._closing: list[Link] = []
+        """Links that closed while a resume was owed to their view: told closed after it."""
 
     def _stream(self) -> ZmtpStream:
         return ZmtpStream(keep=False)
@@ -129,14 +142,11 @@ class PushingForwarder(Forwarder):
         self.forwarded += starts
         if leg.gap or leg.skipping:
             if leg.gap:
-                leg.lost = list(dict.fromkeys([*leg.lost, *(firsts if first is None else firsts[:before])]))
-                self._mark(leg, firsts if first is None else firsts[:before])
+                self._lose(leg, firsts if first is None else firsts[:before])
             if first is None:
                 self.dropped += starts
                 return
             self.dropped += before
-            if leg.gap:
-                leg.resuming, leg.lost = leg.lost, []
             leg.gap = leg.skipping = leg.inside = False
             data, firsts, offsets = data[first:], firsts[before:], [at - first for at in offsets[before:]]
         if leg.sibling in self._pending:
@@ -152,27 +162,101 @@ class PushingForwarder(Forwarder):
             self._flush(leg)
 
     def _flush(self, leg: Leg) -> None:
-        """What `leg` gathered to the app if it fits in what the app may fall behind
-        by; else its messages are counted and their request ids kept, so that when
-        the copies pick up again the app knows which runs lost some (and only those
-        are incomplete). Past half of the bound, the runs that lost copies already
-        lose the rest first."""
+        """What `leg` gathered to the app, after what a drop before it owes the view,
+        if it fits in what the app may fall behind by; else it is dropped (`_drop`).
+        Past half of the bound, the runs that lost copies already lose the rest
+        first. A reply not yet whole stays gathering until it is."""
         del self._pending[leg]
         queued = self.pushed - self.taken
         if self._incomplete and leg.direction == TO_DRIVER and queued + len(leg.pending) > self.copy_bytes // 2:
             self._shed(leg)
-        if not leg.pending:
-            leg.firsts, leg.offsets = [], []
-            return  # all shed: a resume goes with the next copies
-        flag = (RESUMED, msgpack.packb(leg.resuming)) if leg.resuming is not None else ()
-        if queued + len(leg.pending) <= self.copy_bytes and self._send(leg, leg.pending, *flag):
-            self.pushed += len(leg.pending)
-        else:
-            leg.gap, leg.skipping = True, False
-            leg.lost = list(dict.fromkeys([*(leg.resuming or ()), *leg.firsts]))  # a run's id once, however many of its copies
-            self._mark(leg, leg.firsts)
-            self.dropped += len(leg.firsts) + int(leg.inside)  # a message begun in copies the app got is cut short too
-        leg.pending, leg.firsts, leg.offsets, leg.inside, leg.resuming = bytearray(), [], [], False, None
+        held = self._hold_reply(leg)
+        if leg.pending:
+            data = leg.kept + leg.pending if leg.resume else leg.pending
+            if queued + len(data) <= self.copy_bytes and self._send(leg, data, *self._resumed(leg)):
+                self.pushed += len(data)
+                self._told(leg)
+            else:
+                self._drop(leg, holding=held is not None)
+        leg.pending, leg.firsts, leg.offsets, leg.inside = bytearray(), [], [], False
+        if held is not None:
+            leg.pending, leg.firsts, leg.offsets = held[0], [held[1]], [0]
+
+    def _hold_reply(self, leg: Leg) -> tuple[bytearray, bytes | None] | None:
+        """Take off the end of what `leg` gathered a reply (or a message whose kind
+        is not read yet) that is not whole, to go (or be kept) once it is: a reply
+        cut by a drop would be lost with its run's ending."""
+        if leg.direction != TO_DRIVER or not leg.offsets or leg.skipping or not leg.stream.under_way:
+            return None
+        start = leg.offsets[-1]
+        if second_frame(leg.pending, start) not in (KIND_REPLY, None) or len(leg.pending) - start > REPLY_HELD:
+            return None
+        held = (leg.pending[start:], leg.firsts[-1])
+        del leg.pending[start:]
+        leg.firsts, leg.offsets = leg.firsts[:-1], leg.offsets[:-1]
+        return held
+
+    def _drop(self, leg: Leg, holding: bool) -> None:
+        """What `leg` gathered does not fit: its whole replies are kept for the view
+        (up to `REPLIES_KEPT`; past it their runs are told as having lost their end),
+        the rest is dropped and counted and its runs named, so the view knows which
+        runs lost some (only those are incomplete). The view reads on from the next
+        message start (or the reply held back), told so with the next copies or on
+        its own."""
+        pending, lost, kept = leg.pending, [], 0
+        whole_to = len(pending) if holding or leg.skipping or not (leg.stream.under_way and leg.offsets) else leg.offsets[-1]
+        ends = [*leg.offsets[1:], len(pending)][: len(leg.offsets)]
+        for start, first, end in zip(leg.offsets, leg.firsts, ends, strict=True):
+            if leg.direction == TO_DRIVER and first is not None and second_frame(pending, start) == KIND_REPLY:
+                self._incomplete.pop((leg.driver, first), None)
+                if start < whole_to and self._kept + end - start <= REPLIES_KEPT:
+                    leg.kept += pending[start:end]
+                    self._kept += end - start
+                    kept += 1
+                else:
+                    leg.ended.append(first)
+                continue
+            lost.append(first)
+        self.dropped += len(leg.firsts) - kept + int(leg.inside)  # a message begun in copies the app got is cut short too
+        self._lose(leg, lost)
+        leg.gap, leg.skipping = not holding, False
+
+    def _lose(self, leg: Leg, firsts: list[bytes | None]) -> None:
+        """These messages of `leg` were dropped: the view is owed a resume naming
+        their runs (a run's id once, however many of its copies)."""
+        leg.lost = list(dict.fromkeys([*leg.lost, *firsts]))
+        leg.resume = True
+        self._owed[leg] = None
+        self._mark(leg, firsts)
+
+    def _resumed(self, leg: Leg) -> tuple[bytes, ...]:
+        """The flag that goes with `leg`'s next copies, if a resume is owed."""
+        if not leg.resume:
+            return ()
+        return RESUMED, msgpack.packb({"lost": leg.lost, "ended": leg.ended})
+
+    def _told(self, leg: Leg) -> None:
+        """`leg`'s view got what it was owed."""
+        if leg.resume:
+            self._kept -= len(leg.kept)
+            leg.kept, leg.lost, leg.ended, leg.resume = bytearray(), [], [], False
+            self._owed.pop(leg, None)
+
+    def _tell(self, room: float) -> None:
+        """The resumes owed to legs with nothing gathered go on their own, with the
+        replies kept, while the copies queued leave them `room`: what a drop cost
+        reaches the view though no more copies of that leg come (its runs ended,
+        its driver closed). Then the links that closed meanwhile are told closed."""
+        for leg in list(self._owed):
+            if leg in self._pending or self.pushed - self.taken + len(leg.kept) > room:
+                continue  # it goes with the copies gathered, or once the view took more
+            if self._send(leg, leg.kept, *self._resumed(leg)):
+                self.pushed += len(leg.kept)
+                self._told(leg)
+        for link in list(self._closing):
+            if not any(leg in self._owed for leg in link.legs):
+                self._closing.remove(link)
+                self._tell_closed(link)
 
     def _shed(self, leg: Leg) -> None:
         """Drop from what `leg` gathered the whole messages of runs that already lost
@@ -234,6 +318,12 @@ class PushingForwarder(Forwarder):
         for leg in link.legs:
             if leg in self._pending:
                 self._flush(leg)
+        if any(leg in self._owed for leg in link.legs):
+            self._closing.append(link)  # told closed after what its view is owed
+        else:
+            self._tell_closed(link)
+
+    def _tell_closed(self, link: Link) -> None:
         with contextlib.suppress(zmq.Again):
             self._push.send_multipart([CLOSED, link.driver, b""], zmq.NOBLOCK)
 
@@ -241,7 +331,11 @@ class PushingForwarder(Forwarder):
         now = time.monotonic()
         if self._pending and now >= self._flush_at:
             self._flush_all()
-        if self.unwatched or now - self._status_at < STATUS_EVERY:
+        if self.unwatched:
+            return
+        if self._owed or self._closing:
+            self._tell(self.copy_bytes // 2)
+        if now - self._status_at < STATUS_EVERY:
             return
         self._status_at = now
         status = {
@@ -259,6 +353,7 @@ class PushingForwarder(Forwarder):
 
     def close(self) -> None:
         self._flush_all()
+        self._tell(room=math.inf)  # the app reads what is queued at the stop: the runs' endings with it
         self._status_at = 0.0
         self._tick()
         self._push.close(linger=CLOSE_LINGER_MS)
@@ -359,9 +454,6 @@ class ForwardingProcess:
         self.notes: list[str] = []
         """What the view could not read (a connection that is not ZMTP 3, or encrypted)."""
         self._streams: dict[tuple[bytes, bytes], ZmtpStream] = {}
-        self._gapped: dict[tuple[bytes, bytes], list[bytes | None]] = {}
-        """Streams that resumed after lost copies -> the first frames of the messages
-        lost (None: not known), until their next whole message."""
         self._context = zmq.Context()
         self._pull = self._context.socket(zmq.PULL)
         self._pull.setsockopt(zmq.RCVHWM, 0)
@@ -457,15 +549,13 @@ class ForwardingProcess:
         stream = self._streams.get((driver, kind))
         if stream is None:
             stream = self._streams[(driver, kind)] = ZmtpStream(keep=True)
-        if resumed is not None:
-            cut = stream.resume()
-            self._gapped.setdefault((driver, kind), []).extend([*cut, *lost_ids(resumed)])
-        readable = stream.unreadable is None
         direction = kind.decode()
-        messages = stream.feed(data)
-        if messages and (lost := self._gapped.pop((driver, kind), None)) is not None:
-            taken.append(Copy(direction, driver, messages.pop(0), now, lost=tuple(lost)))
-        taken.extend(Copy(direction, driver, message, now) for message in messages)
+        if resumed is not None:  # the news goes first, on its own: the replies after it may be all that come
+            cut = stream.resume()
+            lost, ended = resume_notice(resumed)
+            taken.append(Copy(direction, driver, [], now, lost=(*cut, *lost), ended=tuple(ended)))
+        readable = stream.unreadable is None
+        taken.extend(Copy(direction, driver, message, now) for message in stream.feed(data))
         if readable and stream.unreadable is not None:
             self.notes.append(f"driver {driver.decode()}: {stream.unreadable}; its frames go on, unseen")
 
@@ -504,15 +594,19 @@ class ForwardingProcess:
             self.notes.extend(str(note) for note in status.get("notes", ()))
 
 
-def lost_ids(packed: bytes) -> list[bytes | None]:
-    """The first frames a resumed chunk says were lost before it (None: not known)."""
+def resume_notice(packed: bytes) -> tuple[list[bytes | None], list[bytes]]:
+    """What a resume says was dropped before it: the first frames of the messages
+    lost (None: not known), and the runs whose reply was lost."""
     try:
-        ids = msgpack.unpackb(packed)
+        notice = msgpack.unpackb(packed)
     except Exception:
-        return [None]
-    if not isinstance(ids, list):
-        return [None]
-    return [i if isinstance(i, bytes) else None for i in ids]
+        return [None], []
+    lost = notice.get("lost") if isinstance(notice, dict) else None
+    ended = notice.get("ended") if isinstance(notice, dict) else None
+    return (
+        [i if isinstance(i, bytes) else None for i in lost] if isinstance(lost, list) else [None],
+        [i for i in ended if isinstance(i, bytes)] if isinstance(ended, list) else [],
+    )
 
 
 if __name__ == "__main__":

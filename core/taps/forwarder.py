@@ -72,7 +72,10 @@ class Copy:
     t: float
     lost: tuple[bytes | None, ...] | None = None
     """Copies of this direction of this connection were lost just before this one:
-    their first frames (a run's request id; None where not known)."""
+    their first frames (a run's request id; None where not known). A copy with no
+    `frames` is only this news (and `ended`)."""
+    ended: tuple[bytes, ...] = ()
+    """Runs whose reply was lost to the view (they ended at their driver)."""
 
 
 @dataclass(eq=False)
@@ -88,16 +91,22 @@ class Leg:
     """Bytes the target could not take yet; the source is not read until they went."""
     gap: bool = False
     """Copies of this leg were dropped: the view picks up again at a message start."""
+    resume: bool = False
+    """Copies were dropped since the view last heard: with the next copies, or on
+    their own once the view has room, it is told to read on from a message start,
+    with `lost`, `kept` and `ended`."""
     lost: list[bytes | None] = field(default_factory=list)
-    """The first frames (request ids) of the messages dropped in this gap."""
+    """The first frames (request ids) of the messages dropped, not yet told."""
+    kept: bytearray = field(default_factory=bytearray)
+    """Whole replies from dropped copies, for the view before anything after them."""
+    ended: list[bytes] = field(default_factory=list)
+    """Runs whose reply was dropped and could not be kept, not yet told."""
     pending: bytearray = field(default_factory=bytearray)
     """Copies gathered for the watcher, not yet handed over."""
     firsts: list[bytes | None] = field(default_factory=list)
     """The first frames of the messages that begin in `pending`."""
     inside: bool = False
     """`pending` begins inside a message (begun in copies already handed over)."""
-    resuming: list[bytes | None] | None = None
-    """`pending` picks up after a gap: the first frames of the messages lost in it."""
     offsets: list[int] = field(default_factory=list)
     """Where in `pending` each of those messages begins."""
     skipping: bool = False

@@ -45,6 +45,7 @@ STOPPED_UNSEEN = (
 )
 """A stop is a viewer's stop: the view cannot know how these runs ended, so they are
 unobserved, never failed (their replies may be among the copies left unread)."""
+REPLY_DROPPED = "the proxy dropped the run's reply for the view, past the replies it keeps (the driver got it)"
 ROUTE_LOST = "drivers pointed at {listen} lose their route to {upstream} until a proxy listens there again"
 
 
@@ -231,11 +232,16 @@ class ProxyVariant(TapVariant):
             self._say(f"a frame could not be read: {error!r}")
 
     def _read(self, copy: Copy) -> None:
+        if copy.direction != TO_SERVER:
+            if copy.lost is not None:
+                self._lost(copy.driver, copy.lost)
+            for request_id in copy.ended:
+                self.runs.missed_end((copy.driver, request_id), REPLY_DROPPED)
+        if not copy.frames:
+            return  # only news of what the view lost
         if len(copy.frames) != 3:
             self._say(f"a {len(copy.frames)}-frame message passed through (not the env-server protocol); forwarded as is")
             return
-        if copy.lost is not None and copy.direction != TO_SERVER:
-            self._lost(copy.driver, copy.lost)
         raw_id, word, payload = copy.frames
         run = (copy.driver, raw_id)
         if copy.direction == TO_SERVER:
