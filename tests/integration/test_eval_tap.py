@@ -448,3 +448,79 @@ def test_a_headless_eval_view_stopped_while_the_eval_ends_says_what_it_missed_an
     endings = {r.task_label: (r.status, r.reason) for r in opened.store.rollouts.values()}
     assert {task: status for task, (status, _) in endings.items()} == {task: Status.UNOBSERVED if task == PADDED else Status.DONE for task in EXPECTED}, endings
     assert (reason := endings[PADDED][1]) is not None and reason in ended, endings
+
+
+TAPPED_EVAL = """
+import json, pathlib, sys, time
+import msgpack
+import sitecustomize  # the eval tap itself, first on the PYTHONPATH tracewatch gives the eval
+from tracewatch_guest import framing
+
+fixture, flags = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+rows = [json.loads(line) for line in (fixture / "deltas.jsonl").read_text().splitlines()]
+deltas = [msgpack.packb(row["delta"]) for row in rows if row["request"] == "run0"]
+reply = msgpack.packb(next(r["reply"] for r in json.loads((fixture / "replies.json").read_text()) if r["request"] == "run0"))
+sender = sitecustomize._connect()
+
+
+def wait_for(flag):
+    while not (flags / flag).exists():
+        time.sleep(0.05)
+
+
+sender.send(framing.BEGIN, b"0", msgpack.packb(framing.begin_payload({"id": "ending", "prompt": "p"}, "m", None)))
+sender.send(framing.DELTA, b"0", msgpack.packb({"trace": "t", "open": {"id": "t"}}))
+sender.send(framing.BEGIN, b"1", msgpack.packb(framing.begin_payload({"id": "live", "prompt": "p"}, "m", None)))
+sender.send(framing.DELTA, b"1", deltas[0])
+wait_for("viewer-stopped")
+for i in range(16_000):  # 64 MB: far past the socket buffers of a stopped viewer
+    sender.send(framing.DELTA, b"0", msgpack.packb({"trace": "t", "set": {"i": i, "text": "x" * 4000}}))
+sender.send(framing.REPLY, b"0", msgpack.packb(framing.failed_reply("the stand-in's run ended")))
+(flags / "ending-sent").write_text(str(sender.dropped))
+wait_for("finish")
+for delta in deltas[1:]:
+    sender.send(framing.DELTA, b"1", delta)
+sender.send(framing.REPLY, b"1", reply)
+"""
+
+
+def test_an_eval_view_resumed_while_the_eval_runs_is_told_what_the_tap_dropped_and_the_live_run_goes_on(tmp_path) -> None:
+    """The viewer (`tracewatch eval --headless`) suspended (SIGSTOP) while a run
+    streams far more than the eval tap may queue and ends, another run left live:
+    resumed, with nothing more from the eval, it is told by the tap on its own what
+    was dropped, ends that run *unobserved* within a deadline, and the live run goes
+    on and ends done when the eval ends it."""
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    viewer = TetheredProcess(
+        [sys.executable, "-m", "tracewatch.cli", "eval", "--name", "ev", "--headless", "--no-record", "--",
+         sys.executable, "-c", TAPPED_EVAL, str(FIXTURE), str(flags)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "TRACEWATCH_TAP_QUEUE": "100"},
+    )  # fmt: skip
+    said: list[str] = []
+    threading.Thread(target=lambda: said.extend(viewer.stdout or ()), daemon=True).start()
+
+    def line(task: str, status: str) -> str | None:
+        return next((text for text in list(said) if f"[{task}] {status}" in text), None)
+
+    def seen() -> str:
+        return f"; the viewer said {list(said)[-12:]}"
+
+    try:
+        wait_until(lambda: line("ending", "running") and line("live", "running"), WAIT, lambda: "both runs seen running" + seen())
+        viewer.send_signal(signal.SIGSTOP)
+        (flags / "viewer-stopped").touch()
+        dropped = wait_until(lambda: (flags / "ending-sent").exists() and int((flags / "ending-sent").read_text() or 0), WAIT, "the run's end sent")
+        assert dropped > 0, "the tap dropped nothing for the stopped viewer"
+        viewer.send_signal(signal.SIGCONT)
+        ended = wait_until(lambda: line("ending", "unobserved"), 30, lambda: "the resumed viewer told what it missed" + seen())
+        assert "view incomplete: the eval's tap dropped " in ended and "the run's end among them (the run itself is the eval's)" in ended, seen()
+        assert not any(f"[live] {status}" in text for text in said for status in ("done", "failed", "unobserved", "cancelled")), seen()
+        (flags / "finish").touch()
+        wait_until(lambda: line("live", "done"), WAIT, lambda: "the live run ended as the eval ended it" + seen())
+        viewer.wait(WAIT)
+    finally:
+        viewer.send_signal(signal.SIGCONT)
+        viewer.end()
+    (summary,) = [text for text in said if text.startswith("ev: done; ")]
+    assert "1 done, 1 unobserved;" in summary and "the eval's tap dropped " in summary, seen()
