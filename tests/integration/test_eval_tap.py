@@ -393,9 +393,10 @@ def test_a_headless_eval_view_resumed_after_a_run_ended_ends_it_and_the_live_run
         viewer.end()
 
 
-PAD = 8_000_000
-"""Characters more in each tool turn of the hanging task: far more than the socket
-buffers between a stopped viewer and the eval hold, so the tap's queue (2) drops."""
+PAD = 3_000_000
+"""Characters more in each of the hanging task's 6 tool turns: far more than the socket
+buffers between a stopped viewer and the eval hold, and more messages than the tap's
+queue (8), so it drops; a queue that small still keeps up with a running viewer under load."""
 PADDED = "calc (120 + 37) * 3"
 
 
@@ -408,7 +409,8 @@ def test_a_headless_eval_view_stopped_while_the_eval_ends_says_what_it_missed_an
     it wrote ends each run the same."""
     monkeypatch.setenv("TW_EVALSET_HANG", "1")
     monkeypatch.setenv("TW_EVALSET_PAD", str(PAD))
-    monkeypatch.setenv("TRACEWATCH_TAP_QUEUE", "2")
+    monkeypatch.setenv("TW_EVALSET_TOOLS", "6")
+    monkeypatch.setenv("TRACEWATCH_TAP_QUEUE", "8")
     monkeypatch.setenv("TRACEWATCH_HOME", str(eval_env / "home"))
     recording = eval_env / "view.twrec"
     viewer = TetheredProcess(
