@@ -317,6 +317,25 @@ def test_with_finish_an_eval_outlives_a_killed_viewer_and_its_results_open(model
 
 
 
+class HeadlessEval:
+    """`tracewatch eval --name ev --headless OPTIONS -- COMMAND`, what it says read as it says it."""
+
+    def __init__(self, command: list[str], *options: str, env: dict[str, str] | None = None) -> None:
+        self.process = TetheredProcess(
+            [sys.executable, "-m", "tracewatch.cli", "eval", "--name", "ev", "--headless", *options, "--", *command],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        )  # fmt: skip
+        self.said: list[str] = []
+        threading.Thread(target=lambda: self.said.extend(self.process.stdout or ()), daemon=True).start()
+
+    def line(self, task: str, status: str) -> str | None:
+        """The first line that says this task's run is in this status."""
+        return next((text for text in list(self.said) if f"[{task}] {status}" in text), None)
+
+    def seen(self) -> str:
+        return f"; the viewer said {list(self.said)[-12:]}"
+
+
 STANDING_EVAL = """
 import json, os, pathlib, sys, time
 import msgpack, zmq
@@ -362,20 +381,8 @@ def test_a_headless_eval_view_resumed_after_a_run_ended_ends_it_and_the_live_run
     eval ends it."""
     flags = tmp_path / "flags"
     flags.mkdir()
-    viewer = TetheredProcess(
-        [sys.executable, "-m", "tracewatch.cli", "eval", "--name", "ev", "--headless", "--no-record", "--",
-         sys.executable, "-c", STANDING_EVAL, str(FIXTURE), str(flags)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    assert viewer.stdout is not None
-    said: list[str] = []
-    threading.Thread(target=lambda: said.extend(viewer.stdout or ()), daemon=True).start()
-
-    def line(task: str, status: str) -> str | None:
-        return next((text for text in list(said) if f"[{task}] {status}" in text), None)
-
-    def seen() -> str:
-        return f"; the viewer said {list(said)[-12:]}"
+    view = HeadlessEval([sys.executable, "-c", STANDING_EVAL, str(FIXTURE), str(flags)], "--no-record")
+    viewer, said, line, seen = view.process, view.said, view.line, view.seen
 
     try:
         wait_until(lambda: line("ending", "running") and line("live", "running"), WAIT, lambda: "both runs seen running" + seen())
@@ -413,19 +420,8 @@ def test_a_headless_eval_view_stopped_while_the_eval_ends_says_what_it_missed_an
     monkeypatch.setenv("TRACEWATCH_TAP_QUEUE", "8")
     monkeypatch.setenv("TRACEWATCH_HOME", str(eval_env / "home"))
     recording = eval_env / "view.twrec"
-    viewer = TetheredProcess(
-        [sys.executable, "-m", "tracewatch.cli", "eval", "--name", "ev", "--headless", "--record", str(recording), "--",
-         *vf_eval(model, eval_env / "out", rollouts=1)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    said: list[str] = []
-    threading.Thread(target=lambda: said.extend(viewer.stdout or ()), daemon=True).start()
-
-    def line(task: str, status: str) -> str | None:
-        return next((text for text in list(said) if f"[{task}] {status}" in text), None)
-
-    def seen() -> str:
-        return f"; the viewer said {list(said)[-12:]}"
+    view = HeadlessEval(vf_eval(model, eval_env / "out", rollouts=1), "--record", str(recording))
+    viewer, said, line, seen = view.process, view.said, view.line, view.seen
 
     try:
         assert model.hanging.wait(WAIT), "the scripted model call never hung" + seen()
@@ -494,19 +490,8 @@ def test_an_eval_view_resumed_while_the_eval_runs_is_told_what_the_tap_dropped_a
     on and ends done when the eval ends it."""
     flags = tmp_path / "flags"
     flags.mkdir()
-    viewer = TetheredProcess(
-        [sys.executable, "-m", "tracewatch.cli", "eval", "--name", "ev", "--headless", "--no-record", "--",
-         sys.executable, "-c", TAPPED_EVAL, str(FIXTURE), str(flags)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "TRACEWATCH_TAP_QUEUE": "100"},
-    )  # fmt: skip
-    said: list[str] = []
-    threading.Thread(target=lambda: said.extend(viewer.stdout or ()), daemon=True).start()
-
-    def line(task: str, status: str) -> str | None:
-        return next((text for text in list(said) if f"[{task}] {status}" in text), None)
-
-    def seen() -> str:
-        return f"; the viewer said {list(said)[-12:]}"
+    view = HeadlessEval([sys.executable, "-c", TAPPED_EVAL, str(FIXTURE), str(flags)], "--no-record", env={**os.environ, "TRACEWATCH_TAP_QUEUE": "100"})
+    viewer, said, line, seen = view.process, view.said, view.line, view.seen
 
     try:
         wait_until(lambda: line("ending", "running") and line("live", "running"), WAIT, lambda: "both runs seen running" + seen())
