@@ -21,7 +21,7 @@ from tracewatch.core.session.task_identity import task_identity
 
 CHANGES_KEPT = 64
 """Changes remembered for `changed_since`; a reader further behind looks at every row."""
-TABLE_COLUMNS = {"task": "task", "ok": "ok", "reward": "reward", "turns": "turns", "errors": "num_errors", "used": "effective"}
+TABLE_COLUMNS = {"task": "task", "group": "group", "ok": "ok", "reward": "reward", "turns": "turns", "errors": "num_errors", "used": "effective"}
 """`FinishedRows` columns that are the run's own (`EpisodeTable`), by the name the table knows them by."""
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 

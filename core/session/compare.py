@@ -96,22 +96,51 @@ class Comparison:
         return Summary(_mean(rewards), _stderr(rewards), len(rewards), sum(cell.passed for cell in scored), len(scored), failed, cancelled)
 
 
-def compare(groups: Mapping[str, Iterable[Rollout]]) -> Comparison:
-    """Variant name -> its rollouts (from one session, or from several sources). A
-    task is matched across them by its identity (`Rollout.task_identity`) and shown
-    with the index and label of the first variant that ran it."""
+TaskCell = tuple[str, str, tuple[int, str], Cell]
+"""Finished rows kept as columns, counted already: (variant, task identity, the
+task's index and label, the cell of that variant's rows of the task)."""
+
+
+def compare(groups: Mapping[str, Iterable[Rollout]], counted: Iterable[TaskCell] = ()) -> Comparison:
+    """Variant name -> its rollouts (from one session, or from several sources), and
+    the cells of rows counted elsewhere (`finished_columns.task_cells`). A task is
+    matched across them by its identity (`Rollout.task_identity`) and shown with the
+    index and label of the first variant that ran it."""
     tasks: dict[tuple[int, str], dict[str, Cell]] = {}
     shown: dict[str, tuple[int, str]] = {}
+    by_variant: dict[str, list[TaskCell]] = {}
+    for found in counted:
+        by_variant.setdefault(found[0], []).append(found)
     for name, rollouts in groups.items():
         for rollout in rollouts:
             if rollout.status.finished:
                 task = shown.setdefault(rollout.task_identity, (rollout.task_index, rollout.task_label))
                 _add(tasks.setdefault(task, {}).setdefault(name, Cell()), rollout)
+        for _, identity, place, cell in by_variant.get(name, ()):
+            task = shown.setdefault(identity, place)
+            _merge(tasks.setdefault(task, {}).setdefault(name, Cell()), cell)
     return Comparison(list(groups), dict(sorted(tasks.items())))
 
 
 def compare_store(store: StoreView) -> Comparison:
-    return compare({name: list(store.variant_rollouts(name)) for name in store.variants})
+    """The store's variants compared: its rollouts, and its finished rows kept as
+    columns counted from the columns (`finished_columns.task_cells`)."""
+    groups = {name: list(store.variant_rollouts(name)) for name in store.variants}
+    if store.finished_rows is None:
+        return compare(groups)
+    from tracewatch.core.session.finished_columns import task_cells  # numpy: only for a session that keeps columns
+
+    return compare(groups, task_cells(store.finished_rows))
+
+
+def _merge(cell: Cell, other: Cell) -> None:
+    cell.rewards += other.rewards
+    cell.turns += other.turns
+    cell.tokens += other.tokens
+    cell.seconds += other.seconds
+    cell.errors += other.errors
+    cell.failed += other.failed
+    cell.cancelled += other.cancelled
 
 
 def _add(cell: Cell, rollout: Rollout) -> None:

@@ -175,10 +175,10 @@ class ReplayControls(Protocol):
         """Playing as fast as it can (speed 0, or seeking): faster than it can be read."""
 
 
-FINISHED_COLUMNS = ("variant", "task", "task_index", "number", "ok", "reward", "turns", "tokens", "elapsed", "step", "used", "errors")
+FINISHED_COLUMNS = ("variant", "task", "group", "task_index", "number", "ok", "reward", "turns", "tokens", "elapsed", "step", "used", "errors")
 """What `FinishedRows.column` gives, a numpy array of one value a row each:
-`variant` and `task` are codes into `labels` (`task` -1: not known, the row reads
-`task <task_index>`), `number` is the row's index among its task's rollouts, `ok` is 1
+`variant`, `task` and `group` are codes into `labels` (-1: none; a row whose task is
+not known reads `task <task_index>`), `number` is the row's index among its task's rollouts, `ok` is 1
 where the episode ended well (done) and 0 where it failed, `reward` and `elapsed` are
 NaN, `step` and `used` -1, where not known (`used` 0: the trainer said it did not)."""
 

@@ -14,12 +14,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tracewatch.core.session.compare import Cell, TaskCell
 from tracewatch.core.session.contracts import FinishedRows
 from tracewatch.core.session.phases import ROLLOUT_PHASES
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import OPERATORS, Comparison, RowFilter
 from tracewatch.core.session.status import Status
 from tracewatch.core.session.tallies import Tally
+from tracewatch.core.session.task_identity import task_identity
 
 Mask = npt.NDArray[np.bool_]
 NONE_LAST = -np.inf
@@ -205,3 +207,42 @@ def hex_trace_numbers(high: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
         nibble = ((high >> np.uint64(60 - 4 * at)) & np.uint64(15)).astype(np.int64)
         number = number * 128 + np.where(nibble < 10, ord("0") + nibble, ord("a") - 10 + nibble)
     return number.astype(np.float64)
+
+
+def task_cells(rows: FinishedRows) -> list[TaskCell]:
+    """The finished rows without a rollout, per variant and task, as compare counts
+    rollouts (`compare._add`): a row done with a reward is scored, any other failed.
+    A row's task is its name where known, else its group's (as `RunRows` numbers it)."""
+    alone = np.flatnonzero(~rows.has_rollout())
+    if not len(alone):
+        return []
+    variant = rows.column("variant")[alone].astype(np.int64)
+    task, group = rows.column("task")[alone].astype(np.int64), rows.column("group")[alone].astype(np.int64)
+    which = np.where(task >= 0, 1, np.where(group >= 0, 2, 0))
+    label = np.where(task >= 0, task, np.where(group >= 0, group, 0))
+    groups, first, inverse = np.unique(np.stack([variant, which, label], axis=1), axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(groups) + 1))
+    reward = rows.column("reward")[alone][order]
+    scored = (rows.column("ok")[alone][order] != 0) & ~np.isnan(reward)
+    turns = np.maximum(rows.column("turns")[alone][order], 0)
+    tokens = rows.column("tokens")[alone][order]
+    seconds = np.nan_to_num(rows.column("elapsed")[alone][order], nan=0.0)
+    errors = np.maximum(rows.column("errors")[alone][order], 0)
+    task_index = rows.column("task_index")[alone][first]
+    variants, tasks, group_labels = rows.labels("variant"), rows.labels("task"), rows.labels("group")
+    found: list[TaskCell] = []
+    listed = groups.tolist()
+    for at in np.argsort(first, kind="stable").tolist():  # in the order the rows first met each task
+        code, kind, text = listed[at]
+        span = slice(int(bounds[at]), int(bounds[at + 1]))
+        good = scored[span]
+        data = {"name": tasks[text]} if kind == 1 else {"group": group_labels[text]} if kind == 2 else {}
+        cell = Cell(
+            rewards=reward[span][good].tolist(), turns=turns[span][good].tolist(), tokens=tokens[span][good].tolist(),
+            seconds=seconds[span][good].tolist(), errors=int(errors[span][good].sum()), failed=int((~good).sum()),
+        )
+        index = int(task_index[at])
+        found.append((variants[code], task_identity(None, data), (index, tasks[text] if kind == 1 else f"task {index}"), cell))
+    return found

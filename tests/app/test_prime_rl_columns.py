@@ -100,3 +100,26 @@ async def test_an_episode_opened_from_the_columns_shows_its_transcript_where_its
         assert table.row_count == len(writer.landed), "the opened row is its rollout now, not a second row"
         assert table.cell_text(key, "reward") == reward
     await session.shutdown()
+
+
+async def test_a_big_sort_draws_its_first_screen_at_once_and_every_row_once_sorted_off_the_loop(tmp_path, monkeypatch):
+    """A sort of many rows puts the first screen's in order at once and the rest in
+    a thread (`finished_index`; here "many" is made small)."""
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.PARTIAL_FROM", 4)
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.FIRST_SCREEN", 3)
+    writer = RunWriter(tmp_path / "out", Script(episodes=16, concurrent=4))
+    writer.run()
+    assert writer.error is None
+    session = FollowedRun(layout_of(tmp_path / "out"), follow=False, columns=True)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await until(pilot, lambda: table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {table.row_count} shown")
+        rewards = sorted(rollout.reward for rollout in writer.landed)  # type: ignore[attr-defined]
+        table.sort_by("reward", reverse=True)
+        first = [float(table.cell_text(key, "reward")) for key in table.ordered_keys[:3]]
+        assert first == [round(reward, 2) for reward in rewards[::-1][:3]], "the first screen is in order before the rest"
+        shown = lambda: [float(table.cell_text(key, "reward")) for key in table.ordered_keys]  # noqa: E731
+        await until(pilot, lambda: shown() == [round(reward, 2) for reward in rewards[::-1]], lambda: f"every row in order; {shown()}")
+        assert table.row_count == len(writer.landed)
+    await session.shutdown()

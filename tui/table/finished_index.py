@@ -23,9 +23,15 @@ from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
 
 Positions = npt.NDArray[np.int64]
+Keys = npt.NDArray[np.float64]
 LiveKey = tuple[float, float]
 """A live rollout's place: its sort key, then its finished row (infinity: none), as
 rows of one key stand in row order; an opened row's rollout takes the row's place."""
+FIRST_SCREEN = 1024
+"""Rows a sort of many puts in order at once (`argpartition`): the rest waits for a
+full sort off the loop (`order_of`), the first screen for none."""
+PARTIAL_FROM = 65536
+"""Shown rows from which a sort is done in those two steps."""
 ONE_BY_ONE = 4096
 """Changed rows put back in their places one at a time, at most; more, and every row is sorted again."""
 
@@ -43,6 +49,12 @@ class FinishedIndex:
         """Per finished row, where it is in `rows` (-1: not shown)."""
         self._keys: npt.NDArray[np.float64] = np.zeros(0)
         """The shown rows' sort keys, ascending (negated for a reversed sort)."""
+        self.sorted_upto = 0
+        """The rows in order so far (the rest of a big sort waits for `sorted`)."""
+        self.generation = 0
+        """Bumped at every change of the rows: a full sort of an older one is dropped."""
+        self.pending: tuple[Positions, npt.NDArray[np.float64]] | None = None
+        """A big sort's rows and keys, for `order_of` to sort off the loop."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -55,11 +67,35 @@ class FinishedIndex:
         self.version = source.version
         shown = np.flatnonzero(finished_mask(row_filter, source) & ~source.has_rollout())
         keys, live_keys = self._sort_keys(column, reverse, now, live)
-        order = np.argsort(keys[shown], kind="stable")
-        self.rows = shown[order]
+        shown_keys = keys[shown]
+        self.generation += 1
+        if column is not None and len(shown) > PARTIAL_FROM:
+            first = np.argpartition(shown_keys, FIRST_SCREEN - 1)[:FIRST_SCREEN]
+            first = first[np.lexsort((shown[first], shown_keys[first]))]
+            rest = np.ones(len(shown), dtype=bool)
+            rest[first] = False
+            self.rows = np.concatenate([shown[first], shown[rest]])
+            self.sorted_upto, self.pending = FIRST_SCREEN, (shown, shown_keys)
+        else:
+            self.rows = order_of(shown, shown_keys)
+            self.sorted_upto, self.pending = len(shown), None
         self._keys = keys[self.rows]
         self._placed()
         return live_keys
+
+    def sorted(self, generation: int, rows: Positions) -> bool:
+        """A big sort's full order, if the rows are still those it sorted."""
+        if generation != self.generation or self.pending is None:
+            return False
+        self._keys = np.sort(self.pending[1], kind="stable")
+        self.rows, self.pending = rows, None
+        self._placed()
+        return True
+
+    def finish(self) -> None:
+        """A big sort finished here and now (the rows are about to change)."""
+        if self.pending is not None:
+            self.sorted(self.generation, order_of(*self.pending))
 
     def update(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
         """The rows added or changed since the last look weighed again and put in their
@@ -68,6 +104,8 @@ class FinishedIndex:
         changed = source.changed_since(self.version)
         if changed is None:
             return self.build(row_filter, column, reverse, now, live)
+        self.finish()
+        self.generation += 1
         self.version = source.version
         changed = changed[changed < source.count]
         known = len(self._place)
@@ -100,21 +138,11 @@ class FinishedIndex:
         return live_keys
 
     def _place_of(self, key: float, row: float) -> int:
-        """Where a row (or a live rollout) of `key` goes: among the rows of that key, by row."""
-        low, high = int(np.searchsorted(self._keys, key, side="left")), int(np.searchsorted(self._keys, key, side="right"))
+        """Where a row (or a live rollout) of `key` goes: among the rows of that key, by
+        row (during a big sort, among the rows in order so far)."""
+        keys = self._keys[: self.sorted_upto]
+        low, high = int(np.searchsorted(keys, key, side="left")), int(np.searchsorted(keys, key, side="right"))
         return low + int(np.searchsorted(self.rows[low:high], row, side="right")) if math.isfinite(row) else high
-
-    def take_over(self, row: int) -> int | None:
-        """A rollout stands for `row` now: it leaves the index; its display position
-        (the rollout takes it), None if it was not shown."""
-        if row >= len(self._place) or (at := int(self._place[row])) < 0:
-            return None
-        position = self.row_position(row)
-        self.rows = np.delete(self.rows, at)
-        self._keys = np.delete(self._keys, at)
-        self._place[row] = -1
-        self._place[self.rows[at:]] -= 1
-        return position
 
     def merge(self, live_keys: list[LiveKey]) -> None:
         """The live rollouts' positions by their keys (ascending) among the rows'."""
@@ -138,6 +166,8 @@ class FinishedIndex:
         return keys, list(zip(live_keys, rows, strict=True))
 
     def _placed(self) -> None:
+        if self.pending is None:
+            self.sorted_upto = len(self.rows)
         place = np.full(self.source.count, -1, dtype=np.int64)
         place[self.rows] = np.arange(len(self.rows), dtype=np.int64)
         self._place = place
@@ -160,3 +190,10 @@ class FinishedIndex:
         # the finished rows before it, and the live rollouts placed before it
         shifted = self.live_pos - np.arange(len(self.live_pos), dtype=np.int64)
         return at + int(np.searchsorted(shifted, at, side="right"))
+
+
+def order_of(rows: Positions, keys: Keys) -> Positions:
+    """`rows` by their keys, rows of one key in row order (`rows` ascending). Numpy's
+    sort lets go of the GIL: a thread runs it beside the loop."""
+    ordered: Positions = rows[np.argsort(keys, kind="stable")]
+    return ordered

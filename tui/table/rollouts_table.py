@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from textual import events
+from textual import events, work
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -40,7 +40,7 @@ from tracewatch.tui.drawing.virtual_size import set_virtual_size
 from tracewatch.tui.table.columns import BY_KEY, COLUMNS, FINISHED_CELLS, Cell, Column
 
 if TYPE_CHECKING:
-    from tracewatch.tui.table.finished_index import FinishedIndex
+    from tracewatch.tui.table.finished_index import FinishedIndex, Keys, Positions
 
 Entry = str | int
 """What a table row shows: a rollout (its key) or a finished row kept as columns (its number)."""
@@ -419,6 +419,21 @@ class RolloutsTable(ScrollView, can_focus=True):
         live = [rollouts[key] for key in self._keys if key in rollouts]
         weigh = finished.update if changed_only else finished.build
         weigh(self.row_filter, self.sort_column, self.sort_reverse, self.now(), live)
+        if finished.pending is not None:  # a big sort: the first screen's rows are in order, the rest follow
+            self._sort_rest(finished.generation, *finished.pending)
+
+    @work(thread=True, exclusive=True, group="finished-sort", exit_on_error=False)
+    def _sort_rest(self, generation: int, rows: Positions, keys: Keys) -> None:
+        """A big sort's every row, off the loop (numpy's sort lets go of the GIL)."""
+        from tracewatch.tui.table.finished_index import order_of
+
+        order = order_of(rows, keys)
+        if self.app.is_running:
+            self.app.call_from_thread(self._rest_sorted, generation, order)
+
+    def _rest_sorted(self, generation: int, order: Positions) -> None:
+        if self._finished is not None and self._finished.sorted(generation, order):
+            self._reindex(sort=False)
 
     def _reindex(self, sort: bool) -> None:
         """After the index changed: sort it if asked, find every key's row again, keep

@@ -2,7 +2,7 @@
 way) say what the rollouts made of the same rows (the headless and offline way) say:
 a filter compiled to a mask over the columns lets the same episodes through as its
 test of each rollout, a sort over the columns orders them as the rollouts' values do,
-and a card counts them alike. Rows and filters are generated, hostile ones included
+and a card and compare count them alike. Rows and filters are generated, hostile ones included
 (absent fields, ids that are not hex, a word across the key's slash)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracewatch.core.engine.followed_run import FollowedRun
+from tracewatch.core.session.compare import compare_store
 from tracewatch.core.recordings.prime_rl.layout import StreamRun, find_run
 from tracewatch.core.session.finished_columns import finished_mask, sort_keys
 from tracewatch.core.session.rollout_filter import RowFilter
@@ -128,6 +129,8 @@ def test_a_sort_over_the_columns_orders_rows_as_the_rollouts_values_do(rows, dat
         finished, _ = sort_keys(column, table, [], NOW)
         values = [BY_KEY[column].sort(by_key[table.key(row)], NOW) for row in np.argsort(finished, kind="stable").tolist()]
         assert values == sorted(values), column  # in the rollouts' own order, ties aside
+    # compare puts them under the same tasks with the same numbers
+    assert compare_store(columns.store) == compare_store(rollouts.store)
     # and the cards count them alike
     for variant in rollouts.store.variants:
         mine, theirs = columns.store.stats(variant), rollouts.store.stats(variant)
