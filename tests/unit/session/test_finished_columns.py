@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracewatch.core.engine.followed_run import FollowedRun
-from tracewatch.core.session.compare import compare_store
 from tracewatch.core.recordings.prime_rl.layout import StreamRun, find_run
+from tracewatch.core.session.compare import compare_store
 from tracewatch.core.session.finished_columns import finished_mask, sort_keys
 from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.tui.table.columns import BY_KEY
