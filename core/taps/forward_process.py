@@ -7,7 +7,10 @@ relays bytes and reads none of the messages: it finds where they begin (to count
 to shed whole ones and to resume after a drop) and pushes the chunks to the app, which
 reads the messages out of them. A push is never waited on: the app says how many bytes
 it took, and past the bound what gathered is dropped, its messages counted, and that
-leg's copies pick up again at the next message start. The counters go along every
+leg's copies pick up again at the next message start; the replies in it are kept and
+handed over, with the news of what was lost, as soon as the app has room, whether or
+not more copies come (a view resumed after its runs ended must still end them). The
+counters go along every
 quarter second. The app gives orders on stdin (`cancel REQUEST_ID`, `fail
 REQUEST_ID_HEX`, `took BYTES`, `stop`). End of stdin without a `stop` means the
 app died: the drivers' runs are not the app's to end, so forwarding goes on, unwatched,
