@@ -81,15 +81,30 @@ def _holds(comparison: Comparison, values: npt.NDArray[Any], known: Mask) -> Mas
     return found & known
 
 
-def finished_mask(row_filter: RowFilter, rows: FinishedRows) -> Mask:
-    """Which finished rows `row_filter` lets through: what its per-rollout test
-    (`RowFilter.matcher`) says of the rollouts the rows stand for."""
-    count = rows.count
+class Picked:
+    """The columns of every row, or of some (`subset`)."""
+
+    def __init__(self, rows: FinishedRows, subset: npt.NDArray[np.int64] | None) -> None:
+        self.rows, self.subset = rows, subset
+        self.count = rows.count if subset is None else len(subset)
+
+    def column(self, name: str) -> npt.NDArray[Any]:
+        return self.pick(self.rows.column(name))
+
+    def pick(self, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return values if self.subset is None else values[self.subset]
+
+
+def finished_mask(row_filter: RowFilter, rows: FinishedRows, subset: npt.NDArray[np.int64] | None = None) -> Mask:
+    """Which finished rows (of `subset`, if given) `row_filter` lets through: what
+    its per-rollout test (`RowFilter.matcher`) says of the rollouts the rows stand for."""
+    picked = Picked(rows, subset)
+    count = picked.count
     mask = np.ones(count, dtype=bool)
     if not row_filter:
         return mask
-    ok = rows.column("ok") != 0
-    variant = rows.column("variant")
+    ok = picked.column("ok") != 0
+    variant = picked.column("variant")
     variant_labels = rows.labels("variant")
     if row_filter.variants:
         mask &= _per_label(variant_labels, variant, lambda name: any(value in name.lower() for value in row_filter.variants))
@@ -102,10 +117,10 @@ def finished_mask(row_filter: RowFilter, rows: FinishedRows) -> Mask:
     if row_filter.flags:
         mask[:] = False  # a finished row never read has no flags
     for comparison in row_filter.comparisons:
-        values, known = _measure(rows, comparison.field)
+        values, known = _measure(picked, comparison.field)
         mask &= _holds(comparison, values, known)
     if row_filter.errors:
-        errors = np.maximum(rows.column("errors"), 0)
+        errors = np.maximum(picked.column("errors"), 0)
         said = np.zeros(count, dtype=bool)
         for number in np.unique(errors[~ok]).tolist():
             reason = failed_reason(number)
@@ -114,10 +129,11 @@ def finished_mask(row_filter: RowFilter, rows: FinishedRows) -> Mask:
         mask &= said
     if row_filter.words:
         codes, labels = task_texts(rows)
+        codes = picked.pick(codes)
         for word in row_filter.words:
             if not mask.any():
                 break
-            mask &= _per_label(variant_labels, variant, _holding(word)) | _per_label(labels, codes, _holding(word)) | rows.containing(word)
+            mask &= _per_label(variant_labels, variant, _holding(word)) | _per_label(labels, codes, _holding(word)) | picked.pick(rows.containing(word))
     return mask
 
 
@@ -125,7 +141,7 @@ def _holding(word: str) -> Callable[[str], bool]:
     return lambda text: word in text.lower()
 
 
-def _measure(rows: FinishedRows, field: str) -> tuple[npt.NDArray[Any], Mask]:
+def _measure(rows: Picked, field: str) -> tuple[npt.NDArray[Any], Mask]:
     """A comparison's numbers over the rows, and where a row has one."""
     if field in ("turns", "tokens", "errors"):
         values = np.maximum(rows.column(field), 0)
@@ -140,10 +156,18 @@ def _measure(rows: FinishedRows, field: str) -> tuple[npt.NDArray[Any], Mask]:
 PHASE_ORDER = {phase: i for i, phase in enumerate(ROLLOUT_PHASES)}
 
 
-def sort_keys(column: str, rows: FinishedRows, rollouts: Sequence[Rollout], now: float) -> tuple[npt.NDArray[np.float64], list[float]]:
-    """The table's sort by `column` as numbers, over the finished rows and over
-    `rollouts`, in one order: the finished rows' and the rollouts' keys then merge."""
-    if column in ("variant", "task"):
+RANKED = ("variant", "task")
+"""The columns sorted by text: a row's key is its text's rank among every text there is."""
+
+
+def sort_keys(
+    column: str, rows: FinishedRows, rollouts: Sequence[Rollout], now: float, subset: npt.NDArray[np.int64] | None = None
+) -> tuple[npt.NDArray[np.float64], list[float]]:
+    """The table's sort by `column` as numbers, over the finished rows (of `subset`,
+    if given) and over `rollouts`, in one order: the finished rows' and the rollouts'
+    keys then merge."""
+    picked = Picked(rows, subset)
+    if column in RANKED:
         if column == "variant":
             codes, labels = rows.column("variant").astype(np.int64), list(rows.labels("variant"))
             texts = [rollout.variant for rollout in rollouts]
@@ -153,12 +177,12 @@ def sort_keys(column: str, rows: FinishedRows, rollouts: Sequence[Rollout], now:
             texts = [rollout.task_label.lower() for rollout in rollouts]
         ranks = {text: rank for rank, text in enumerate(sorted({*labels, *texts}))}
         by_code = np.array([ranks[label] for label in labels] + [-1], dtype=np.float64)
-        return by_code[codes], [float(ranks[text]) for text in texts]
-    finished, live = _numbers(column, rows, rollouts, now)
+        return by_code[picked.pick(codes)], [float(ranks[text]) for text in texts]
+    finished, live = _numbers(column, picked, rollouts, now)
     return finished.astype(np.float64), live
 
 
-def _numbers(column: str, rows: FinishedRows, rollouts: Sequence[Rollout], now: float) -> tuple[npt.NDArray[Any], list[float]]:
+def _numbers(column: str, rows: Picked, rollouts: Sequence[Rollout], now: float) -> tuple[npt.NDArray[Any], list[float]]:
     count = rows.count
     if column == "number":
         return rows.column("number") + float(1 << 32), [float((r.run << 32) + r.rollout_index) for r in rollouts]
@@ -181,7 +205,7 @@ def _numbers(column: str, rows: FinishedRows, rollouts: Sequence[Rollout], now: 
     if column == "flag":
         return np.zeros(count), [float(len(r.flags)) for r in rollouts]
     if column == "trace":
-        return rows.first_traces(), [trace_number(next(iter(r.trace_ids), None)) for r in rollouts]
+        return rows.pick(rows.rows.first_traces()), [trace_number(next(iter(r.trace_ids), None)) for r in rollouts]
     raise KeyError(column)
 
 

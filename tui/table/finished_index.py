@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewatch.core.session.contracts import FinishedRows
-from tracewatch.core.session.finished_columns import finished_mask, sort_keys
+from tracewatch.core.session.finished_columns import RANKED, finished_mask, sort_keys
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
 
@@ -45,8 +45,8 @@ class FinishedIndex:
         """Each live rollout's display position (ascending), in the table's key order."""
         self.version = -1
         """The rows' `version` the index was built for."""
-        self._place: Positions = np.zeros(0, dtype=np.int64)
-        """Per finished row, where it is in `rows` (-1: not shown)."""
+        self._place: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        """Per finished row, where it is in `rows` (-1: not shown): 4 bytes a row."""
         self._keys: npt.NDArray[np.float64] = np.zeros(0)
         """The shown rows' sort keys, ascending (negated for a reversed sort)."""
         self.sorted_upto = 0
@@ -111,29 +111,33 @@ class FinishedIndex:
         known = len(self._place)
         if int((changed < known).sum()) > ONE_BY_ONE:
             return self.build(row_filter, column, reverse, now, live)
-        self._place = np.concatenate([self._place[: source.count], np.full(max(0, source.count - known), -1, dtype=np.int64)])
-        keys, live_keys = self._sort_keys(column, reverse, now, live)
+        self._place = np.concatenate([self._place[: source.count], np.full(max(0, source.count - known), -1, dtype=np.int32)])
+        if column in RANKED:  # a label new to the run moves every rank
+            keys, live_keys = self._sort_keys(column, reverse, now, live)
+            self._keys = keys[self.rows]
+            mine = keys[changed]
+        else:
+            mine, live_keys = self._sort_keys(column, reverse, now, live, changed)
         if len(changed):
             was = self._place[changed]
-            wanted = finished_mask(row_filter, source)[changed] & ~source.has_rollout()[changed]
+            wanted = finished_mask(row_filter, source, changed) & ~source.has_rollout()[changed]
             # a row still shown with the same key stays where it is (a step learnt, a
             # row annotated, in a table not sorted by either)
-            stays = (was >= 0) & wanted & (self._keys[np.maximum(was, 0)] == keys[changed] if len(self._keys) else False)
+            stays = (was >= 0) & wanted & (self._keys[np.maximum(was, 0)] == mine if len(self._keys) else False)
             keep = np.ones(len(self.rows), dtype=bool)
             keep[was[(was >= 0) & ~stays]] = False
-            self.rows = self.rows[keep]
-            self._keys = keys[self.rows]
-            new = np.sort(changed[wanted & ~stays])
-            added = new[new >= known]  # after every row there was: last among their equals
-            added = added[np.argsort(keys[added], kind="stable")]
-            self.rows = np.insert(self.rows, np.searchsorted(self._keys, keys[added], side="right"), added)
-            self._keys = keys[self.rows]
-            for row in new[new < known].tolist():
-                at = self._place_of(float(keys[row]), row)
-                self.rows = np.insert(self.rows, at, row)
-                self._keys = np.insert(self._keys, at, keys[row])
-        else:
-            self._keys = keys[self.rows]
+            self.rows, self._keys = self.rows[keep], self._keys[keep]
+            moved = wanted & ~stays
+            new, new_keys = changed[moved], mine[moved]
+            added = new >= known  # after every row there was: last among their equals
+            order = np.lexsort((new[added], new_keys[added]))
+            at = np.searchsorted(self._keys, new_keys[added][order], side="right")
+            self.rows = np.insert(self.rows, at, new[added][order])
+            self._keys = np.insert(self._keys, at, new_keys[added][order])
+            for row, key in zip(new[~added].tolist(), new_keys[~added].tolist(), strict=True):
+                place = self._place_of(key, row)
+                self.rows = np.insert(self.rows, place, row)
+                self._keys = np.insert(self._keys, place, key)
         self._placed()
         return live_keys
 
@@ -151,16 +155,20 @@ class FinishedIndex:
 
     def live_keys(self, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
         """The live rollouts' sort keys in the rows' terms."""
-        return self._sort_keys(column, reverse, now, live)[1]
+        return self._sort_keys(column, reverse, now, live, np.zeros(0, dtype=np.int64))[1]
 
-    def _sort_keys(self, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> tuple[npt.NDArray[np.float64], list[LiveKey]]:
-        """Unsorted, the rows in the run's order and a rollout at its row's place (one
+    def _sort_keys(
+        self, column: str | None, reverse: bool, now: float, live: Sequence[Rollout], subset: Positions | None = None
+    ) -> tuple[npt.NDArray[np.float64], list[LiveKey]]:
+        """The rows' keys (those of `subset` only, if given) and the live rollouts'.
+        Unsorted, the rows in the run's order and a rollout at its row's place (one
         still in flight on top)."""
         source = self.source
         rows = [math.inf if (row := source.rollout_row(rollout.key)) is None else float(row) for rollout in live]
         if column is None:
-            return np.arange(source.count, dtype=np.float64), [(-1.0 if math.isinf(row) else row, row) for row in rows]
-        keys, live_keys = sort_keys(column, source, live, now)
+            order = np.arange(source.count, dtype=np.float64) if subset is None else subset.astype(np.float64)
+            return order, [(-1.0 if math.isinf(row) else row, row) for row in rows]
+        keys, live_keys = sort_keys(column, source, live, now, subset)
         if reverse:
             keys, live_keys = -keys, [-key for key in live_keys]
         return keys, list(zip(live_keys, rows, strict=True))
@@ -168,8 +176,8 @@ class FinishedIndex:
     def _placed(self) -> None:
         if self.pending is None:
             self.sorted_upto = len(self.rows)
-        place = np.full(self.source.count, -1, dtype=np.int64)
-        place[self.rows] = np.arange(len(self.rows), dtype=np.int64)
+        place = np.full(self.source.count, -1, dtype=np.int32)
+        place[self.rows] = np.arange(len(self.rows), dtype=np.int32)
         self._place = place
 
     # -- reading -----------------------------------------------------------------------

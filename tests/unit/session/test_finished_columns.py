@@ -113,8 +113,11 @@ def test_a_filter_over_the_columns_lets_through_what_it_lets_through_of_the_roll
         text = data.draw(filters(tokens_of(rollouts)))
         row_filter = RowFilter.parse(text)
         wanted = {key for key, rollout in rollouts.store.rollouts.items() if row_filter.matches(rollout, NOW, rollouts.store.is_stalled)}
-        shown = {keys[row] for row in np.flatnonzero(finished_mask(row_filter, table)).tolist()}
+        mask = finished_mask(row_filter, table)
+        shown = {keys[row] for row in np.flatnonzero(mask).tolist()}
         assert shown == wanted, (text, sorted(shown ^ wanted))
+        some = np.array(data.draw(st.lists(st.integers(0, table.count - 1), max_size=6)), dtype=np.int64)
+        assert finished_mask(row_filter, table, some).tolist() == mask[some].tolist(), "a few rows weighed alone as among all"
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -127,6 +130,8 @@ def test_a_sort_over_the_columns_orders_rows_as_the_rollouts_values_do(rows, dat
     by_key = rollouts.store.rollouts
     for column in BY_KEY:
         finished, _ = sort_keys(column, table, [], NOW)
+        some = np.arange(table.count, dtype=np.int64)[::2]
+        assert sort_keys(column, table, [], NOW, some)[0].tolist() == finished[some].tolist()
         values = [BY_KEY[column].sort(by_key[table.key(row)], NOW) for row in np.argsort(finished, kind="stable").tolist()]
         assert values == sorted(values), column  # in the rollouts' own order, ties aside
     # compare puts them under the same tasks with the same numbers
