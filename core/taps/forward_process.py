@@ -247,11 +247,13 @@ class PushingForwarder(Forwarder):
 
     def _tell(self, room: float) -> None:
         """The resumes owed to legs with nothing gathered go on their own, with the
-        replies kept, while the copies queued leave them `room`: what a drop cost
-        reaches the view though no more copies of that leg come (its runs ended,
-        its driver closed). Then the links that closed meanwhile are told closed."""
+        replies kept, while the copies queued leave them `room` (or none are queued:
+        replies kept past `room` go then): what a drop cost reaches the view though no
+        more copies of that leg come (its runs ended, its driver closed). Then the
+        links that closed meanwhile are told closed."""
         for leg in list(self._owed):
-            if leg in self._pending or self.pushed - self.taken + len(leg.kept) > room:
+            queued = self.pushed - self.taken
+            if leg in self._pending or (queued and queued + len(leg.kept) > room):
                 continue  # it goes with the copies gathered, or once the view took more
             if self._send(leg, leg.kept, *self._resumed(leg)):
                 self.pushed += len(leg.kept)
