@@ -187,6 +187,41 @@ def test_a_view_that_never_reads_costs_the_drivers_nothing_and_what_it_missed_is
     assert positions == sorted(set(positions)), "in order, none twice"
 
 
+def test_replies_dropped_for_a_view_that_never_read_reach_it_whole_once_it_reads_though_no_more_copies_come(context, forwarding) -> None:
+    """A view that read nothing while its runs burst far past the copy bound and
+    ended, their replies long (past half the bound together): once it reads, with
+    nothing more from anyone, it is told which runs lost copies and gets every reply
+    whole (the news first), so it can end them. Before, replies dropped with the
+    copies around them were gone and the news waited for copies that never came;
+    then, replies kept past half the bound waited for room they never had."""
+    server, upstream = router(context)
+    process = forwarding(upstream, copy_bytes=2 * 65536)
+    sock = driver(context, process.listen, b"d")
+    runs = [b"r1", b"r2"]
+    for run in runs:
+        sock.send_multipart([run, b"run", b"go"])
+    requests(server, b"d", len(runs), "the run requests")
+    sent = []
+    for run in runs:
+        sent += [[run, b"delta", bytes([i]) * 500_000] for i in range(4)] + [[run, b"reply", run * 30_000]]
+    for frames in sent:
+        server.send_multipart([b"d", *frames])
+    assert receive(sock, len(sent), "every frame at the driver, the view never reading") == sent
+    copies: list[Copy] = []
+
+    def replied() -> bool:
+        copies.extend(process.take(1000))
+        return {copy.frames[0] for copy in copies if copy.frames[1:2] == [b"reply"]} == set(runs)
+
+    wait_until(replied, WAIT, lambda: f"both replies in the view (it got {[(c.frames[:2], c.lost) for c in copies][-8:]})")
+    down = [copy for copy in copies if copy.direction == TO_DRIVER]
+    replies = [copy.frames for copy in down if copy.frames[1:2] == [b"reply"]]
+    assert replies == [frames for frames in sent if frames[1] == b"reply"], "each reply whole, once"
+    for run in runs:
+        reply_at = next(at for at, copy in enumerate(down) if copy.frames == [run, b"reply", run * 30_000])
+        assert any(run in (copy.lost or ()) for copy in down[:reply_at]), f"{run!r} named as having lost copies before its reply"
+
+
 GREETING = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x01" + b"NULL".ljust(20, b"\0") + b"\0" + b"\0" * 31
 
 
