@@ -8,6 +8,8 @@ shows its transcript with the cursor still on it."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.polling import MARGIN, until, wait_until
 from tests.support.prime_rl_orchestrator import RunWriter, Script
 from tracewatch.core.engine.followed_run import FollowedRun
@@ -122,4 +124,25 @@ async def test_a_big_sort_draws_its_first_screen_at_once_and_every_row_once_sort
         shown = lambda: [float(table.cell_text(key, "reward")) for key in table.ordered_keys]  # noqa: E731
         await until(pilot, lambda: shown() == [round(reward, 2) for reward in rewards[::-1]], lambda: f"every row in order; {shown()}")
         assert table.row_count == len(writer.landed)
+    await session.shutdown()
+
+
+@pytest.mark.parametrize("size", [(100, 30), (120, 30), (200, 40)])
+async def test_a_training_run_s_variant_reads_whole_and_its_used_column_stays_at_common_widths(tmp_path, size):
+    """`train:gsm8k` was cut to `train:gsm8` and Used was the first column dropped."""
+    writer = RunWriter(tmp_path / "out", Script(episodes=8, concurrent=4, ship_every=2))
+    writer.run()
+    assert writer.error is None
+    session = FollowedRun(layout_of(tmp_path / "out"), follow=False, columns=True)
+    app = TracewatchApp(session)
+    async with app.run_test(size=size) as pilot:
+        table = app.table
+        await until(pilot, lambda: table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {table.row_count} shown")
+        await pilot.pause()
+        assert "used" in table.columns_shown, table.columns_shown
+        names = {f"{rollout.kind}:{rollout.env}" for rollout in writer.landed}  # type: ignore[attr-defined]
+        assert "train:gsm8k" in names
+        lines = [table.render_line(y).text for y in range(1, table.row_count + 1)]  # the rows as drawn
+        for name in names:
+            assert any(line.startswith(f"{name} ") for line in lines), (name, lines)
     await session.shutdown()

@@ -147,7 +147,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("flag", "Flags", 10, 9, sort=lambda r, now: len(r.flags), cell=_flags),
     Column("trace", "Trace", 9, 12, sort=lambda r, now: next(iter(r.trace_ids), ""), cell=_trace),
     Column(
-        "used", "Used", 4, 13,
+        "used", "Used", 4, 8,
         sort=lambda r, now: (r.used is not None, r.used or False),
         cell=lambda r, now, palette, stall: ("" if r.used is None else "yes" if r.used else "no", PLAIN),
         stepped=True,
@@ -156,8 +156,9 @@ COLUMNS: tuple[Column, ...] = (
 """Left to right: what a glance needs first (what runs, where it is, what it does now)
 on the left, so an 80-column terminal shows it without scrolling; the trace id, a
 cross-reference, last. By priority a narrow table keeps what runs, where it is, what it
-does now, how it ended, how long, whether it failed, whether its training tokens are
-wrong; the cross-references last."""
+does now, how it ended, how long, whether it failed (and, in a training run, whether
+the trainer used it), whether its training tokens are wrong; the cross-references
+last."""
 
 BY_KEY = {column.key: column for column in COLUMNS}
 

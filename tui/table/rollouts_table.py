@@ -19,6 +19,7 @@ rollouts merged in among them; every other session's index is its rollouts' keys
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
@@ -74,9 +75,19 @@ class _Pass:
         self.changed: dict[str, None] = {}
 
 
-def available(steps: bool) -> tuple[Column, ...]:
-    """The columns a session can fill: the Step column only where a rollout has a step."""
-    return COLUMNS if steps else tuple(column for column in COLUMNS if not column.stepped)
+VARIANT_WIDEST = 20
+"""A training run's Variant column grows to its longest name (`train:gsm8k`) up to this."""
+
+
+def available(steps: bool, names: Iterable[str] = ()) -> tuple[Column, ...]:
+    """The columns a session can fill: the Step column only where a rollout has a step.
+    There (a training run, whose variants are `kind:env`) the Variant column is as wide
+    as its longest variant name, up to `VARIANT_WIDEST`."""
+    if not steps:
+        return tuple(column for column in COLUMNS if not column.stepped)
+    variant = BY_KEY["variant"]
+    width = min(VARIANT_WIDEST, max([variant.width, *map(len, names)]))
+    return tuple(replace(column, width=width) if column is variant else column for column in COLUMNS)
 
 
 def full_width(columns: tuple[Column, ...]) -> int:
@@ -155,7 +166,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         self._cursor_row = 0
         self._cursor_key: str | None = None
         self._steps = store.steps_known
-        self._columns, self._widths, self._pads = self._layout(full_width(available(self._steps)), self._steps)
+        self._columns, self._widths, self._pads = self._layout(full_width(available(self._steps, store.variants)), self._steps, store.variants)
         self._strips: dict[Entry, tuple[Strip, int]] = {}
         """Each drawn row without the cursor, full width, and the `_second` it was drawn
         in; dropped when its rollout changes, and a live row's (its clocks move) drawn
@@ -588,18 +599,18 @@ class RolloutsTable(ScrollView, can_focus=True):
         if not width:
             return
         self._steps = self.store.steps_known
-        layout = self._layout(width, self._steps)
+        layout = self._layout(width, self._steps, self.store.variants)
         if layout != (self._columns, self._widths, self._pads):
             self._columns, self._widths, self._pads = layout
             set_virtual_size(self, Size(sum(self._widths), self.row_count + 1))
             self._forget_drawing()
 
     @staticmethod
-    def _layout(width: int, steps: bool) -> tuple[tuple[str, ...], list[int], tuple[int, int]]:
+    def _layout(width: int, steps: bool, names: Iterable[str]) -> tuple[tuple[str, ...], list[int], tuple[int, int]]:
         """The columns shown, each one's width on screen (its padding included), and
         the padding (left, right): every available column from their `full_width` up
         (the room over it to Activity and Task), else by priority."""
-        candidates = available(steps)
+        candidates = available(steps, names)
         if (spare := width - full_width(candidates)) >= 0:
             widths = {column.key: column.width + 2 * PADDING for column in candidates}
             widths["activity"] += (grown := min(spare, ACTIVITY_GROWS))
