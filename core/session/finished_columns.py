@@ -33,17 +33,29 @@ def failed_reason(errors: int) -> str:
     return f"the episode ended with {errors} error(s)" if errors > 0 else "the episode is not ok"
 
 
-def task_texts(rows: FinishedRows) -> tuple[npt.NDArray[np.int64], list[str]]:
-    """Each row's task label as a code into the returned texts: a known task's name,
-    else `task N` (its index among its variant's tasks)."""
-    labels = list(rows.labels("task"))
-    codes = rows.column("task").astype(np.int64)
-    unknown = codes < 0
-    if unknown.any():
-        numbers, at = np.unique(rows.column("task_index")[unknown], return_inverse=True)
-        codes[unknown] = len(labels) + at
-        labels.extend(f"task {number}" for number in numbers.tolist())
-    return codes, labels
+_kept: dict[str, tuple[object, Any]] = {}
+"""The last task texts and the last ranks made (`task_texts`, `sort_keys`), with what
+they were made of: a keystroke over a million rows does not make them again."""
+
+
+def _keep(name: str, stamp: object, make: Callable[[], Any]) -> Any:
+    found = _kept.get(name)
+    if found is None or found[0] != stamp:
+        found = _kept[name] = (stamp, make())
+    return found[1]
+
+
+def task_texts(rows: FinishedRows, subset: npt.NDArray[np.int64] | None = None) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """Each row's (of `subset`'s) task label as a code into the returned texts: a
+    known task's name, else `task N` (its index among its variant's tasks; every N up
+    to the largest is a text, so the texts change only when a task is new)."""
+    known = rows.labels("task")
+    task_index = rows.column("task_index")
+    numbers = int(task_index.max()) + 1 if len(task_index) else 0
+    labels: list[str] = _keep("texts", (id(rows), len(known), numbers), lambda: [*known, *(f"task {n}" for n in range(numbers))])
+    picked = Picked(rows, subset)
+    codes = picked.column("task").astype(np.int64)
+    return np.where(codes >= 0, codes, len(known) + picked.pick(task_index)), labels
 
 
 def finished_tallies(rows: FinishedRows) -> dict[str, Tally]:
@@ -128,8 +140,7 @@ def finished_mask(row_filter: RowFilter, rows: FinishedRows, subset: npt.NDArray
                 said |= ~ok & (errors == number)
         mask &= said
     if row_filter.words:
-        codes, labels = task_texts(rows)
-        codes = picked.pick(codes)
+        codes, labels = task_texts(rows, subset)
         for word in row_filter.words:
             if not mask.any():
                 break
@@ -169,17 +180,22 @@ def sort_keys(
     picked = Picked(rows, subset)
     if column in RANKED:
         if column == "variant":
-            codes, labels = rows.column("variant").astype(np.int64), list(rows.labels("variant"))
+            codes, labels = picked.column("variant").astype(np.int64), list(rows.labels("variant"))
             texts = [rollout.variant for rollout in rollouts]
         else:
-            codes, labels = task_texts(rows)
-            labels = [label.lower() for label in labels]
+            codes, labels = task_texts(rows, subset)
             texts = [rollout.task_label.lower() for rollout in rollouts]
-        ranks = {text: rank for rank, text in enumerate(sorted({*labels, *texts}))}
-        by_code = np.array([ranks[label] for label in labels] + [-1], dtype=np.float64)
-        return by_code[picked.pick(codes)], [float(ranks[text]) for text in texts]
+        ranks, by_code = _keep("ranks", (column, id(labels), len(labels), frozenset(texts)), lambda: _ranks(labels, texts, column == "task"))
+        return by_code[codes], [float(ranks[text]) for text in texts]
     finished, live = _numbers(column, picked, rollouts, now)
     return finished.astype(np.float64), live
+
+
+def _ranks(labels: list[str], texts: list[str], lower: bool) -> tuple[dict[str, int], npt.NDArray[np.float64]]:
+    """Each text's rank among the labels and the texts, and the labels' ranks by code."""
+    folded = [label.lower() for label in labels] if lower else labels
+    ranks = {text: rank for rank, text in enumerate(sorted({*folded, *texts}))}
+    return ranks, np.array([ranks[label] for label in folded] + [-1], dtype=np.float64)
 
 
 def _numbers(column: str, rows: Picked, rollouts: Sequence[Rollout], now: float) -> tuple[npt.NDArray[Any], list[float]]:

@@ -92,19 +92,15 @@ class FinishedIndex:
         self._placed()
         return True
 
-    def finish(self) -> None:
-        """A big sort finished here and now (the rows are about to change)."""
-        if self.pending is not None:
-            self.sorted(self.generation, order_of(*self.pending))
-
     def update(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
         """The rows added or changed since the last look weighed again and put in their
         places; everything again when too much changed to say."""
         source = self.source
+        if self.pending is not None:  # a big sort under way: the changes wait for it (they stay in the rows' log)
+            return self.live_keys(column, reverse, now, live)
         changed = source.changed_since(self.version)
         if changed is None:
             return self.build(row_filter, column, reverse, now, live)
-        self.finish()
         self.generation += 1
         self.version = source.version
         changed = changed[changed < source.count]
