@@ -37,6 +37,8 @@ import msgpack
 import zmq
 
 from tracewatch.core.taps.forwarder import (
+    DRIVER_LEFT,
+    SERVER_LEFT,
     TO_DRIVER,
     TO_SERVER,
     Copy,
@@ -330,7 +332,7 @@ class PushingForwarder(Forwarder):
 
     def _tell_closed(self, link: Link) -> None:
         with contextlib.suppress(zmq.Again):
-            self._push.send_multipart([CLOSED, link.driver, b""], zmq.NOBLOCK)
+            self._push.send_multipart([CLOSED, link.driver, (DRIVER_LEFT if link.driver_left else SERVER_LEFT).encode()], zmq.NOBLOCK)
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -535,6 +537,7 @@ class ForwardingProcess:
             elif kind == CLOSED:
                 for direction in (TO_SERVER, TO_DRIVER):
                     self._streams.pop((driver, direction.encode()), None)
+                taken.append(Copy(TO_DRIVER, driver, [], now, closed=frames[2].decode(errors="replace")))
             else:
                 self._taken += len(frames[2])
                 self._read(kind, driver, frames[2], frames[4] if len(frames) > 4 else None, now, taken)

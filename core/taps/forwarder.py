@@ -53,6 +53,8 @@ driver reconnects within a tenth of a second of the new listener)."""
 
 TO_SERVER = "up"
 TO_DRIVER = "down"
+DRIVER_LEFT = "driver"
+SERVER_LEFT = "server"
 
 
 class ForwarderError(TracewatchError, RuntimeError):
@@ -76,6 +78,9 @@ class Copy:
     `frames` is only this news (and `ended`)."""
     ended: tuple[bytes, ...] = ()
     """Runs whose reply was lost to the view (they ended at their driver)."""
+    closed: str | None = None
+    """The connection closed, after every copy of it: DRIVER_LEFT or SERVER_LEFT
+    (who went first). A copy with this has no `frames`."""
 
 
 @dataclass(eq=False)
@@ -123,6 +128,8 @@ class Link:
     legs: list[Leg] = field(default_factory=list)
     connected: bool = False
     closed: bool = False
+    driver_left: bool = False
+    """The driver's side went first (it closed, or was killed): not the server's."""
     owed: bytes = b""
     """Failure replies to put on the driver's side at the next message boundary."""
 
@@ -423,8 +430,8 @@ class Forwarder:
                         self._relay(leg, link, links, poller, closing)
         except (BlockingIOError, InterruptedError):
             pass
-        except OSError:
-            self._close(link, links, poller, closing)
+        except OSError:  # from `sock`: _relay answers for the other side itself
+            self._close(link, links, poller, closing, gone=sock)
             return
         if not link.closed:
             self._interest(link, poller)
@@ -432,12 +439,16 @@ class Forwarder:
     def _relay(self, leg: Leg, link: Link, links: dict[int, Link], poller: zmq.Poller, closing: list[socket.socket]) -> None:
         data = leg.source.recv(CHUNK)
         if not data:
-            self._close(link, links, poller, closing)
+            self._close(link, links, poller, closing, gone=leg.source)
             return
         try:
             sent = leg.target.send(data)
         except (BlockingIOError, InterruptedError):
             sent = 0
+        except OSError:
+            self._relayed.append((leg, data))  # what came before the other side went is still a copy
+            self._close(link, links, poller, closing, gone=leg.target)
+            return
         if sent < len(data):
             leg.unsent = data[sent:]
         self._relayed.append((leg, data))
@@ -454,11 +465,16 @@ class Forwarder:
                     flags |= zmq.POLLOUT
             poller.register(sock, flags)
 
-    def _close(self, link: Link, links: dict[int, Link], poller: zmq.Poller, closing: list[socket.socket]) -> None:
-        """Either side went away: so does the other, as a direct connection would."""
+    def _close(
+        self, link: Link, links: dict[int, Link], poller: zmq.Poller, closing: list[socket.socket], gone: socket.socket | None = None
+    ) -> None:
+        """Either side went away (`gone`, where known): so does the other, as a direct
+        connection would. A driver gone leaves the server nobody to answer: verifiers'
+        server sends its run's deltas and reply to a peer it no longer has."""
         if link.closed:
             return
         link.closed = True
+        link.driver_left = gone is link.client
         self._open.discard(link)
         self._owing.discard(link)
         for sock in (link.client, link.server):

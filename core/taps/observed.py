@@ -269,12 +269,16 @@ class ObservedRuns:
     def unobserve_all(self, reason: str) -> None:
         """Every run still open is left unobserved here (the viewer stopped; they go on)."""
         for run in list(self.keys):
-            key = self.keys.pop(run)
-            self.lossy.pop(run, None)
-            self.queued.pop(run, None)
-            if not self.store.rollouts[key].status.finished:
-                self.store.unobserved(key, reason)
-                self._record_reply(key, {"success": False, "error": reason})
+            self.unobserve(run, reason)
+
+    def unobserve(self, run: Hashable, reason: str) -> None:
+        """This run, if still open, is left unobserved: how it ends is not ours to see."""
+        key = self.keys.pop(run, None)
+        self.lossy.pop(run, None)
+        self.queued.pop(run, None)
+        if key is not None and not self.store.rollouts[key].status.finished:
+            self.store.unobserved(key, reason)
+            self._record_reply(key, {"success": False, "error": reason})
 
     def end_all(self, reason: str, cancelled: bool = False) -> None:
         """Every run still open ends here (the tap closed before their replies)."""

@@ -28,7 +28,7 @@ from tracewatch.core.session.status import Status
 from tracewatch.core.session.store import RolloutStore
 from tracewatch.core.taps.drain import STOP_SECONDS, TURN_SECONDS, count_left, left_unread, read_for, read_until
 from tracewatch.core.taps.forward_process import COPY_BYTES, ForwardingProcess
-from tracewatch.core.taps.forwarder import TO_SERVER, Copy, ForwarderError, counters_line
+from tracewatch.core.taps.forwarder import DRIVER_LEFT, TO_SERVER, Copy, ForwarderError, counters_line
 from tracewatch.core.taps.tap_variant import TapVariant
 from tracewatch.core.taps.view_priority import SPAWNER, yield_view
 from tracewatch.core.wire.protocol import KIND_DELTA, KIND_REPLY, RunRequest, unpack, unpack_delta
@@ -46,6 +46,13 @@ STOPPED_UNSEEN = (
 """A stop is a viewer's stop: the view cannot know how these runs ended, so they are
 unobserved, never failed (their replies may be among the copies left unread)."""
 REPLY_DROPPED = "the proxy dropped the run's reply for the view, past the replies it keeps (the driver got it)"
+DRIVER_LEFT_FIRST = (
+    "lost: its driver closed the connection before the run's reply; the env server may still be running it "
+    "(verifiers' server runs on for a client that left without a cancel, and its deltas and reply go nowhere)"
+)
+"""The proxy closes the upstream connection of a driver that went (as a direct
+connection would end), so no more of the run can come: it ends here, unobserved."""
+SERVER_LEFT_FIRST = "lost: the env server closed the connection before the run's reply (the proxy closed the driver's too)"
 ROUTE_LOST = "drivers pointed at {listen} lose their route to {upstream} until a proxy listens there again"
 
 
@@ -237,6 +244,8 @@ class ProxyVariant(TapVariant):
                 self._lost(copy.driver, copy.lost)
             for request_id in copy.ended:
                 self.runs.missed_end((copy.driver, request_id), REPLY_DROPPED)
+            if copy.closed is not None:
+                self._connection_closed(copy.driver, copy.closed)
         if not copy.frames:
             return  # only news of what the view lost
         if len(copy.frames) != 3:
@@ -274,6 +283,19 @@ class ProxyVariant(TapVariant):
             except Exception as error:
                 reply = {"success": False, "error": f"the reply could not be decoded here ({error})"}
             self.runs.reply(run, reply)
+
+    def _connection_closed(self, driver: bytes, side: str) -> None:
+        """A driver's connection closed after every copy of it was read: its runs the
+        view saw no reply of end here, unobserved (only that connection's: another
+        driver, or this one reconnected, is another connection)."""
+        runs = [run for run in self.runs.keys if isinstance(run, tuple) and run[0] == driver]
+        if not runs:
+            return
+        reason = DRIVER_LEFT_FIRST if side == DRIVER_LEFT else SERVER_LEFT_FIRST
+        for run in runs:
+            self.runs.unobserve(run, reason)
+        who = "driver" if side == DRIVER_LEFT else "env server"
+        self._say(f"driver {driver.decode(errors='replace')}'s connection closed by its {who} with {len(runs)} run(s) in flight: left unobserved")
 
     def _lost(self, driver: bytes, request_ids: tuple[bytes | None, ...]) -> None:
         """Copies of these runs were lost (of every run of the driver, where one
