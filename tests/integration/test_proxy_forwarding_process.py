@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.support.polling import wait_until
 from tests.support.tether import TetheredProcess
 from tracewatch.core.taps.forward_process import ForwardingProcess
-from tracewatch.core.taps.forwarder import TO_DRIVER, TO_SERVER, Copy, Forwarder
+from tracewatch.core.taps.forwarder import DRIVER_LEFT, SERVER_LEFT, TO_DRIVER, TO_SERVER, Copy, Forwarder
 from tracewatch.core.taps.zmtp import ZmtpStream
 from tracewatch.core.wire.protocol import pack
 
@@ -220,6 +220,37 @@ def test_replies_dropped_for_a_view_that_never_read_reach_it_whole_once_it_reads
     for run in runs:
         reply_at = next(at for at, copy in enumerate(down) if copy.frames == [run, b"reply", run * 30_000])
         assert any(run in (copy.lost or ()) for copy in down[:reply_at]), f"{run!r} named as having lost copies before its reply"
+
+
+def test_a_closed_connection_is_told_after_its_copies_with_the_side_that_went_first(context, forwarding) -> None:
+    """The view ends a connection's runs with no reply when it closes, saying who left
+    (`ProxyVariant`): a driver that closed (or was killed) first, or the server. The news
+    comes after every copy of that connection, so a reply the proxy saw still ends its
+    run as it ended; another driver's connection is not touched."""
+    server, upstream = router(context)
+    process = forwarding(upstream)
+    leaving, staying = driver(context, process.listen, b"a"), driver(context, process.listen, b"b")
+    leaving.send_multipart([b"1", b"run", b"a"])
+    requests(server, b"a", 1, "the leaving driver's request")
+    staying.send_multipart([b"2", b"run", b"b"])
+    requests(server, b"b", 1, "the staying driver's request")
+    server.send_multipart([b"a", b"1", b"reply", b"ok"])
+    receive(leaving, 1, "the reply at the leaving driver")
+    leaving.close()
+    copies: list[Copy] = []
+
+    def told(side: str) -> bool:
+        copies.extend(process.take(100))
+        return any(copy.closed == side for copy in copies)
+
+    wait_until(lambda: told(DRIVER_LEFT), WAIT, lambda: f"the driver's leaving told (the view got {[(c.driver, c.frames[:2], c.closed) for c in copies]})")
+    connection = {tuple(copy.frames[:1]): copy.driver for copy in copies if copy.direction == TO_SERVER}
+    news = [(copy.driver, copy.frames[:2], copy.closed) for copy in copies if copy.driver == connection[(b"1",)]]
+    assert news[-2:] == [(connection[(b"1",)], [b"1", b"reply"], None), (connection[(b"1",)], [], DRIVER_LEFT)], news
+    assert not any(copy.closed for copy in copies if copy.driver == connection[(b"2",)]), "the other connection goes on"
+    server.close()
+    wait_until(lambda: told(SERVER_LEFT), WAIT, lambda: f"the server's leaving told (the view got {[(c.driver, c.closed) for c in copies]})")
+    assert {copy.driver: copy.closed for copy in copies if copy.closed}[connection[(b"2",)]] == SERVER_LEFT
 
 
 GREETING = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x01" + b"NULL".ljust(20, b"\0") + b"\0" + b"\0" * 31
