@@ -118,14 +118,14 @@ class _Sender:
 
         self._zmq = zmq
         self._pack = msgpack.packb
-        self._context = zmq.Context()
-        self._socket = self._context.socket(zmq.PUSH)
-        self._socket.setsockopt(zmq.SNDHWM, _queue_bound())
-        self._socket.setsockopt(zmq.LINGER, LINGER_MS)
-        self._socket.connect(address)
-        self._notices = self._context.socket(zmq.PUSH)
-        self._notices.setsockopt(zmq.LINGER, LINGER_MS)
-        self._notices.connect(address)  # now, while the viewer answers: a stopped one could not greet it at the exit
+        self._address = address
+        self._run_prefix = ""
+        self._fresh()
+        self._open()
+
+    def _fresh(self) -> None:
+        """Nothing sent, dropped or lost yet, no loss thread, no sockets: a new sender,
+        or the one a forked child inherits."""
         self.dropped = 0
         self.sent = 0
         """Messages queued for tracewatch (those the exit discards unsent among them)."""
@@ -137,10 +137,33 @@ class _Sender:
         self._teller: threading.Thread | None = None
         self._closed = False
         self._ids = itertools.count()
-        self.send(framing.HELLO, framing.NO_RUN, self.packed({"pid": os.getpid(), "argv": sys.argv}))
+        self._socket: Any = None
+
+    def _open(self) -> None:
+        zmq = self._zmq
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.PUSH)
+        self._socket.setsockopt(zmq.SNDHWM, _queue_bound())
+        self._socket.setsockopt(zmq.LINGER, LINGER_MS)
+        self._socket.connect(self._address)
+        self._notices = self._context.socket(zmq.PUSH)
+        self._notices.setsockopt(zmq.LINGER, LINGER_MS)
+        self._notices.connect(self._address)  # now, while the viewer answers: a stopped one could not greet it at the exit
+        if not self._put(framing.HELLO, framing.NO_RUN, self.packed({"pid": os.getpid(), "argv": sys.argv})):
+            self._drop(framing.NO_RUN)
+
+    def forked(self) -> None:
+        """In a forked child (vf-eval's and verifiers' servers may fork workers): the
+        parent's lock may have been held by its loss thread, which the child does not
+        have, so the child's first send would wait for ever, and its exit with it; its
+        sockets belong to the parent's zmq threads, which the child does not have
+        either. The child starts afresh, its sockets opened (and its hello sent) at
+        its first send, its runs named apart from the parent's."""
+        self._fresh()
+        self._run_prefix = f"{os.getpid()}."
 
     def new_run(self) -> bytes:
-        return str(next(self._ids)).encode()
+        return f"{self._run_prefix}{next(self._ids)}".encode()
 
     def packed(self, payload: object) -> bytes:
         return bytes(self._pack(payload, use_bin_type=True))
@@ -149,6 +172,12 @@ class _Sender:
         """Queued, unless the queue is full or a loss is still untold: then dropped,
         counted, and its run told lost as soon as there is room."""
         with self._lock:
+            if self._socket is None:  # a forked child's first send
+                try:
+                    self._open()
+                except Exception:
+                    self._drop(run)
+                    return
             if kind == framing.BEGIN:
                 self.running.add(run)
             elif kind == framing.REPLY:
@@ -197,6 +226,8 @@ class _Sender:
         try:
             with self._lock:
                 self._closed = True
+                if self._socket is None:  # a forked child that sent nothing
+                    return
                 self._lossy.notify()
                 message = framing.encode(framing.CLOSED, framing.NO_RUN, self._loss(), self.dropped)
                 try:
@@ -229,6 +260,7 @@ def _connect() -> _Sender | None:
         import atexit
 
         atexit.register(_sender.close)
+        os.register_at_fork(after_in_child=_sender.forked)
     return _sender
 
 
