@@ -10,27 +10,28 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.polling import MARGIN, until, wait_until
+from tests.app.test_prime_rl_followed import by_key as written
+from tests.app.test_prime_rl_followed import layout_of
+from tests.support.polling import until, wait_until
 from tests.support.prime_rl_orchestrator import RunWriter, Script
 from tracewatch.core.engine.followed_run import FollowedRun
-from tracewatch.core.recordings.prime_rl.layout import StreamRun, detect
 from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.tui.app import TracewatchApp
 
 
-def layout_of(out) -> StreamRun:
-    found = wait_until(lambda: detect(out), timeout=MARGIN, what="the run's folder")
-    assert isinstance(found, StreamRun)
-    return found
+def history(tmp_path, script: Script) -> tuple[RunWriter, FollowedRun, TracewatchApp]:
+    """A run written whole before it is opened (nothing seen live), opened as the app
+    opens it."""
+    writer = RunWriter(tmp_path / "out", script)
+    writer.run()
+    assert writer.error is None
+    session = FollowedRun(layout_of(tmp_path / "out"), follow=False, columns=True)
+    return writer, session, TracewatchApp(session)
 
 
-def written(writer: RunWriter) -> dict[str, object]:
-    """Each landed rollout under both names its row may take: its dispatch id (seen
-    live) and its episode id (never seen live)."""
-    found: dict[str, object] = {}
-    for rollout in writer.landed:
-        found[rollout.dispatch_id] = found[rollout.episode_id] = rollout
-    return found
+async def every_row(pilot, app: TracewatchApp, writer: RunWriter) -> None:
+    table = app.table
+    await until(pilot, lambda: table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {table.row_count} shown")
 
 
 async def test_history_stays_columns_live_rows_finish_in_place_and_a_filter_and_sort_take_both(tmp_path):
@@ -80,14 +81,10 @@ async def test_history_stays_columns_live_rows_finish_in_place_and_a_filter_and_
 
 
 async def test_an_episode_opened_from_the_columns_shows_its_transcript_where_its_row_was(tmp_path):
-    writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
-    writer.run()
-    assert writer.error is None
-    session = FollowedRun(layout_of(tmp_path / "out"), follow=False, columns=True)
-    app = TracewatchApp(session)
+    writer, session, app = history(tmp_path, Script(episodes=12, concurrent=4, ship_every=3))
     async with app.run_test(size=(160, 40)) as pilot:
         table = app.table
-        await until(pilot, lambda: table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {table.row_count} shown")
+        await every_row(pilot, app, writer)
         assert not session.store.rollouts, "nothing was seen live: every row is the columns'"
         table.sort_by("reward")
         key = table.ordered_keys[5]
@@ -109,14 +106,10 @@ async def test_a_big_sort_draws_its_first_screen_at_once_and_every_row_once_sort
     a thread (`finished_index`; here "many" is made small)."""
     monkeypatch.setattr("tracewatch.tui.table.finished_index.PARTIAL_FROM", 4)
     monkeypatch.setattr("tracewatch.tui.table.finished_index.FIRST_SCREEN", 3)
-    writer = RunWriter(tmp_path / "out", Script(episodes=16, concurrent=4))
-    writer.run()
-    assert writer.error is None
-    session = FollowedRun(layout_of(tmp_path / "out"), follow=False, columns=True)
-    app = TracewatchApp(session)
+    writer, session, app = history(tmp_path, Script(episodes=16, concurrent=4))
     async with app.run_test(size=(160, 40)) as pilot:
         table = app.table
-        await until(pilot, lambda: table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {table.row_count} shown")
+        await every_row(pilot, app, writer)
         rewards = sorted(rollout.reward for rollout in writer.landed)  # type: ignore[attr-defined]
         table.sort_by("reward", reverse=True)
         first = [float(table.cell_text(key, "reward")) for key in table.ordered_keys[:3]]
@@ -130,14 +123,10 @@ async def test_a_big_sort_draws_its_first_screen_at_once_and_every_row_once_sort
 @pytest.mark.parametrize("size", [(100, 30), (120, 30), (200, 40)])
 async def test_a_training_run_s_variant_reads_whole_and_its_used_column_stays_at_common_widths(tmp_path, size):
     """`train:gsm8k` was cut to `train:gsm8` and Used was the first column dropped."""
-    writer = RunWriter(tmp_path / "out", Script(episodes=8, concurrent=4, ship_every=2))
-    writer.run()
-    assert writer.error is None
-    session = FollowedRun(layout_of(tmp_path / "out"), follow=False, columns=True)
-    app = TracewatchApp(session)
+    writer, session, app = history(tmp_path, Script(episodes=8, concurrent=4, ship_every=2))
     async with app.run_test(size=size) as pilot:
         table = app.table
-        await until(pilot, lambda: table.row_count == len(writer.landed), lambda: f"a row for each of the {len(writer.landed)} episodes; {table.row_count} shown")
+        await every_row(pilot, app, writer)
         await pilot.pause()
         assert "used" in table.columns_shown, table.columns_shown
         names = {f"{rollout.kind}:{rollout.env}" for rollout in writer.landed}  # type: ignore[attr-defined]

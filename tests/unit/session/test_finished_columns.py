@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracewatch.core.engine.followed_run import FollowedRun
+from tracewatch.core.engine.run_rows import RunRows
 from tracewatch.core.recordings.prime_rl.layout import StreamRun, find_run
 from tracewatch.core.session.compare import compare_store
 from tracewatch.core.session.finished_columns import finished_mask, sort_keys
@@ -65,11 +66,15 @@ def write(out: Path, rows: list[dict[str, Any]], used: list[bool | None]) -> Str
     return found
 
 
-def both(rows: list[dict[str, Any]], used: list[bool | None]) -> tuple[FollowedRun, FollowedRun]:
-    """The same run read as rollouts and as columns."""
+def both(rows: list[dict[str, Any]], data: st.DataObject) -> tuple[FollowedRun, FollowedRun, RunRows]:
+    """The same run (its rows' trace annotated used or not, or neither) read as
+    rollouts and as columns."""
+    used = data.draw(st.lists(st.sampled_from([True, False, None]), min_size=len(rows), max_size=len(rows)))
     out = Path(tempfile.mkdtemp(prefix="tw-columns-")) / "out"
     layout = write(out, rows, used)
-    return FollowedRun(layout, follow=False).snapshot(), FollowedRun(layout, follow=False, columns=True).snapshot()
+    rollouts, columns = FollowedRun(layout, follow=False).snapshot(), FollowedRun(layout, follow=False, columns=True).snapshot()
+    assert columns.rows is not None and columns.rows.count == len(rows) and not columns.store.rollouts
+    return rollouts, columns, columns.rows
 
 
 def tokens_of(session: FollowedRun) -> list[str]:
@@ -103,10 +108,7 @@ def filters(draw: st.DrawFn, words: list[str]) -> str:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=runs, data=st.data())
 def test_a_filter_over_the_columns_lets_through_what_it_lets_through_of_the_rollouts(rows, data):
-    used = data.draw(st.lists(st.sampled_from([True, False, None]), min_size=len(rows), max_size=len(rows)))
-    rollouts, columns = both(rows, used)
-    table = columns.rows
-    assert table is not None and table.count == len(rows) and not columns.store.rollouts
+    rollouts, _, table = both(rows, data)
     keys = [table.key(row) for row in range(table.count)]
     assert sorted(keys) == sorted(rollouts.store.rollouts), "the same rows under the same keys"
     for _ in range(6):
@@ -123,10 +125,7 @@ def test_a_filter_over_the_columns_lets_through_what_it_lets_through_of_the_roll
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=runs, data=st.data())
 def test_a_sort_over_the_columns_orders_rows_as_the_rollouts_values_do(rows, data):
-    used = data.draw(st.lists(st.sampled_from([True, False, None]), min_size=len(rows), max_size=len(rows)))
-    rollouts, columns = both(rows, used)
-    table = columns.rows
-    assert table is not None
+    rollouts, columns, table = both(rows, data)
     by_key = rollouts.store.rollouts
     for column in BY_KEY:
         finished, _ = sort_keys(column, table, [], NOW)
