@@ -37,6 +37,7 @@ from tracewatch.core.recordings.prime_rl.live import Dispatch, LiveTrace, Placeh
 from tracewatch.core.recordings.prime_rl.metrics import Series
 from tracewatch.core.recordings.prime_rl.plan import EvalProgress
 from tracewatch.core.recordings.prime_rl.run import PrimeRlRun, RunChanges
+from tracewatch.core.run.series import Ended
 from tracewatch.core.session.contracts import RunMetrics, VariantState
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.session import Session
@@ -263,7 +264,8 @@ class FollowedRun(Session):
             return  # seen listed, never folded: it joins as a new row
         self._by_row[row] = key
         self._row_of[key] = row
-        if self.rows is not None:
+        if self.rows is not None and row < self.rows.count and not self.rows.has_rollout()[row]:
+            self._count_rows(np.array([row], dtype=np.int64), -1)  # counted as a row of the columns: its rollout counts it now
             self.rows.set_has_rollout(row)
         self._assemblies.pop(key, None)
         self._as_finished(key, row)
@@ -309,7 +311,9 @@ class FollowedRun(Session):
             return
         table = self.run.table
         if self.rows is not None:
+            start = self.rows.count
             variants = self.rows.extend(rows.stop)
+            self._count_rows(np.arange(start, self.rows.count, dtype=np.int64), 1)
             self.store.steps_known = self.store.steps_known or bool((self.rows.column("step") >= 0).any())
             self.store.touch_finished(variants)
             return
@@ -443,6 +447,7 @@ class FollowedRun(Session):
         data = {"name": task} if task else {"group": group} if group else {}
         dispatch = float(table.column("dispatch")[row])
         step = int(rows.column("step")[row])
+        self._count_rows(np.array([row], dtype=np.int64), -1)  # its rollout counts it from now on
         rollout = self.store.add_rollout(
             variant, int(rows.column("task_index")[row]), data, int(rows.column("number")[row]),
             key=key, t=None if math.isnan(dispatch) else dispatch, step=step if step >= 0 else None,
@@ -454,6 +459,23 @@ class FollowedRun(Session):
         self.store.started(key, table.episode_id(row) or key, rollout.created_at)
         self._end(key, row)
         self.store.touch_finished([variant])
+
+    def _count_rows(self, rows: np.ndarray[Any, Any], sign: int) -> None:
+        """Rows of the columns (`rows`, those no rollout stands for) into the run's
+        series, as the store counts a rollout that ended with no trace read (its wait
+        from dispatch to arrival, its outcome), or taken back (`sign` -1)."""
+        columns = self.rows
+        assert columns is not None
+        rows = rows[~columns.has_rollout()[rows]]
+        table = self.run.table
+        variants = columns.column("variant")[rows]
+        for code in np.unique(variants).tolist():
+            mine = rows[variants == code]
+            ended = Ended(
+                table.column("dispatch")[mine], table.column("arrival")[mine], table.column("ok")[mine] != 0,
+                table.column("reward")[mine], columns.column("tokens")[mine],
+            )
+            self.store.series.add_ended(columns.labels("variant")[code], ended, sign)
 
     def row_of(self, key: str) -> int | None:
         """The finished episode's row of a rollout, once it has one."""

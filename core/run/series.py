@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 BASE_WIDTH = 1.0
 """Seconds a bucket covers until the run outgrows `MAX_BUCKETS` of them."""
@@ -152,6 +152,16 @@ class Column:
         return self.sums.tokens / self.seconds
 
 
+class Ended(NamedTuple):
+    """Rollouts that ended, as numpy arrays of one value each (`RunSeries.add_ended`)."""
+
+    queued: Any
+    ended: Any
+    done: Any
+    reward: Any
+    tokens: Any
+
+
 class RunSeries:
     """Every variant's buckets on one time axis (`origin`, `width`)."""
 
@@ -197,6 +207,47 @@ class RunSeries:
             if outcome is not None and (t := _usable(outcome.t)) is not None:
                 self._bucket(variant, t).add_outcome(outcome, sign)
         self.version += 1
+
+    def add_ended(self, variant: str, ended: Ended, sign: int = 1) -> None:
+        """Many rollouts that were queued and ended without a trace read (a run's
+        finished rows kept as columns), at once, summed per bucket over numpy arrays:
+        each waits from `queued` to `ended` and ends then, done or failed, with its
+        reward (NaN: none) and tokens, as `occupancy` and `outcome` count one such
+        rollout; `sign` -1 takes them back."""
+        import numpy as np  # only a session that keeps columns calls it
+
+        queued, at = np.asarray(ended.queued, dtype=np.float64), np.asarray(ended.ended, dtype=np.float64)
+        sent, landed = _usable_many(queued), _usable_many(at)
+        times = np.concatenate([queued[sent], at[landed]])
+        if not len(times):
+            return
+        for t in (float(times[0]), float(times.min()), float(times.max())):  # the grid as one by one would make it
+            self._bucket(variant, t)
+        assert self.origin is not None
+        buckets = self.buckets[variant]
+        size = len(buckets)
+
+        def where(times: Any, mask: Any, weights: Any = None) -> list[Any]:
+            index = np.maximum(0, np.floor((times[mask] - self.origin) / self.width)).astype(np.int64)
+            return list(np.bincount(index, weights=None if weights is None else weights[mask], minlength=size).tolist())
+
+        done, reward, tokens = np.asarray(ended.done, dtype=bool), np.asarray(ended.reward, dtype=np.float64), np.asarray(ended.tokens, dtype=np.float64)
+        rewarded = landed & ~np.isnan(reward)
+        waits, leaves = where(queued, sent), where(at, landed & sent)
+        dones, fails = where(at, landed & done), where(at, landed & ~done)
+        sums, counts, spent = where(at, rewarded, reward), where(at, rewarded), where(at, landed, tokens)
+        for index, bucket in enumerate(buckets):
+            bucket.waiting += sign * (waits[index] - leaves[index])
+            bucket.done += sign * dones[index]
+            bucket.failed += sign * fails[index]
+            bucket.reward_sum += sign * sums[index]
+            bucket.rewarded += sign * counts[index]
+            bucket.tokens += sign * int(spent[index])
+        self.version += 1
+
+    def _index(self, t: float) -> int:
+        assert self.origin is not None
+        return max(0, math.floor((t - self.origin) / self.width))
 
     def columns(self, variant: str, start: float, end: float, count: int) -> list[Column]:
         """`count` columns splitting [start, end): each merges the buckets that start in
@@ -255,6 +306,11 @@ class RunSeries:
                 merged[index // 2].merge(bucket)
             self.buckets[variant] = merged
         self.origin, self.width = origin, width
+
+
+def _usable_many(times: Any) -> Any:
+    """`_usable` over a numpy array: which times a bucket can hold."""
+    return (times > 0) & (times < 1e12)
 
 
 def _usable(t: float | None) -> float | None:

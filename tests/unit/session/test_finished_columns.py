@@ -2,7 +2,7 @@
 way) say what the rollouts made of the same rows (the headless and offline way) say:
 a filter compiled to a mask over the columns lets the same episodes through as its
 test of each rollout, a sort over the columns orders them as the rollouts' values do,
-and a card and compare count them alike. Rows and filters are generated, hostile ones included
+and a card, compare and the run's series count them alike. Rows and filters are generated, hostile ones included
 (absent fields, ids that are not hex, a word across the key's slash)."""
 
 from __future__ import annotations
@@ -135,6 +135,14 @@ def test_a_sort_over_the_columns_orders_rows_as_the_rollouts_values_do(rows, dat
         assert values == sorted(values), column  # in the rollouts' own order, ties aside
     # compare puts them under the same tasks with the same numbers
     assert compare_store(columns.store) == compare_store(rollouts.store)
+    # the run's series (the Trends and Timeline tabs) counts them alike
+    mine, theirs = columns.store.series, rollouts.store.series
+    assert (mine.origin, mine.width, mine.first, mine.last) == (theirs.origin, theirs.width, theirs.first, theirs.last)
+    for variant in rollouts.store.variants:
+        for ours, their in zip(mine.columns(variant, theirs.first, theirs.last + 1, 7), theirs.columns(variant, theirs.first, theirs.last + 1, 7), strict=True):
+            counted = lambda c: (c.waiting, c.running, c.sums.done, c.sums.failed, c.sums.rewarded, c.sums.tokens, c.sums.waiting)  # noqa: E731
+            assert counted(ours) == counted(their)
+            assert math.isclose(ours.sums.reward_sum, their.sums.reward_sum, abs_tol=1e-6)
     # and the cards count them alike
     for variant in rollouts.store.variants:
         mine, theirs = columns.store.stats(variant), rollouts.store.stats(variant)
