@@ -357,7 +357,9 @@ class TracewatchApp(App[None]):
         self._partial = self.store.partial is not None
         text = Text(no_wrap=True, overflow="ellipsis", end="")
         text.append(safe(self.title), style="bold")
-        text.append(f"  {len(self.store.rollouts)} rollouts")
+        finished = self.store.finished_rows  # the rows kept as columns count as the rollouts they stand for
+        alone = 0 if finished is None else finished.count - int(finished.has_rollout().sum())
+        text.append(f"  {len(self.store.rollouts) + alone} rollouts")
         if self.store.partial is not None:
             text.append(" so far", style=self.palette.warning)
         if not self.session.offline:  # in what was opened nothing runs: its unended rollouts are not running

@@ -9,6 +9,7 @@ shows its transcript with the cursor still on it."""
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Static
 
 from tests.app.test_prime_rl_followed import by_key as written
 from tests.app.test_prime_rl_followed import layout_of
@@ -86,6 +87,7 @@ async def test_an_episode_opened_from_the_columns_shows_its_transcript_where_its
         table = app.table
         await every_row(pilot, app, writer)
         assert not session.store.rollouts, "nothing was seen live: every row is the columns'"
+        await until(pilot, lambda: f" {len(writer.landed)} rollouts" in str(app.query_one("#status", Static).render()), "the status line counts every episode")
         table.sort_by("reward")
         key = table.ordered_keys[5]
         reward = table.cell_text(key, "reward")
