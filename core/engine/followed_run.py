@@ -156,10 +156,9 @@ class FollowedRun(Session):
             return False
         steps = table.column("dispatch_step")[lacking]
         found = steps >= 0  # a record's negative step is counted filled, and stays unknown
-        if self.rows is not None and found.any():
+        if self.rows is not None and found.any():  # the table sees its rows change; no count moves
             self.rows.changed(lacking[found].astype(np.int64))
             self.store.steps_known = True
-            self.store.touch_finished(self.variants)
         for row, step in zip(lacking[found].tolist(), steps[found].tolist(), strict=True):
             key = self._by_row.get(row)
             rollout = self.store.rollouts.get(key) if key is not None else None
@@ -205,9 +204,8 @@ class FollowedRun(Session):
             if (key := self._by_row.get(row)) is not None:
                 self._mark_used(key, row)
         self._metrics_moved(changes)
-        if self.rows is not None and len(changes.annotated):
+        if self.rows is not None and len(changes.annotated):  # the table sees its rows change; no count moves
             self.rows.changed(changes.annotated.astype(np.int64))
-            self.store.touch_finished(self.variants)
         return bool(changes.live or changes.rows or changes.landed or changes.lost or len(changes.annotated) or changes.metrics)
 
     def _variant(self, name: str) -> str:

@@ -92,6 +92,8 @@ class RolloutStore:
         """Finished rows kept as columns, not rollouts (a followed prime-rl run's):
         the table draws them and `stats` counts them with the rollouts."""
         self._finished_tallies: tuple[int, dict[str, Tally]] | None = None
+        self._finished_counted = 0
+        """Bumped by `touch_finished`: the finished rows' tallies are counted again then."""
 
     def add_variant(self, name: str) -> None:
         if name not in self.variants:
@@ -295,7 +297,7 @@ class RolloutStore:
         percentiles, read from what the store keeps counted as rollouts change, never
         a pass over them; cached until one of the variant's rollouts changes status,
         ending or record. Do not mutate what it returns."""
-        version = self._versions.get(variant, 0) + (self.finished_rows.version if self.finished_rows is not None else 0)
+        version = self._versions.get(variant, 0)
         cached = self._stats.get((variant, run))
         if cached is not None and cached[0] == version:
             return cached[1]
@@ -323,20 +325,23 @@ class RolloutStore:
 
     def _finished_tally(self, variant: str) -> Tally | None:
         """What the finished rows without a rollout add to a variant's counts, counted
-        over the columns for every variant at once (once a version of them)."""
+        over the columns for every variant at once (again only once `touch_finished`
+        said rows were added or taken over: a step or an annotation learnt moves no count)."""
         rows = self.finished_rows
         if rows is None:
             return None
-        if self._finished_tallies is None or self._finished_tallies[0] != rows.version:
+        if self._finished_tallies is None or self._finished_tallies[0] != self._finished_counted:
             from tracewatch.core.session.finished_columns import (
                 finished_tallies,  # numpy: only for a session that keeps columns
             )
 
-            self._finished_tallies = (rows.version, finished_tallies(rows))
+            self._finished_tallies = (self._finished_counted, finished_tallies(rows))
         return self._finished_tallies[1].get(variant)
 
     def touch_finished(self, variants: Iterable[str]) -> None:
-        """Finished rows were added or changed: the cards and every view of the run count again."""
+        """Finished rows were added or a rollout took one over: the cards and every
+        view of the run count again."""
+        self._finished_counted += 1
         for name in variants:
             self._versions[name] = self._versions.get(name, 0) + 1
             self._changes.variants.add(name)

@@ -137,3 +137,26 @@ async def test_a_training_run_s_variant_reads_whole_and_its_used_column_stays_at
         for name in names:
             assert any(line.startswith(f"{name} ") for line in lines), (name, lines)
     await session.shutdown()
+
+
+async def test_steps_learnt_from_the_records_are_drawn_on_the_rows_already_shown(tmp_path):
+    """The history's steps are read from its records once the run is caught up: a row
+    drawn before its step was known is drawn again with it."""
+    writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
+    writer.run()
+    assert writer.error is None
+    session = FollowedRun(layout_of(tmp_path / "out"), columns=True)
+    app = TracewatchApp(session)
+    episodes = written(writer)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await every_row(pilot, app, writer)
+
+        def drawn() -> dict[str, str]:
+            header = table.render_line(0).text
+            at = header.index("Step")
+            return {key: table.render_line(y + 1).text[at - 1 : at + 6].strip() for y, key in enumerate(table.ordered_keys)}
+
+        wanted = {key: str(episodes[key.rsplit("/", 1)[1]].step) for key in table.ordered_keys}  # type: ignore[attr-defined]
+        await until(pilot, lambda: "step" in table.columns_shown and drawn() == wanted, lambda: f"each row drawn with its step; these differ: {[(k, v, wanted[k]) for k, v in drawn().items() if v != wanted[k]]}")
+    await session.shutdown()

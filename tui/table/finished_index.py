@@ -55,6 +55,8 @@ class FinishedIndex:
         """Bumped at every change of the rows: a full sort of an older one is dropped."""
         self.pending: tuple[Positions, npt.NDArray[np.float64]] | None = None
         """A big sort's rows and keys, for `order_of` to sort off the loop."""
+        self.changed: Positions | None = np.zeros(0, dtype=np.int64)
+        """The rows the last `update` found changed (None: it could not say, every row)."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -94,11 +96,13 @@ class FinishedIndex:
 
     def update(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
         """The rows added or changed since the last look weighed again and put in their
-        places; everything again when too much changed to say."""
+        places (`changed`); everything again when too much changed to say."""
         source = self.source
+        self.changed = np.zeros(0, dtype=np.int64)
         if self.pending is not None:  # a big sort under way: the changes wait for it (they stay in the rows' log)
             return self.live_keys(column, reverse, now, live)
         changed = source.changed_since(self.version)
+        self.changed = changed
         if changed is None:
             return self.build(row_filter, column, reverse, now, live)
         self.generation += 1

@@ -430,6 +430,11 @@ class RolloutsTable(ScrollView, can_focus=True):
         live = [rollouts[key] for key in self._keys if key in rollouts]
         weigh = finished.update if changed_only else finished.build
         weigh(self.row_filter, self.sort_column, self.sort_reverse, self.now(), live)
+        drawn = [entry for entry in self._strips if isinstance(entry, int)]
+        if changed_only and drawn:  # a step or an annotation learnt: those rows are drawn again
+            changed = None if finished.changed is None else set(finished.changed.tolist())
+            for row in drawn if changed is None else [row for row in drawn if row in changed]:
+                del self._strips[row]
         if finished.pending is not None:  # a big sort: the first screen's rows are in order, the rest follow
             self._sort_rest(finished.generation, *finished.pending)
 
