@@ -139,18 +139,25 @@ async def test_a_training_run_s_variant_reads_whole_and_its_used_column_stays_at
     await session.shutdown()
 
 
-async def test_steps_learnt_from_the_records_are_drawn_on_the_rows_already_shown(tmp_path):
+async def test_steps_learnt_from_the_records_are_drawn_on_the_rows_already_shown(tmp_path, monkeypatch):
     """The history's steps are read from its records once the run is caught up: a row
-    drawn before its step was known is drawn again with it."""
+    drawn before its step was known is drawn again with it. (Here the reading waits
+    until every row was drawn once, with the steps the orchestrator's shipping gave.)"""
     writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
     writer.run()
     assert writer.error is None
+    reading, scan = {"open": False}, FollowedRun._scan_steps
+    monkeypatch.setattr(FollowedRun, "_scan_steps", lambda self: scan(self) if reading["open"] else False)
     session = FollowedRun(layout_of(tmp_path / "out"), columns=True)
     app = TracewatchApp(session)
     episodes = written(writer)
     async with app.run_test(size=(160, 40)) as pilot:
         table = app.table
         await every_row(pilot, app, writer)
+        await until(pilot, lambda: "step" in table.columns_shown, "the Step column, from the shipped steps")
+        for y in range(table.row_count + 1):
+            table.render_line(y)
+        reading["open"] = True
 
         def drawn() -> dict[str, str]:
             header = table.render_line(0).text
