@@ -421,6 +421,8 @@ class FollowedRun(Session):
         old = self.store.rollouts[key]
         store = self.store
         rollout = store.reset_rollout(key)
+        if opened.step is not None and opened.step >= 0:  # the record's dispatch step: no scan will bring it now
+            rollout.step, store.steps_known = opened.step, True
         store.started(key, old.request_id or key, old.started_at)
         record = opened.record
         traces = [trace for trace in record.get("traces") or () if type(trace) is dict and type(trace.get("id")) is str]
