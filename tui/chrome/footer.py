@@ -62,8 +62,11 @@ class SteadyFooter(Footer):
         self._rebuild_queued = live
 
     async def recompose(self) -> None:
-        self._rebuild_queued = False
         await super().recompose()
+        self._rebuild_queued = False
+        # bindings that changed while the keys were rebuilt were not looked at (a look
+        # then saw no keys and would queue a second rebuild): look once, built
+        self.bindings_changed(self.screen)
         self.call_after_refresh(self._fold)
 
     def _fold(self) -> None:
