@@ -32,6 +32,9 @@ HELLO_SECONDS = 1.0
 """How often a viewer not (or no longer) welcomed says hello again."""
 SILENT_BEATS = 3
 """Heartbeats missed before a viewer says the relay went away."""
+LOOK_SECONDS = 0.5
+"""The longest a viewer waits for the relay at a time: a wait that ends this much later
+than asked means the viewer was not running meanwhile, and counts no silence."""
 NOT_OURS = "a relay only publishes: the runs belong to the program that drives them"
 CLOSED_QUIET = 0.5
 """Told the relay closed, the viewer first reads what it had sent until this long passes
@@ -229,16 +232,31 @@ class RelayViewer(TapVariant):
         `HELLO_SECONDS` until one answers (the same relay, or a new one at the address)."""
         while True:
             silent_after = self._heartbeat * SILENT_BEATS if not self.relay_gone else HELLO_SECONDS
-            polled = time.monotonic()
-            if await queue.wait(silent_after):
+            if await self._heard(queue, silent_after):
                 await read_until(lambda: math.inf, queue.take, self._handle)
-                continue
-            if time.monotonic() - polled > 2 * silent_after:  # we were stopped or starved, not the relay: a fresh look
                 continue
             if not self.relay_gone:
                 self._say(f"the relay at {self.address} went silent: it is gone or stopped; waiting for it to come back")
                 self._relay_went_away(f"no heartbeat for {silent_after:g}s: its driver died or stopped")
             await dealer.send_multipart([HELLO])
+
+    @staticmethod
+    async def _heard(queue: SocketQueue, silent_after: float) -> bool:
+        """Whether a message came before `silent_after` seconds passed that we were
+        awake to hear it in. A wait that ends well past what it asked for means we were
+        stopped or starved meanwhile (a SIGSTOP, a laptop lid, a loaded machine): the
+        relay's heartbeats of that while may still be on their way in, so the silence
+        is counted again from then. Counted across the stop, a viewer resumed after
+        more than a silence heard its wait time out first and called a live relay gone."""
+        awake_since = time.monotonic()
+        while (left := awake_since + silent_after - time.monotonic()) > 0:
+            asked = min(LOOK_SECONDS, left)
+            polled = time.monotonic()
+            if await queue.wait(asked):
+                return True
+            if time.monotonic() - polled > asked + LOOK_SECONDS:
+                awake_since = time.monotonic()
+        return False
 
     def _follow(self, endpoint: str | None, you: bytes | None) -> None:
         """Listen where the current relay tells of its close (a new relay, a new place)."""

@@ -29,9 +29,9 @@ from tests.support.relay_driver import LIVE_ERROR
 from tests.support.repo import FIXTURE
 from tests.support.scripted_server import ScriptedServer
 from tests.support.tether import TetheredProcess, run_tethered
-from tracewatch.core.taps.relay_viewer import unbatch
+from tracewatch.core.taps.relay_viewer import SILENT_BEATS, unbatch
 from tracewatch_guest.framing import BATCH, DELTA, HELLO, REPLY, WELCOME
-from tracewatch_guest.relay import TICK_SECONDS
+from tracewatch_guest.relay import HEARTBEAT_SECONDS, TICK_SECONDS
 from tracewatch_relay import Relay, RelayedClient
 
 WAIT = 60.0
@@ -118,6 +118,7 @@ class Said:
     def __init__(self, proc: TetheredProcess) -> None:
         self.proc = proc
         self.lines: list[str] = []
+        self.answered = 0
         assert proc.stdout is not None
         threading.Thread(target=self._read, args=(proc.stdout,), daemon=True).start()
 
@@ -134,6 +135,13 @@ class Said:
 
         return wait_until(found, WAIT, lambda: f"{what}; it said {self.lines[-15:]}")
 
+    def next_line(self, what: str) -> str:
+        """The next line it prints, each once, in order (a process that answers a line a command)."""
+        index = self.answered
+        self.answered += 1
+        self.line(lambda line: len(self.lines) > index, what)
+        return self.lines[index]
+
 
 class StoppedViewer:
     """A driver with a relay, a headless viewer of it that sees a live run begin and is
@@ -145,14 +153,15 @@ class StoppedViewer:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.viewer: TetheredProcess | None = None
-        assert self.driver.stdout is not None
-        self.address = self.driver.stdout.readline().strip()
+        self.answers = Said(self.driver)
+        self.address = self.answers.next_line("the relay's address")
 
     def tell(self, command: str) -> dict:
-        assert self.driver.stdin is not None and self.driver.stdout is not None
+        """The driver's answer to a command, within the deadline."""
+        assert self.driver.stdin is not None
         self.driver.stdin.write(command + "\n")
         self.driver.stdin.flush()
-        return json.loads(self.driver.stdout.readline())
+        return json.loads(self.answers.next_line(f"the driver's answer to {command!r}"))
 
     def start(self, record: Path | None = None) -> Said:
         recording = ["--record", str(record)] if record is not None else ["--no-record"]
@@ -197,7 +206,7 @@ def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() ->
         assert setup.viewer is not None
         setup.viewer.send_signal(signal.SIGCONT)
         said.line(missed_the_big_run, "the resumed viewer ending the big run, incomplete")
-        assert not any("[live" in line and "unobserved" in line for line in said.lines), said.lines
+        assert not any("[live" in line and "unobserved" in line for line in said.lines), "\n".join(said.lines)
         setup.tell("finish")
         live = said.line(lambda line: "[live" in line and "failed" in line, "the live run ended as its driver ended it")
         setup.stop()
@@ -207,6 +216,32 @@ def test_a_stopped_viewer_never_grows_the_driver_and_is_told_what_it_missed() ->
     assert measured["dropped_for_viewers"] > 0
     assert measured["peak"] - measured["before"] < 100 * MB, measured
     assert LIVE_ERROR in live and "view incomplete" not in live
+
+
+def test_a_viewer_stopped_for_longer_than_its_silence_window_does_not_call_a_live_relay_gone() -> None:
+    """A viewer suspended (SIGSTOP) for longer than the silence that says a relay is
+    gone, its driver suspended with it and resumed a moment after it (a heartbeat on
+    its way in as the viewer wakes): the viewer counts silence only while it was awake
+    to hear, so it says nothing went silent, and its live run goes on and ends as its
+    driver ends it. Before, the wait that spanned the stop timed out at the resume and
+    the viewer, unless it had been stopped for two silences or more, called the relay
+    gone and ended the live run as lost (one loaded run in a few of the test above)."""
+    setup = StoppedViewer()
+    try:
+        said = setup.start()
+        setup.driver.send_signal(signal.SIGSTOP)
+        time.sleep(1.5 * SILENT_BEATS * HEARTBEAT_SECONDS)  # how long both stay stopped: the input, not a wait
+        assert setup.viewer is not None
+        setup.viewer.send_signal(signal.SIGCONT)
+        time.sleep(HEARTBEAT_SECONDS / 2)  # the viewer awake, its driver not yet: less than a silence
+        setup.driver.send_signal(signal.SIGCONT)
+        setup.tell("finish")
+        live = said.line(lambda line: "[live" in line and ("failed" in line or "unobserved" in line), "the live run ended")
+        setup.stop()
+    finally:
+        setup.end()
+    assert LIVE_ERROR in live and "failed" in live, said.lines
+    assert not any("went silent" in line or "went away" in line for line in said.lines), said.lines
 
 
 def test_the_recording_of_a_stopped_viewer_ends_the_runs_as_the_resumed_viewer_did(tmp_path) -> None:
