@@ -29,9 +29,13 @@ def apply_loss(runs: ObservedRuns, loss: dict[str, Any], said: str, whose: str, 
     longer running at the sender had its end dropped for us, and ends here,
     incomplete. At the sender's close (`closed` says how it went) a run that lost
     messages ends too: nothing more of it comes. `said` is the viewer's word on what
-    was dropped, `whose` whom the run itself belongs to."""
+    was dropped, `whose` whom the run itself belongs to. A loss that names whose runs
+    it speaks for (`runs_from`, the id prefix of one process of a multi-process eval)
+    touches only those: another process's runs are not among its running ones."""
     lost, running = _runs_in(loss.get("lost")), _runs_in(loss.get("running"))
-    for run in list(runs.keys):
+    scope = loss.get("runs_from")
+    ours = [run for run in runs.keys if not isinstance(scope, bytes) or isinstance(run, bytes) and run.startswith(scope)]
+    for run in ours:
         if run not in running or (closed and (run in lost or run in runs.lossy)):
             ending = "the run's end among them" if run not in running else f"and {closed} before the run ended"
             runs.missed_end(run, f"{said}, {ending} (the run itself is {whose})")

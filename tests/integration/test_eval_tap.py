@@ -466,19 +466,20 @@ def wait_for(flag):
         time.sleep(0.05)
 
 
-sender.send(framing.BEGIN, b"0", msgpack.packb(framing.begin_payload({"id": "ending", "prompt": "p"}, "m", None)))
-sender.send(framing.DELTA, b"0", msgpack.packb({"trace": "t", "open": {"id": "t"}}))
-sender.send(framing.BEGIN, b"1", msgpack.packb(framing.begin_payload({"id": "live", "prompt": "p"}, "m", None)))
-sender.send(framing.DELTA, b"1", deltas[0])
+ending, live = sender.new_run(), sender.new_run()  # named as the tap names runs: its loss speaks for them
+sender.send(framing.BEGIN, ending, msgpack.packb(framing.begin_payload({"id": "ending", "prompt": "p"}, "m", None)))
+sender.send(framing.DELTA, ending, msgpack.packb({"trace": "t", "open": {"id": "t"}}))
+sender.send(framing.BEGIN, live, msgpack.packb(framing.begin_payload({"id": "live", "prompt": "p"}, "m", None)))
+sender.send(framing.DELTA, live, deltas[0])
 wait_for("viewer-stopped")
 for i in range(16_000):  # 64 MB: far past the socket buffers of a stopped viewer
-    sender.send(framing.DELTA, b"0", msgpack.packb({"trace": "t", "set": {"i": i, "text": "x" * 4000}}))
-sender.send(framing.REPLY, b"0", msgpack.packb(framing.failed_reply("the stand-in's run ended")))
+    sender.send(framing.DELTA, ending, msgpack.packb({"trace": "t", "set": {"i": i, "text": "x" * 4000}}))
+sender.send(framing.REPLY, ending, msgpack.packb(framing.failed_reply("the stand-in's run ended")))
 (flags / "ending-sent").write_text(str(sender.dropped))
 wait_for("finish")
 for delta in deltas[1:]:
-    sender.send(framing.DELTA, b"1", delta)
-sender.send(framing.REPLY, b"1", reply)
+    sender.send(framing.DELTA, live, delta)
+sender.send(framing.REPLY, live, reply)
 """
 
 
@@ -511,3 +512,79 @@ def test_an_eval_view_resumed_while_the_eval_runs_is_told_what_the_tap_dropped_a
         viewer.end()
     (summary,) = [text for text in said if text.startswith("ev: done; ")]
     assert "1 done, 1 unobserved;" in summary and "the eval's tap dropped " in summary, seen()
+
+
+TWO_PROCESS_EVAL = """
+import json, pathlib, subprocess, sys, time
+import msgpack
+import sitecustomize
+from tracewatch_guest import framing
+
+fixture, flags = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+rows = [json.loads(line) for line in (fixture / "deltas.jsonl").read_text().splitlines()]
+deltas = [msgpack.packb(row["delta"]) for row in rows if row["request"] == "run0"]
+reply = msgpack.packb(next(r["reply"] for r in json.loads((fixture / "replies.json").read_text()) if r["request"] == "run0"))
+sender = sitecustomize._connect()
+
+
+def wait_for(flag):
+    while not (flags / flag).exists():
+        time.sleep(0.05)
+
+
+if sys.argv[3:] == ["worker"]:  # a process of its own, started afresh: it counts its runs from 0 too
+    live = sender.new_run()
+    sender.send(framing.BEGIN, live, msgpack.packb(framing.begin_payload({"id": "live", "prompt": "p"}, "m", None)))
+    sender.send(framing.DELTA, live, deltas[0])
+    (flags / "worker-begun").touch()
+    wait_for("finish")
+    for delta in deltas[1:]:
+        sender.send(framing.DELTA, live, delta)
+    sender.send(framing.REPLY, live, reply)
+    sys.exit(0)
+worker = subprocess.Popen([sys.executable, sys.argv[4], *sys.argv[1:3], "worker"])
+wait_for("worker-begun")
+ending = sender.new_run()
+sender.send(framing.BEGIN, ending, msgpack.packb(framing.begin_payload({"id": "ending", "prompt": "p"}, "m", None)))
+sender.send(framing.DELTA, ending, msgpack.packb({"trace": "t", "open": {"id": "t"}}))
+wait_for("viewer-stopped")
+for i in range(16_000):  # 64 MB: far past the socket buffers of a stopped viewer
+    sender.send(framing.DELTA, ending, msgpack.packb({"trace": "t", "set": {"i": i, "text": "x" * 4000}}))
+sender.send(framing.REPLY, ending, msgpack.packb(framing.failed_reply("the stand-in's run ended")))
+(flags / "ending-sent").write_text(str(sender.dropped))
+worker.wait()
+"""
+
+
+def test_a_loss_in_one_process_of_an_eval_leaves_another_processs_live_run_going(tmp_path) -> None:
+    """An eval whose rollouts run in two processes, each with the tap (each counts its
+    runs from 0): one process's tap drops messages for the stopped viewer and tells
+    the loss, naming its own running runs. The resumed viewer ends that process's run
+    *unobserved*, and the other process's live run, which that loss does not name,
+    goes on and ends done: the two runs are told apart, and a loss speaks for its own
+    process's runs only."""
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    script = tmp_path / "eval.py"
+    script.write_text(TWO_PROCESS_EVAL)
+    view = HeadlessEval([sys.executable, "-c", TWO_PROCESS_EVAL, str(FIXTURE), str(flags), "main", str(script)], "--no-record", env={**os.environ, "TRACEWATCH_TAP_QUEUE": "100"})
+    viewer, said, line, seen = view.process, view.said, view.line, view.seen
+
+    try:
+        wait_until(lambda: line("ending", "running") and line("live", "running"), WAIT, lambda: "both runs seen running" + seen())
+        viewer.send_signal(signal.SIGSTOP)
+        (flags / "viewer-stopped").touch()
+        dropped = wait_until(lambda: (flags / "ending-sent").exists() and int((flags / "ending-sent").read_text() or 0), WAIT, "the run's end sent")
+        assert dropped > 0, "the tap dropped nothing for the stopped viewer"
+        viewer.send_signal(signal.SIGCONT)
+        ended = wait_until(lambda: line("ending", "unobserved"), 30, lambda: "the resumed viewer told what it missed" + seen())
+        assert "the run's end among them" in ended, seen()
+        assert not any(f"[live] {status}" in text for text in said for status in ("done", "failed", "unobserved", "cancelled")), seen()
+        (flags / "finish").touch()
+        wait_until(lambda: line("live", "done"), WAIT, lambda: "the other process's run ended as it ended" + seen())
+        viewer.wait(WAIT)
+    finally:
+        viewer.send_signal(signal.SIGCONT)
+        viewer.end()
+    (summary,) = [text for text in said if text.startswith("ev: done; ")]
+    assert "1 done, 1 unobserved;" in summary, seen()

@@ -119,7 +119,9 @@ class _Sender:
         self._zmq = zmq
         self._pack = msgpack.packb
         self._address = address
-        self._run_prefix = ""
+        self._run_prefix = f"{os.getpid()}."
+        """A run's id begins with its process's: the eval's processes (forked or started
+        afresh) each count runs from 0, and a `loss` speaks for its own process's runs."""
         self._fresh()
         self._open()
 
@@ -204,7 +206,7 @@ class _Sender:
         self._lossy.notify()
 
     def _loss(self) -> bytes:
-        return self.packed({"lost": sorted(self.lost), "running": sorted(self.running), "sent": self.sent})
+        return self.packed({"lost": sorted(self.lost), "running": sorted(self.running), "sent": self.sent, "runs_from": self._run_prefix.encode()})
 
     def _tell_loss(self) -> bool:
         if not self._put(framing.LOSS, framing.NO_RUN, self._loss()):
