@@ -448,8 +448,8 @@ def test_a_headless_eval_view_stopped_while_the_eval_ends_says_what_it_missed_an
     assert (reason := endings[PADDED][1]) is not None and reason in ended, endings
 
 
-TAPPED_EVAL = """
-import json, pathlib, sys, time
+TAPPED_HEAD = """
+import json, pathlib, subprocess, sys, time
 import msgpack
 import sitecustomize  # the eval tap itself, first on the PYTHONPATH tracewatch gives the eval
 from tracewatch_guest import framing
@@ -465,7 +465,10 @@ def wait_for(flag):
     while not (flags / flag).exists():
         time.sleep(0.05)
 
+"""
+"""A stand-in eval's start: the fixture's first run, the tap's own sender, a wait for a flag file."""
 
+TAPPED_EVAL = TAPPED_HEAD + """
 ending, live = sender.new_run(), sender.new_run()  # named as the tap names runs: its loss speaks for them
 sender.send(framing.BEGIN, ending, msgpack.packb(framing.begin_payload({"id": "ending", "prompt": "p"}, "m", None)))
 sender.send(framing.DELTA, ending, msgpack.packb({"trace": "t", "open": {"id": "t"}}))
@@ -514,24 +517,7 @@ def test_an_eval_view_resumed_while_the_eval_runs_is_told_what_the_tap_dropped_a
     assert "1 done, 1 unobserved;" in summary and "the eval's tap dropped " in summary, seen()
 
 
-TWO_PROCESS_EVAL = """
-import json, pathlib, subprocess, sys, time
-import msgpack
-import sitecustomize
-from tracewatch_guest import framing
-
-fixture, flags = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-rows = [json.loads(line) for line in (fixture / "deltas.jsonl").read_text().splitlines()]
-deltas = [msgpack.packb(row["delta"]) for row in rows if row["request"] == "run0"]
-reply = msgpack.packb(next(r["reply"] for r in json.loads((fixture / "replies.json").read_text()) if r["request"] == "run0"))
-sender = sitecustomize._connect()
-
-
-def wait_for(flag):
-    while not (flags / flag).exists():
-        time.sleep(0.05)
-
-
+TWO_PROCESS_EVAL = TAPPED_HEAD + """
 if sys.argv[3:] == ["worker"]:  # a process of its own, started afresh: it counts its runs from 0 too
     live = sender.new_run()
     sender.send(framing.BEGIN, live, msgpack.packb(framing.begin_payload({"id": "live", "prompt": "p"}, "m", None)))
