@@ -8,8 +8,8 @@ layer's own read of the same index (`EpisodeIndex`, the columns) in the same pro
 - a filter keystroke over every row (`reward:<0.5`, `variant:eval`, `turns:>10`,
   cleared, in turn): from the key to its rows drawn, p50/p95 of `--repeats`;
 - a sort keystroke (by reward, turns, task, reversed, in turn), the same way;
-- an episode opened: from the cursor put on a row deep in the table to its
-  transcript drawn (its record read from its sealed chunk), p50/p95;
+- an episode opened: the cursor put on a row deep in the table, then from Enter to
+  its transcript drawn (its record read from its sealed chunk), p50/p95;
 - resident memory per finished episode once every row is in.
 
     python -m bench.prime_rl_app [--rows 100000 --repeats 10]
@@ -93,16 +93,19 @@ async def app_figures(layout: StreamRun, rows: int, repeats: int) -> dict[str, f
         percentiles(found, "sort keystroke", samples)
         samples = []
         table.focus()
+        transcript = app.trace_pane.transcript
         for n in range(repeats):
             position = (n + 1) * table.row_count // (repeats + 2)
-            began = time.perf_counter()
             table.action_first()
             table.action_cursor(position)
             key = table.selected_key
             assert key is not None
+            await pilot.pause(0)  # the cursor's moves reach the app (its settle starts)
+            began = time.perf_counter()
             table.action_select_cursor()
-            while not ((rollout := session.store.rollouts.get(key)) is not None and rollout.traces and app.trace_pane.transcript.trace_state is next(iter(rollout.traces.values()))):
+            while not ((rollout := session.store.rollouts.get(key)) is not None and rollout.traces and transcript.trace_state is next(iter(rollout.traces.values()))):
                 await pilot.pause(0.002)
+            transcript.render_lines(Region(0, 0, transcript.size.width, transcript.size.height))
             samples.append(time.perf_counter() - began)
         percentiles(found, "episode opened", samples)
     await session.shutdown()

@@ -428,6 +428,7 @@ class TracewatchApp(App[None]):
             # The cursor's move reaches the screen first: reading a rollout's traces
             # back (`session.select`) and laying out a long transcript take tens of ms
             # each, and a held arrow key must not wait on them for every row it passes.
+            self.session.user_busy()
             moved, self._moved = self._moved, time.monotonic()
             if self._moved - moved < SETTLE or self._moved - self._typed < SETTLE:
                 self._show_when_settled()
@@ -499,6 +500,7 @@ class TracewatchApp(App[None]):
 
     def _apply_filter(self, text: str) -> None:
         self._typed = time.monotonic()
+        self.session.user_busy()
         if self._settle is not None:
             self._show_when_settled()
         self.table.set_filter(RowFilter.parse(text), self._filter_applied)
@@ -671,6 +673,11 @@ class TracewatchApp(App[None]):
             self.notify(f"Could not cancel {safe(rollout.key)}.", severity="error")
 
     def action_open_trace(self) -> None:
+        """Enter shows the selected rollout's transcript now, not after the cursor's
+        settle: the user asked for it."""
+        if self._settle is not None:
+            self._stop_settle()
+            self._show_selected(self.selected)
         self.detail.active = "tab-trace"
         self.trace_pane.transcript.focus()
 

@@ -53,6 +53,9 @@ SCAN_ROWS = 4096
 """Records read for their task and step a call, reading a run whole."""
 SCAN_SLICE = 64
 """Records read for their step a call while following: what holds the loop a moment."""
+USER_PAUSE = 1.0
+"""Seconds after the user's last key the reading of steps waits: an episode opened
+or a keystroke does not share the loop with it."""
 UNOBSERVED = "the viewer stopped following; the run goes on"
 
 
@@ -84,12 +87,17 @@ class FollowedRun(Session):
         """Why an episode opened could not be read, the latest."""
         self.metrics_version = 0
         self._metrics_generation = 0
+        self._user_until = 0.0
+        """Until when the reading of steps waits for the user (`user_busy`)."""
         self.rows: RunRows | None = None
         """The finished rows no rollout stands for, as columns (`columns`)."""
         if columns:
             self.rows = self.store.finished_rows = RunRows(self.run.table, lambda name: self._numbers[self._variant(name)], self._row_of)
 
     # -- the session -------------------------------------------------------------------
+
+    def user_busy(self) -> None:
+        self._user_until = time.monotonic() + USER_PAUSE
 
     async def start(self) -> None:
         await super().start()
@@ -137,6 +145,9 @@ class FollowedRun(Session):
                 quiet_since = time.monotonic()
             if changes.more:
                 await asyncio.sleep(0)
+                continue
+            if (waiting := self._user_until - time.monotonic()) > 0:  # the user first; polls go on meanwhile
+                await asyncio.sleep(min(POLL_SECONDS, waiting))
                 continue
             if self._scan_steps():
                 await asyncio.sleep(0)

@@ -180,15 +180,23 @@ def sort_keys(
     picked = Picked(rows, subset)
     if column in RANKED:
         if column == "variant":
-            codes, labels = picked.column("variant").astype(np.int64), list(rows.labels("variant"))
+            codes, labels = picked.column("variant").astype(np.int64), rows.labels("variant")
             texts = [rollout.variant for rollout in rollouts]
         else:
             codes, labels = task_texts(rows, subset)
             texts = [rollout.task_label.lower() for rollout in rollouts]
-        ranks, by_code = _keep("ranks", (column, id(labels), len(labels), frozenset(texts)), lambda: _ranks(labels, texts, column == "task"))
+        ranks, by_code = _keep("ranks", (column, id(labels), len(labels), frozenset(texts)), lambda: _ranks(list(labels), texts, column == "task"))
         return by_code[codes], [float(ranks[text]) for text in texts]
     finished, live = _numbers(column, picked, rollouts, now)
     return finished.astype(np.float64), live
+
+
+def ranks_made(column: str) -> object:
+    """The ranks the last sort by a text column used (None for any other column): keys
+    made with other ranks than these are stale."""
+    found = _kept.get("ranks")
+    made_for = found[0] if found is not None else None
+    return found[1] if found is not None and isinstance(made_for, tuple) and made_for[0] == column else None
 
 
 def _ranks(labels: list[str], texts: list[str], lower: bool) -> tuple[dict[str, int], npt.NDArray[np.float64]]:

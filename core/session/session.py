@@ -92,6 +92,10 @@ class Session:
     def cancel_rollout(self, key: str) -> bool:
         return False
 
+    def user_busy(self) -> None:
+        """The user is at the keys (a cursor moved, a filter typed): background work
+        that can wait, waits a moment (`FollowedRun`'s reading of steps)."""
+
     def select(self, key: str | None) -> None:
         """The user looks at this rollout now; a session that loads on demand loads it."""
         self.selected = key

@@ -8,6 +8,8 @@ shows its transcript with the cursor still on it."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from textual.widgets import Static
 
@@ -166,4 +168,77 @@ async def test_steps_learnt_from_the_records_are_drawn_on_the_rows_already_shown
 
         wanted = {key: str(episodes[key.rsplit("/", 1)[1]].step) for key in table.ordered_keys}  # type: ignore[attr-defined]
         await until(pilot, lambda: "step" in table.columns_shown and drawn() == wanted, lambda: f"each row drawn with its step; these differ: {[(k, v, wanted[k]) for k, v in drawn().items() if v != wanted[k]]}")
+    await session.shutdown()
+
+
+async def test_a_sort_again_by_a_column_takes_the_rows_changed_since_its_last_sort(tmp_path, monkeypatch):
+    """A big sort keeps its column's keys for the next sort by it (`FinishedIndex`):
+    steps read from the records after the first sort by Step are in the second's order."""
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.PARTIAL_FROM", 4)
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.FIRST_SCREEN", 3)
+    writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
+    writer.run()
+    assert writer.error is None
+    reading, scan = {"open": False}, FollowedRun._scan_steps
+    monkeypatch.setattr(FollowedRun, "_scan_steps", lambda self: scan(self) if reading["open"] else False)
+    session = FollowedRun(layout_of(tmp_path / "out"), columns=True)
+    app = TracewatchApp(session)
+    episodes = written(writer)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await every_row(pilot, app, writer)
+        table.sort_by("step", reverse=True)
+        table.sort_by("reward")
+        reading["open"] = True
+        wanted = {key: episodes[key.rsplit("/", 1)[1]].step for key in table.ordered_keys}  # type: ignore[attr-defined]
+        await until(pilot, lambda: all(table.cell_text(key, "step") == str(step) for key, step in wanted.items()), "every row's step read from its record")
+        table.sort_by("step", reverse=True)
+        steps = lambda: [wanted[key] for key in table.ordered_keys]  # noqa: E731
+        assert sorted(steps()[:3], reverse=True) == steps()[:3] == sorted(wanted.values(), reverse=True)[:3], "the first screen by the steps read"
+        await until(pilot, lambda: steps() == sorted(wanted.values(), reverse=True), lambda: f"every row by the steps read; {steps()}")
+    await session.shutdown()
+
+
+async def test_enter_shows_the_transcript_at_once_without_waiting_out_the_cursor_s_settle(tmp_path, monkeypatch):
+    """Moving the cursor fast defers reading the row (`SETTLE`); Enter asks for it, so
+    it is read and shown then (here the settle is made a minute long)."""
+    monkeypatch.setattr("tracewatch.tui.app.SETTLE", 60.0)
+    writer, session, app = history(tmp_path, Script(episodes=12, concurrent=4, ship_every=3))
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await every_row(pilot, app, writer)
+        table.focus()
+        await pilot.press("down", "down", "down")
+        key = table.selected_key
+        assert key is not None
+        await pilot.press("enter")
+        rollout = await until(pilot, lambda: (r := session.store.rollouts.get(key)) is not None and r.traces and r, f"the episode {key} opened, its record read")
+        (trace,) = rollout.traces.values()
+        await until(pilot, lambda: app.trace_pane.transcript.trace_state is trace, f"{key}'s transcript shown")
+    await session.shutdown()
+
+
+async def test_the_steps_reading_waits_while_the_user_is_at_the_keys(tmp_path, monkeypatch):
+    """The records' steps are read in the loop between polls; a cursor moved holds that
+    reading off for `USER_PAUSE`, so an episode opened does not share the loop with it."""
+    monkeypatch.setattr("tracewatch.core.engine.followed_run.USER_PAUSE", 0.8)
+    writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
+    writer.run()
+    assert writer.error is None
+    events: list[tuple[str, float]] = []
+    scan, busy = FollowedRun._scan_steps, FollowedRun.user_busy
+    monkeypatch.setattr(FollowedRun, "_scan_steps", lambda self: events.append(("scan", time.monotonic())) or scan(self))
+    monkeypatch.setattr(FollowedRun, "user_busy", lambda self: events.append(("busy", time.monotonic())) or busy(self))
+    session = FollowedRun(layout_of(tmp_path / "out"), columns=True)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await every_row(pilot, app, writer)
+        table.focus()
+        await pilot.press("down")
+        await until(pilot, lambda: any(kind == "busy" for kind, _ in events), "the cursor's move told the session")
+        last_busy = lambda: max(at for kind, at in events if kind == "busy")  # noqa: E731
+        after = lambda: [at for kind, at in events if kind == "scan" and at > last_busy()]  # noqa: E731
+        await until(pilot, after, lambda: f"the steps read again after the keys; {events[-6:]}")
+        assert after()[0] - last_busy() >= 0.8, f"the reading waited out the pause; {events[-6:]}"
     await session.shutdown()

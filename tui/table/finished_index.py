@@ -18,22 +18,26 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewatch.core.session.contracts import FinishedRows
-from tracewatch.core.session.finished_columns import RANKED, finished_mask, sort_keys
+from tracewatch.core.session.finished_columns import RANKED, finished_mask, ranks_made, sort_keys
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
 
 Positions = npt.NDArray[np.int64]
 Keys = npt.NDArray[np.float64]
+Places = npt.NDArray[np.int32]
 LiveKey = tuple[float, float]
 """A live rollout's place: its sort key, then its finished row (infinity: none), as
 rows of one key stand in row order; an opened row's rollout takes the row's place."""
 FIRST_SCREEN = 1024
 """Rows a sort of many puts in order at once (`argpartition`): the rest waits for a
-full sort off the loop (`order_of`), the first screen for none."""
+full sort off the loop (`full_order`), the first screen for none."""
 PARTIAL_FROM = 65536
 """Shown rows from which a sort is done in those two steps."""
 ONE_BY_ONE = 4096
 """Changed rows put back in their places one at a time, at most; more, and every row is sorted again."""
+KEYS_KEPT = 4
+"""Columns whose keys over every row are kept between sorts (8 bytes a row each): a
+sort keystroke by one of them weighs only the rows changed since, not a million."""
 
 
 class FinishedIndex:
@@ -45,16 +49,20 @@ class FinishedIndex:
         """Each live rollout's display position (ascending), in the table's key order."""
         self.version = -1
         """The rows' `version` the index was built for."""
-        self._place: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
-        """Per finished row, where it is in `rows` (-1: not shown): 4 bytes a row."""
+        self._place: Places | None = np.zeros(0, dtype=np.int32)
+        """Per finished row, where it is in `rows` (-1: not shown): 4 bytes a row; None
+        while a big sort is under way (its thread makes them)."""
         self._keys: npt.NDArray[np.float64] = np.zeros(0)
         """The shown rows' sort keys, ascending (negated for a reversed sort)."""
         self.sorted_upto = 0
         """The rows in order so far (the rest of a big sort waits for `sorted`)."""
         self.generation = 0
         """Bumped at every change of the rows: a full sort of an older one is dropped."""
-        self.pending: tuple[Positions, npt.NDArray[np.float64]] | None = None
-        """A big sort's rows and keys, for `order_of` to sort off the loop."""
+        self.pending: tuple[Positions, Keys, bool] | None = None
+        """A big sort's rows, their keys and whether reversed, for `full_order` to sort off the loop."""
+        self._kept_keys: dict[str, tuple[int, object, Keys]] = {}
+        """Per column sorted by lately: the rows' version, the ranks, and every row's
+        key (not reversed), oldest first."""
         self.changed: Positions | None = np.zeros(0, dtype=np.int64)
         """The rows the last `update` found changed (None: it could not say, every row)."""
 
@@ -67,31 +75,37 @@ class FinishedIndex:
         """Every row weighed and sorted again; the live rollouts' keys, to `merge`."""
         source = self.source
         self.version = source.version
-        shown = np.flatnonzero(finished_mask(row_filter, source) & ~source.has_rollout())
-        keys, live_keys = self._sort_keys(column, reverse, now, live)
-        shown_keys = keys[shown]
+        alone = ~source.has_rollout()
+        shown = np.flatnonzero(finished_mask(row_filter, source) & alone if row_filter else alone)
         self.generation += 1
         if column is not None and len(shown) > PARTIAL_FROM:
-            first = np.argpartition(shown_keys, FIRST_SCREEN - 1)[:FIRST_SCREEN]
-            first = first[np.lexsort((shown[first], shown_keys[first]))]
-            rest = np.ones(len(shown), dtype=bool)
-            rest[first] = False
-            self.rows = np.concatenate([shown[first], shown[rest]])
-            self.sorted_upto, self.pending = FIRST_SCREEN, (shown, shown_keys)
-        else:
-            self.rows = order_of(shown, shown_keys)
-            self.sorted_upto, self.pending = len(shown), None
+            # the keystroke's passes: the rows shown, their keys (kept), one partition
+            keys, live_keys = self._column_keys(column, now, live)
+            if reverse:
+                live_keys = [-key for key in live_keys]
+            shown_keys = keys if len(shown) == len(keys) else keys[shown]
+            cut = len(shown) - FIRST_SCREEN if reverse else FIRST_SCREEN - 1
+            parted = np.argpartition(shown_keys, cut)
+            first = parted[cut:] if reverse else parted[:FIRST_SCREEN]
+            first_keys = -shown_keys[first] if reverse else shown_keys[first]
+            order = np.lexsort((shown[first], first_keys))
+            self.rows, self._keys = on_top(shown, first[order]), first_keys[order]
+            self.sorted_upto, self.pending, self._place = FIRST_SCREEN, (shown, shown_keys, reverse), None
+            return list(zip(live_keys, self._live_rows(live), strict=True))
+        keys, live_pairs = self._sort_keys(column, reverse, now, live)
+        shown_keys = keys[shown]
+        self.rows = order_of(shown, shown_keys)
+        self.sorted_upto, self.pending = len(shown), None
         self._keys = keys[self.rows]
         self._placed()
-        return live_keys
+        return live_pairs
 
-    def sorted(self, generation: int, rows: Positions) -> bool:
-        """A big sort's full order, if the rows are still those it sorted."""
+    def sorted(self, generation: int, done: tuple[Positions, Keys, Places]) -> bool:
+        """A big sort's full order (`full_order`), if the rows are still those it sorted."""
         if generation != self.generation or self.pending is None:
             return False
-        self._keys = np.sort(self.pending[1], kind="stable")
-        self.rows, self.pending = rows, None
-        self._placed()
+        self.rows, self._keys, self._place = done
+        self.pending, self.sorted_upto = None, len(self.rows)
         return True
 
     def update(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
@@ -108,6 +122,7 @@ class FinishedIndex:
         self.generation += 1
         self.version = source.version
         changed = changed[changed < source.count]
+        assert self._place is not None  # no big sort under way
         known = len(self._place)
         if int((changed < known).sum()) > ONE_BY_ONE:
             return self.build(row_filter, column, reverse, now, live)
@@ -157,6 +172,30 @@ class FinishedIndex:
         """The live rollouts' sort keys in the rows' terms."""
         return self._sort_keys(column, reverse, now, live, np.zeros(0, dtype=np.int64))[1]
 
+    def _column_keys(self, column: str, now: float, live: Sequence[Rollout]) -> tuple[Keys, list[float]]:
+        """Every row's key by `column` (not reversed) and the live rollouts': those kept
+        from the last sort by it, the rows changed since weighed again."""
+        source = self.source
+        kept = self._kept_keys.pop(column, None)
+        keys: Keys | None = None
+        if kept is not None and (changed := source.changed_since(kept[0])) is not None:
+            changed = changed[changed < source.count]
+            fresh, live_keys = sort_keys(column, source, live, now, changed)
+            if kept[1] is ranks_made(column):  # a rank moved (a new task label): every key moves
+                old = kept[2]
+                keys = old if len(old) == source.count else np.concatenate([old, np.zeros(source.count - len(old))])[: source.count]
+                keys[changed] = fresh
+        if keys is None:
+            keys, live_keys = sort_keys(column, source, live, now)
+        self._kept_keys[column] = (source.version, ranks_made(column), keys)
+        while len(self._kept_keys) > KEYS_KEPT:
+            del self._kept_keys[next(iter(self._kept_keys))]
+        return keys, live_keys
+
+    def _live_rows(self, live: Sequence[Rollout]) -> list[float]:
+        """Each live rollout's finished row (infinity: none)."""
+        return [math.inf if (row := self.source.rollout_row(rollout.key)) is None else float(row) for rollout in live]
+
     def _sort_keys(
         self, column: str | None, reverse: bool, now: float, live: Sequence[Rollout], subset: Positions | None = None
     ) -> tuple[npt.NDArray[np.float64], list[LiveKey]]:
@@ -164,7 +203,7 @@ class FinishedIndex:
         Unsorted, the rows in the run's order and a rollout at its row's place (one
         still in flight on top)."""
         source = self.source
-        rows = [math.inf if (row := source.rollout_row(rollout.key)) is None else float(row) for rollout in live]
+        rows = self._live_rows(live)
         if column is None:
             order = np.arange(source.count, dtype=np.float64) if subset is None else subset.astype(np.float64)
             return order, [(-1.0 if math.isinf(row) else row, row) for row in rows]
@@ -193,11 +232,37 @@ class FinishedIndex:
         return int(self.live_pos[index])
 
     def row_position(self, row: int) -> int | None:
-        if row >= len(self._place) or (at := int(self._place[row])) < 0:
+        if self._place is None:  # a big sort under way: a pass over its rows
+            found = np.flatnonzero(self.rows == row)
+            at = int(found[0]) if len(found) else -1
+        else:
+            at = int(self._place[row]) if row < len(self._place) else -1
+        if at < 0:
             return None
         # the finished rows before it, and the live rollouts placed before it
         shifted = self.live_pos - np.arange(len(self.live_pos), dtype=np.int64)
         return at + int(np.searchsorted(shifted, at, side="right"))
+
+
+def on_top(rows: Positions, top: Positions) -> Positions:
+    """`rows` with those at the places `top` moved, in that order, to the top, the
+    ones they displace put where those were: a few rows moved, not every row."""
+    found = rows.copy()
+    displaced = np.setdiff1d(np.arange(len(top), dtype=np.int64), top)
+    found[np.sort(top[top >= len(top)])] = rows[displaced]
+    found[: len(top)] = rows[top]
+    return found
+
+
+def full_order(rows: Positions, keys: Keys, reverse: bool, count: int) -> tuple[Positions, Keys, Places]:
+    """A big sort's every row in order, their keys (negated when reversed) and each
+    row's place among `count`: run off the loop."""
+    keys = -keys if reverse else keys
+    order = np.argsort(keys, kind="stable")
+    ordered = rows[order]
+    place = np.full(count, -1, dtype=np.int32)
+    place[ordered] = np.arange(len(ordered), dtype=np.int32)
+    return ordered, keys[order], place
 
 
 def order_of(rows: Positions, keys: Keys) -> Positions:

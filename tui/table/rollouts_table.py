@@ -41,7 +41,7 @@ from tracewatch.tui.drawing.virtual_size import set_virtual_size
 from tracewatch.tui.table.columns import BY_KEY, COLUMNS, FINISHED_CELLS, Cell, Column
 
 if TYPE_CHECKING:
-    from tracewatch.tui.table.finished_index import FinishedIndex, Keys, Positions
+    from tracewatch.tui.table.finished_index import FinishedIndex, Keys, Places, Positions
 
 Entry = str | int
 """What a table row shows: a rollout (its key) or a finished row kept as columns (its number)."""
@@ -439,16 +439,18 @@ class RolloutsTable(ScrollView, can_focus=True):
             self._sort_rest(finished.generation, *finished.pending)
 
     @work(thread=True, exclusive=True, group="finished-sort", exit_on_error=False)
-    def _sort_rest(self, generation: int, rows: Positions, keys: Keys) -> None:
-        """A big sort's every row, off the loop (numpy's sort lets go of the GIL)."""
-        from tracewatch.tui.table.finished_index import order_of
+    def _sort_rest(self, generation: int, rows: Positions, keys: Keys, reverse: bool) -> None:
+        """A big sort's every row and their places, off the loop (numpy's sort lets go
+        of the GIL): the loop only takes the result."""
+        from tracewatch.tui.table.finished_index import full_order
 
-        order = order_of(rows, keys)
+        assert self._finished is not None
+        done = full_order(rows, keys, reverse, self._finished.source.count)
         if self.app.is_running:
-            self.app.call_from_thread(self._rest_sorted, generation, order)
+            self.app.call_from_thread(self._rest_sorted, generation, done)
 
-    def _rest_sorted(self, generation: int, order: Positions) -> None:
-        if self._finished is not None and self._finished.sorted(generation, order):
+    def _rest_sorted(self, generation: int, done: tuple[Positions, Keys, Places]) -> None:
+        if self._finished is not None and self._finished.sorted(generation, done):
             self._reindex(sort=False)
 
     def _reindex(self, sort: bool) -> None:
