@@ -355,6 +355,8 @@ class SessionView(Protocol):
     def cancel_rollout(self, key: str) -> bool: ...
     def cap_stall(self, limit: float) -> None:
         """No variant waits longer than `limit` to call a rollout stalled (`--cancel-stalled`)."""
+    def user_busy(self) -> None:
+        """The user is at the keys: background work that can wait, waits a moment."""
     def select(self, key: str | None) -> None:
         """The user looks at this rollout now (None: at nothing): its traces are loaded."""
     def show(self, keys: Iterable[str]) -> None:
