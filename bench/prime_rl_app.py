@@ -71,6 +71,9 @@ async def app_figures(layout: StreamRun, rows: int, repeats: int) -> dict[str, f
             await pilot.pause(0.05)
         found["every row"] = time.perf_counter() - start
         found["bytes a row"] = (rss() - before) / rows
+        assert session.rows is not None and table.finished_index is not None
+        held = {**session.rows.held(), "the table's index": table.finished_index.nbytes, "the run's own columns": session.run.table.nbytes}
+        print("held a row: " + ", ".join(f"{name} {size / rows:.1f}" for name, size in held.items()))
         samples = []
         for _ in range(repeats):
             for text in FILTERS:
@@ -91,6 +94,7 @@ async def app_figures(layout: StreamRun, rows: int, repeats: int) -> dict[str, f
                 samples.append(time.perf_counter() - began)
                 await pilot.pause(0)
         percentiles(found, "sort keystroke", samples)
+        print(f"held a row after the sorts: the table's index {table.finished_index.nbytes / rows:.1f}")
         samples = []
         table.focus()
         transcript = app.trace_pane.transcript

@@ -184,6 +184,13 @@ class RunRows:
                 values[row] = trace_number(text)
         return values
 
+    def held(self) -> dict[str, int]:
+        """The bytes the rows hold over the run's own columns, by what for
+        (docs/performance.md accounts for a row's bytes with them)."""
+        own = self._variant.nbytes + self._task_index.nbytes + self._number.nbytes + self._has.nbytes
+        derived = sum(values.nbytes for _, values in self._derived.values())
+        return {"own columns": own, "derived columns": derived, "changes kept": sum(rows.nbytes for _, rows in self._log)}
+
     # -- what FollowedRun tells it -----------------------------------------------------
 
     def variant_code(self, name: str) -> int:

@@ -69,6 +69,13 @@ class FinishedIndex:
     def __len__(self) -> int:
         return len(self.rows)
 
+    @property
+    def nbytes(self) -> int:
+        """The index's own arrays: its order, keys, places and the keys kept for sorts."""
+        place = 0 if self._place is None else self._place.nbytes
+        kept = sum(keys.nbytes for _, _, keys in self._kept_keys.values())
+        return self.rows.nbytes + self._keys.nbytes + place + kept + self.live_pos.nbytes
+
     # -- building --------------------------------------------------------------------
 
     def build(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:

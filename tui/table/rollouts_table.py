@@ -189,6 +189,11 @@ class RolloutsTable(ScrollView, can_focus=True):
         return len(self._keys) + (len(self._finished) if self._finished is not None else 0)
 
     @property
+    def finished_index(self) -> FinishedIndex | None:
+        """The index over the finished rows kept as columns, where the session keeps some."""
+        return self._finished
+
+    @property
     def ordered_keys(self) -> list[str]:
         """The shown rollouts, top to bottom (do not change it)."""
         if self._finished is None:

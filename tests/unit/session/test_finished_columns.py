@@ -24,6 +24,7 @@ from tracewatch.core.recordings.prime_rl.layout import StreamRun, find_run
 from tracewatch.core.session.compare import Comparison, compare_store
 from tracewatch.core.session.finished_columns import finished_mask, sort_keys
 from tracewatch.core.session.rollout_filter import RowFilter
+from tracewatch.tui.table import finished_index
 from tracewatch.tui.table.columns import BY_KEY
 
 NOW = 1.79e9 + 10_000
@@ -158,3 +159,38 @@ def test_a_sort_over_the_columns_orders_rows_as_the_rollouts_values_do(rows, dat
         assert mine.counts == theirs.counts and mine.scored == theirs.scored
         assert (mine.mean_reward is None) == (theirs.mean_reward is None)
         assert mine.mean_reward is None or math.isclose(mine.mean_reward, theirs.mean_reward or 0.0, abs_tol=1e-9)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(rows=runs, data=st.data())
+def test_a_big_sort_s_first_screen_and_full_order_are_one_stable_sort_s(rows, data, monkeypatch):
+    """The table's index sorts many rows in two steps (the first screen's rows at once,
+    every row off the loop: `full_order`) and keeps a column's keys between its sorts,
+    the rows changed since weighed again: each step says what one stable sort of the
+    rows shown says, whatever changed between the sorts (here "many" is made small)."""
+    rollouts, _, table = both(rows, data)
+    first = data.draw(st.integers(1, table.count))
+    monkeypatch.setattr(finished_index, "FIRST_SCREEN", first)
+    monkeypatch.setattr(finished_index, "PARTIAL_FROM", first)
+    index = finished_index.FinishedIndex(table)
+    for _ in range(6):
+        if data.draw(st.booleans()):  # a row's reward changed (an annotation), or a rollout took a row
+            row = data.draw(st.integers(0, table.count - 1))
+            table.table.column("reward")[row] = data.draw(st.floats(-1, 2, allow_nan=False))
+            table.changed(np.array([row], dtype=np.int64))
+            if data.draw(st.booleans()):
+                table.set_has_rollout(data.draw(st.integers(0, table.count - 1)))
+        column = data.draw(st.one_of(st.sampled_from(["reward", "task"]), st.sampled_from(sorted(BY_KEY))))  # often one sorted by before
+        reverse = data.draw(st.booleans())
+        row_filter = RowFilter.parse(data.draw(filters(tokens_of(rollouts))))
+        index.build(row_filter, column, reverse, NOW, [])
+        shown = np.flatnonzero(finished_mask(row_filter, table) & ~table.has_rollout())
+        keys = sort_keys(column, table, [], NOW)[0] * (-1 if reverse else 1)
+        whole = shown[np.argsort(keys[shown], kind="stable")]
+        top = min(first, len(shown))
+        assert keys[index.rows[:top]].tolist() == keys[whole[:top]].tolist(), (column, reverse, "the first screen")
+        assert sorted(index.rows.tolist()) == shown.tolist(), "every row shown once"
+        if index.pending is not None:
+            assert index.sorted(index.generation, finished_index.full_order(*index.pending, table.count))
+        assert index.rows.tolist() == whole.tolist(), (column, reverse, "every row")
+        assert [index.row_position(row) for row in whole.tolist()] == list(range(len(whole)))
