@@ -43,11 +43,12 @@ async def read_until(ends: Callable[[], float], take: Callable[[], Sequence[Item
         await asyncio.sleep(0)
 
 
-def count_left(take: Callable[[], Sequence[object]]) -> int:
-    """Empty the queue without reading it; how many items were left."""
+def count_left(take: Callable[[], Sequence[Item]], weigh: Callable[[Item], int] = lambda _: 1) -> int:
+    """Empty the queue without reading it; how many messages were left, each item
+    `weigh`ing as many as it holds (a relay's batch holds many, its heartbeat none)."""
     left = 0
     while items := take():
-        left += len(items)
+        left += sum(map(weigh, items))
     return left
 
 
@@ -81,12 +82,14 @@ class SocketQueue:
             await self.wait()
             await read_until(lambda: math.inf, self.take, handle)
 
-    async def read_at_stop(self, handle: Callable[[list[bytes]], None], ends: Callable[[], float], quiet: float) -> int:
+    async def read_at_stop(
+        self, handle: Callable[[list[bytes]], None], ends: Callable[[], float], quiet: float, weigh: Callable[[list[bytes]], int] = lambda _: 1
+    ) -> int:
         """Read what is queued, and what arrives until `quiet` seconds pass without a
         message, until `ends()`; count what is queued then (what is still on its way
-        is neither). How many were left unread."""
+        is neither), each socket message as `weigh` says. How many were left unread."""
         while time.monotonic() < ends():
             await read_until(ends, self.take, handle)
             if not await self.wait(min(quiet, max(0.0, ends() - time.monotonic()))):
                 break
-        return count_left(self.take)
+        return count_left(self.take, weigh)

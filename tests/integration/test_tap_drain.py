@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import math
 
+import msgpack
 import zmq
 import zmq.asyncio
 
 from tracewatch.core.taps.drain import SocketQueue
+from tracewatch.core.taps.relay_viewer import run_messages
+from tracewatch_guest.framing import BATCH, DELTA, LOSS, NO_RUN, encode
 
 SENT = 200_000
 """More than any machine reads in one turn (100 ns a message)."""
@@ -36,6 +39,30 @@ async def test_a_stop_reads_until_its_end_then_counts_the_rest_and_loses_none() 
         late: list[list[bytes]] = []
         after_stop = await SocketQueue(pull).read_at_stop(late.append, lambda: 0.0, quiet=0)
         assert (after_stop, late) == (1, [])  # past its end, a stop only counts
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
+        context.term()
+
+
+async def test_a_relay_viewers_stop_counts_the_runs_messages_it_left_not_the_relays_own() -> None:
+    """A relay viewer's stop that leaves messages queued says how many of the runs'
+    messages it left: a batch counts as the messages it holds (one socket message of
+    hundreds of deltas is hundreds), a heartbeat and the relay's own words as none (a
+    slow viewer's queue fills with heartbeats, which lose nothing)."""
+    context = zmq.Context()
+    pull = zmq.asyncio.Context.shadow(context.underlying).socket(zmq.PULL)
+    push = context.socket(zmq.PUSH)
+    pull.bind("inproc://relay-stop")
+    push.connect("inproc://relay-stop")
+    batches = (1, 5, 300, 70_000)  # msgpack's three array headers: fixarray, array 16, array 32
+    try:
+        for size in batches:
+            push.send_multipart(encode(BATCH, NO_RUN, msgpack.packb([[DELTA, b"7", b"{}"]] * size), 0))
+            push.send_multipart(encode(BATCH, NO_RUN, msgpack.packb([]), 0))  # a heartbeat
+        push.send_multipart(encode(LOSS, NO_RUN, msgpack.packb({"lost": [b"7"], "running": []}), 0))
+        left = await SocketQueue(pull).read_at_stop(lambda frames: None, lambda: 0.0, quiet=0, weigh=run_messages)
+        assert left == sum(batches)
     finally:
         push.close(linger=0)
         pull.close(linger=0)
