@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from rich.text import Text
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from tests.support.app_screen import screen_text
 from tests.support.polling import until
 from tests.support.training_session import KEY, training_deltas, training_engine, write_training_recording
 from tracewatch.cli import main
@@ -111,6 +113,24 @@ async def test_a_values_line_wider_than_the_screen_ends_with_an_ellipsis(deltas:
         at = screen.query_one("#tokens-at", Static)
         drawn = at.render_line(0).text.strip()
         assert drawn.endswith("…") and full.startswith(drawn[:-1]), f"drawn {drawn!r} of {full!r}"
+
+
+async def test_a_header_taller_than_its_room_scrolls_with_a_bar_and_loses_no_line(deltas: list[dict]) -> None:
+    """At 80x24 the header wraps past its eight rows: its last lines (the legend's end,
+    the tokenizer's note) were cut with no sign. It scrolls now, its scrollbar shown,
+    and its last line can be scrolled to."""
+    app = TracewatchApp(training_engine(deltas), tokenizers=DEMO_TOKENIZER)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_tokens(pilot, app, "t")
+        box = screen.query_one("#tokens-head-box", VerticalScroll)
+        await until(pilot, lambda: box.virtual_size.height > box.size.height, "the header wrapped past its room")
+        assert box.size.height <= 8 and box.show_vertical_scrollbar, (box.size, box.virtual_size)
+        last = shown(screen, "tokens-head").splitlines()[-1].split()
+        assert last[-1] not in screen_text(app), "the header's last line already shows"
+        box.scroll_end(animate=False)
+        await until(pilot, lambda: box.scroll_y == box.max_scroll_y > 0, "scrolled to the header's end")
+        await until(pilot, lambda: last[-1] in screen_text(app), "the header's last line drawn")
+        assert last[0] in screen_text(app), last
 
 
 async def test_the_header_names_a_trained_tool_result(deltas: list[dict]) -> None:

@@ -10,6 +10,7 @@ import sys
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -91,7 +92,8 @@ class TokenScreen(Screen[None]):
 
     DEFAULT_CSS = """
     TokenScreen {
-        & #tokens-head { height: auto; max-height: 8; padding: 0 1; background: $boost; }
+        & #tokens-head-box { height: auto; max-height: 8; background: $boost; scrollbar-size-vertical: 1; }
+        & #tokens-head { height: auto; padding: 0 1; }
         & #tokens-body { height: 1fr; }
         & #tokens-at { height: 1; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis; }
     }
@@ -111,7 +113,8 @@ class TokenScreen(Screen[None]):
         self._count = len(trace.nodes)
 
     def compose(self) -> ComposeResult:
-        yield Static(id="tokens-head", markup=False)
+        with VerticalScroll(id="tokens-head-box", can_focus=False):  # a header taller than its room scrolls, with a bar that says so
+            yield Static(id="tokens-head", markup=False)
         yield TokenLines(id="tokens-body")
         yield Static(id="tokens-at", markup=False)
 
