@@ -486,6 +486,30 @@ sender.send(framing.REPLY, live, reply)
 """
 
 
+def stop_while_a_run_ends(view: HeadlessEval, flags: Path) -> str:
+    """The viewer stopped (SIGSTOP) once both runs are seen running, while the stand-in
+    eval streams the `ending` run's end past the tap's queue; resumed, it must end that
+    run *unobserved* (its line, returned) while `live` goes on, and end `live` done once
+    the eval finishes it."""
+    viewer, said, line, seen = view.process, view.said, view.line, view.seen
+    try:
+        wait_until(lambda: line("ending", "running") and line("live", "running"), WAIT, lambda: "both runs seen running" + seen())
+        viewer.send_signal(signal.SIGSTOP)
+        (flags / "viewer-stopped").touch()
+        dropped = wait_until(lambda: (flags / "ending-sent").exists() and int((flags / "ending-sent").read_text() or 0), WAIT, "the run's end sent")
+        assert dropped > 0, "the tap dropped nothing for the stopped viewer"
+        viewer.send_signal(signal.SIGCONT)
+        ended: str = wait_until(lambda: line("ending", "unobserved"), 30, lambda: "the resumed viewer told what it missed" + seen())
+        assert not any(f"[live] {status}" in text for text in said for status in ("done", "failed", "unobserved", "cancelled")), seen()
+        (flags / "finish").touch()
+        wait_until(lambda: line("live", "done"), WAIT, lambda: "the live run ended as the eval ended it" + seen())
+        viewer.wait(WAIT)
+    finally:
+        viewer.send_signal(signal.SIGCONT)
+        viewer.end()
+    return ended
+
+
 def test_an_eval_view_resumed_while_the_eval_runs_is_told_what_the_tap_dropped_and_the_live_run_goes_on(tmp_path) -> None:
     """The viewer (`tracewatch eval --headless`) suspended (SIGSTOP) while a run
     streams far more than the eval tap may queue and ends, another run left live:
@@ -495,24 +519,9 @@ def test_an_eval_view_resumed_while_the_eval_runs_is_told_what_the_tap_dropped_a
     flags = tmp_path / "flags"
     flags.mkdir()
     view = HeadlessEval([sys.executable, "-c", TAPPED_EVAL, str(FIXTURE), str(flags)], "--no-record", env={**os.environ, "TRACEWATCH_TAP_QUEUE": "100"})
-    viewer, said, line, seen = view.process, view.said, view.line, view.seen
-
-    try:
-        wait_until(lambda: line("ending", "running") and line("live", "running"), WAIT, lambda: "both runs seen running" + seen())
-        viewer.send_signal(signal.SIGSTOP)
-        (flags / "viewer-stopped").touch()
-        dropped = wait_until(lambda: (flags / "ending-sent").exists() and int((flags / "ending-sent").read_text() or 0), WAIT, "the run's end sent")
-        assert dropped > 0, "the tap dropped nothing for the stopped viewer"
-        viewer.send_signal(signal.SIGCONT)
-        ended = wait_until(lambda: line("ending", "unobserved"), 30, lambda: "the resumed viewer told what it missed" + seen())
-        assert "view incomplete: the eval's tap dropped " in ended and "the run's end among them (the run itself is the eval's)" in ended, seen()
-        assert not any(f"[live] {status}" in text for text in said for status in ("done", "failed", "unobserved", "cancelled")), seen()
-        (flags / "finish").touch()
-        wait_until(lambda: line("live", "done"), WAIT, lambda: "the live run ended as the eval ended it" + seen())
-        viewer.wait(WAIT)
-    finally:
-        viewer.send_signal(signal.SIGCONT)
-        viewer.end()
+    said, seen = view.said, view.seen
+    ended = stop_while_a_run_ends(view, flags)
+    assert "view incomplete: the eval's tap dropped " in ended and "the run's end among them (the run itself is the eval's)" in ended, seen()
     (summary,) = [text for text in said if text.startswith("ev: done; ")]
     assert "1 done, 1 unobserved;" in summary and "the eval's tap dropped " in summary, seen()
 
@@ -554,23 +563,8 @@ def test_a_loss_in_one_process_of_an_eval_leaves_another_processs_live_run_going
     script = tmp_path / "eval.py"
     script.write_text(TWO_PROCESS_EVAL)
     view = HeadlessEval([sys.executable, "-c", TWO_PROCESS_EVAL, str(FIXTURE), str(flags), "main", str(script)], "--no-record", env={**os.environ, "TRACEWATCH_TAP_QUEUE": "100"})
-    viewer, said, line, seen = view.process, view.said, view.line, view.seen
-
-    try:
-        wait_until(lambda: line("ending", "running") and line("live", "running"), WAIT, lambda: "both runs seen running" + seen())
-        viewer.send_signal(signal.SIGSTOP)
-        (flags / "viewer-stopped").touch()
-        dropped = wait_until(lambda: (flags / "ending-sent").exists() and int((flags / "ending-sent").read_text() or 0), WAIT, "the run's end sent")
-        assert dropped > 0, "the tap dropped nothing for the stopped viewer"
-        viewer.send_signal(signal.SIGCONT)
-        ended = wait_until(lambda: line("ending", "unobserved"), 30, lambda: "the resumed viewer told what it missed" + seen())
-        assert "the run's end among them" in ended, seen()
-        assert not any(f"[live] {status}" in text for text in said for status in ("done", "failed", "unobserved", "cancelled")), seen()
-        (flags / "finish").touch()
-        wait_until(lambda: line("live", "done"), WAIT, lambda: "the other process's run ended as it ended" + seen())
-        viewer.wait(WAIT)
-    finally:
-        viewer.send_signal(signal.SIGCONT)
-        viewer.end()
+    said, seen = view.said, view.seen
+    ended = stop_while_a_run_ends(view, flags)
+    assert "the run's end among them" in ended, seen()
     (summary,) = [text for text in said if text.startswith("ev: done; ")]
     assert "1 done, 1 unobserved;" in summary, seen()
