@@ -141,16 +141,22 @@ async def test_a_training_run_s_variant_reads_whole_and_its_used_column_stays_at
     await session.shutdown()
 
 
-async def test_steps_learnt_from_the_records_are_drawn_on_the_rows_already_shown(tmp_path, monkeypatch):
-    """The history's steps are read from its records once the run is caught up: a row
-    drawn before its step was known is drawn again with it. (Here the reading waits
-    until every row was drawn once, with the steps the orchestrator's shipping gave.)"""
+def steps_held_back(tmp_path, monkeypatch) -> tuple[RunWriter, FollowedRun, dict[str, bool]]:
+    """A finished run of 12 episodes followed with the reading of its records' steps held
+    back until the test sets `reading["open"]`."""
     writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
     writer.run()
     assert writer.error is None
     reading, scan = {"open": False}, FollowedRun._scan_steps
     monkeypatch.setattr(FollowedRun, "_scan_steps", lambda self: scan(self) if reading["open"] else False)
-    session = FollowedRun(layout_of(tmp_path / "out"), columns=True)
+    return writer, FollowedRun(layout_of(tmp_path / "out"), columns=True), reading
+
+
+async def test_steps_learnt_from_the_records_are_drawn_on_the_rows_already_shown(tmp_path, monkeypatch):
+    """The history's steps are read from its records once the run is caught up: a row
+    drawn before its step was known is drawn again with it. (Here the reading waits
+    until every row was drawn once, with the steps the orchestrator's shipping gave.)"""
+    writer, session, reading = steps_held_back(tmp_path, monkeypatch)
     app = TracewatchApp(session)
     episodes = written(writer)
     async with app.run_test(size=(160, 40)) as pilot:
@@ -176,12 +182,7 @@ async def test_a_sort_again_by_a_column_takes_the_rows_changed_since_its_last_so
     steps read from the records after the first sort by Step are in the second's order."""
     monkeypatch.setattr("tracewatch.tui.table.finished_index.PARTIAL_FROM", 4)
     monkeypatch.setattr("tracewatch.tui.table.finished_index.FIRST_SCREEN", 3)
-    writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
-    writer.run()
-    assert writer.error is None
-    reading, scan = {"open": False}, FollowedRun._scan_steps
-    monkeypatch.setattr(FollowedRun, "_scan_steps", lambda self: scan(self) if reading["open"] else False)
-    session = FollowedRun(layout_of(tmp_path / "out"), columns=True)
+    writer, session, reading = steps_held_back(tmp_path, monkeypatch)
     app = TracewatchApp(session)
     episodes = written(writer)
     async with app.run_test(size=(160, 40)) as pilot:
