@@ -31,11 +31,15 @@ class Follower:
         self.seen: set[str] = set()
         self.lost: set[str] = set()
         self.landed: Counter[str] = Counter()
+        self.dispatched: set[str] = set()
+        """Traces that landed with their dispatch read: a file listed and gone before its
+        first line was read lands with none, and its row's step comes from its record."""
         self.states: dict[str, set[str]] = {}
 
     def poll(self) -> RunChanges:
         changes = self.run.poll()
         self.landed.update(trace_id for trace_id, _ in changes.landed)
+        self.dispatched.update(t.trace_id for t in changes.landed_traces if t.dispatch is not None and t.dispatch.step is not None)
         self.lost.update(trace.trace_id for trace in changes.lost)
         # every trace the follower reported, even one listed and gone within a poll
         self.seen.update(self.run.live.traces)
@@ -87,7 +91,7 @@ def test_every_episode_of_a_followed_run_is_read_once_with_its_reward_step_and_s
         assert table.episode_id(row) == rollout.episode_id
         assert table.column("reward")[row] == rollout.reward
         assert table.text("kind", row) == rollout.kind and table.text("env", row) == rollout.env
-        if trace_id not in follower.landed:  # never seen live (it came and went between two polls)
+        if trace_id not in follower.dispatched:  # its dispatch never read live (it came and went between two polls)
             run.open_episode(row)  # its record gives its step
         step, source = table.steps()
         assert step[row] == rollout.step and source[row] == STEP_FROM_DISPATCH
