@@ -367,7 +367,7 @@ class FollowedRun(Session):
         return RolloutFacts(
             phase="done" if int(table.column("ok")[row]) != 0 else "error",
             turns=max(0, int(table.column("turns")[row])),
-            tokens=sum(count for count in tokens if count > 0),
+            tokens=sum(count for count in tokens if count >= 0) if max(tokens) >= 0 else None,
             reward=None if math.isnan(reward) else reward,
             scored_traces=0 if math.isnan(reward) else 1,
             errors=max(0, errors),
@@ -484,7 +484,7 @@ class FollowedRun(Session):
             mine = rows[variants == code]
             ended = Ended(
                 table.column("dispatch")[mine], table.column("arrival")[mine], table.column("ok")[mine] != 0,
-                table.column("reward")[mine], columns.column("tokens")[mine],
+                table.column("reward")[mine], np.maximum(columns.column("tokens")[mine], 0),
             )
             self.store.series.add_ended(columns.labels("variant")[code], ended, sign)
 

@@ -31,7 +31,7 @@ def rollout_line(rollout: Rollout, now: float) -> str:
     text = f"{rollout.key} [{rollout.task_label}] {rollout.status.value}"
     if rollout.status.finished:
         reward = "-" if rollout.reward is None else f"{rollout.reward:g}"
-        text += f" · reward {reward} · {rollout.turns} turns · {rollout.tokens} tokens · {seconds_text(rollout.elapsed(now))}"
+        text += f" · reward {reward} · {rollout.turns} turns · {'-' if rollout.tokens is None else rollout.tokens} tokens · {seconds_text(rollout.elapsed(now))}"
     if rollout.reason:
         text += f" · {rollout.reason}"
     return text

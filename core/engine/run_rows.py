@@ -97,7 +97,9 @@ class RunRows:
             return cached[1]
         values: npt.NDArray[Any]
         if name == "tokens":
-            values = np.maximum(table.column("input_tokens")[:count], 0) + np.maximum(table.column("output_tokens")[:count], 0)
+            given, taken = table.column("input_tokens")[:count], table.column("output_tokens")[:count]
+            # -1: the index reported neither count (not 0 tokens)
+            values = np.where((given < 0) & (taken < 0), -1, np.maximum(given, 0) + np.maximum(taken, 0))
         elif name == "elapsed":
             values = np.maximum(table.column("arrival")[:count] - table.column("dispatch")[:count], 0.0)
         elif name == "step":

@@ -154,7 +154,8 @@ def _add(cell: Cell, rollout: Rollout) -> None:
     else:
         cell.rewards.append(reward)
         cell.turns.append(rollout.turns)
-        cell.tokens.append(rollout.tokens)
+        if rollout.tokens is not None:  # a count not reported is not a count of 0
+            cell.tokens.append(rollout.tokens)
         cell.seconds.append(rollout.elapsed(rollout.ended_at or rollout.started_at or 0.0))
         cell.errors += rollout.errors
 

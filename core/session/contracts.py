@@ -180,7 +180,8 @@ FINISHED_COLUMNS = ("variant", "task", "group", "task_index", "number", "ok", "r
 `variant`, `task` and `group` are codes into `labels` (-1: none; a row whose task is
 not known reads `task <task_index>`), `number` is the row's index among its task's rollouts, `ok` is 1
 where the episode ended well (done) and 0 where it failed, `reward` and `elapsed` are
-NaN, `step` and `used` -1, where not known (`used` 0: the trainer said it did not)."""
+NaN, `step`, `used` and `tokens` -1, where not known (`used` 0: the trainer said it did not;
+`tokens` -1: the source reported no count, which is not 0 tokens)."""
 
 
 class FinishedRows(Protocol):

@@ -154,13 +154,13 @@ def _holding(word: str) -> Callable[[str], bool]:
 
 def _measure(rows: Picked, field: str) -> tuple[npt.NDArray[Any], Mask]:
     """A comparison's numbers over the rows, and where a row has one."""
-    if field in ("turns", "tokens", "errors"):
+    if field in ("turns", "errors"):
         values = np.maximum(rows.column(field), 0)
         return values, np.ones(len(values), dtype=bool)
     if field in ("reward", "elapsed"):
         values = rows.column(field)
         return values, ~np.isnan(values)
-    values = rows.column(field)  # step, used: -1 where not known
+    values = rows.column(field)  # step, used, tokens: -1 where not known
     return values, values >= 0
 
 
@@ -210,7 +210,7 @@ def _numbers(column: str, rows: Picked, rollouts: Sequence[Rollout], now: float)
     count = rows.count
     if column == "number":
         return rows.column("number") + float(1 << 32), [float((r.run << 32) + r.rollout_index) for r in rollouts]
-    if column in ("step", "used"):
+    if column in ("step", "used", "tokens"):
         values = rows.column(column)
         live = [getattr(r, column) for r in rollouts]
         return np.where(values >= 0, values, NONE_LAST), [NONE_LAST if value is None else float(value) for value in live]
@@ -219,7 +219,7 @@ def _numbers(column: str, rows: Picked, rollouts: Sequence[Rollout], now: float)
         return np.where(ok, PHASE_ORDER["done"], PHASE_ORDER["error"]), [float(PHASE_ORDER.get(r.phase, len(PHASE_ORDER))) for r in rollouts]
     if column == "activity":
         return np.zeros(count), [r.activity(now)[1] for r in rollouts]
-    if column in ("turns", "tokens", "errors"):
+    if column in ("turns", "errors"):
         return np.maximum(rows.column(column), 0), [float(getattr(r, column)) for r in rollouts]
     if column == "reward":
         values = rows.column("reward")
@@ -288,7 +288,7 @@ def task_cells(rows: FinishedRows) -> list[TaskCell]:
         good = scored[span]
         data = {"name": tasks[text]} if kind == 1 else {"group": group_labels[text]} if kind == 2 else {}
         cell = Cell(
-            rewards=reward[span][good].tolist(), turns=turns[span][good].tolist(), tokens=tokens[span][good].tolist(),
+            rewards=reward[span][good].tolist(), turns=turns[span][good].tolist(), tokens=tokens[span][good & (tokens[span] >= 0)].tolist(),
             seconds=seconds[span][good].tolist(), errors=int(errors[span][good].sum()), failed=int((~good).sum()),
         )
         index = int(task_index[at])

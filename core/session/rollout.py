@@ -110,7 +110,7 @@ class Rollout:
         if self.status.finished and self.ended_at is not None:
             times = self.times
             agent = times.agent_seconds if times is not None else None
-            outcome = Outcome(self.ended_at, self.status.value, self.reward, self.tokens, agent, self.started_at is not None)
+            outcome = Outcome(self.ended_at, self.status.value, self.reward, self.tokens or 0, agent, self.started_at is not None)
         status = Status.QUEUED if self.waiting else self.status
         scored = status.finished and (self.traces or self.facts is not None)  # ended before any trace: no reward
         counted = (status, self.flags, self.reward if scored else None)
@@ -177,7 +177,7 @@ class Rollout:
         return self.summary().turns
 
     @property
-    def tokens(self) -> int:
+    def tokens(self) -> int | None:
         return self.summary().tokens
 
     @property

@@ -176,7 +176,8 @@ class RolloutFacts:
     phase: str | None
     """The first trace's phase (None: no trace opened)."""
     turns: int = 0
-    tokens: int = 0
+    tokens: int | None = None
+    """Its traces' `num_total_tokens` summed (None: no trace reported a count yet)."""
     reward: float | None = None
     """The mean over its scored traces (`scored_rewards`)."""
     scored_traces: int = 0
@@ -249,6 +250,12 @@ NO_FACTS = RolloutFacts(None)
 """A rollout with no trace yet."""
 
 
+def _known_sum(values: Iterable[object]) -> int | None:
+    """The sum of the counts reported (None: none was): a trace with no count is not 0 tokens."""
+    known = [int(value) for value in values if type(value) is int]
+    return sum(known) if known else None
+
+
 def rollout_facts(traces: Mapping[str, TraceCounts], attempts: tuple[Attempt, ...] = ()) -> RolloutFacts:
     """Every fact a row shows, from a rollout's traces (the first is its primary) and
     the attempts it discarded before them (its times start with the first)."""
@@ -261,7 +268,7 @@ def rollout_facts(traces: Mapping[str, TraceCounts], attempts: tuple[Attempt, ..
     return RolloutFacts(
         phase=trace_phase(timing, primary.scalars.get("ok"), primary.has_errors),
         turns=sum(trace.turns for trace in counts),
-        tokens=sum(int(trace.scalars.get("num_total_tokens") or 0) for trace in counts),
+        tokens=_known_sum(trace.scalars.get("num_total_tokens") for trace in counts),
         reward=float(sum(map(Fraction, rewards)) / len(rewards)) if len(rewards) > 1 else rewards[0] if rewards else None,
         scored_traces=len(rewards),
         errors=sum(trace.error_count for trace in counts),

@@ -129,8 +129,8 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column(
         "tokens", "Tokens", 7, 11,
-        sort=lambda r, now: r.tokens,
-        cell=lambda r, now, palette, stall: (f"{r.tokens:,}", PLAIN),
+        sort=lambda r, now: (r.tokens is not None, r.tokens or 0),
+        cell=lambda r, now, palette, stall: ("-" if r.tokens is None else f"{r.tokens:,}", PLAIN),
     ),
     Column(
         "reward", "Reward", 6, 5,
@@ -200,7 +200,7 @@ FINISHED_CELLS: dict[str, FinishedCell] = {
     "phase": lambda rows, row, palette: ("done", palette.phase("done")) if _ok(rows, row) else ("error", palette.phase("error")),
     "activity": lambda rows, row, palette: (Status.DONE.value if _ok(rows, row) else Status.FAILED.value, palette.muted),
     "turns": lambda rows, row, palette: (str(max(0, int(rows.column("turns")[row]))), PLAIN),
-    "tokens": lambda rows, row, palette: (f"{int(rows.column('tokens')[row]):,}", PLAIN),
+    "tokens": lambda rows, row, palette: ("-" if (tokens := _finished_number(rows, row, "tokens")) is None else f"{tokens:,}", PLAIN),
     "reward": lambda rows, row, palette: (reward_text(_finished_float(rows, row, "reward")), PLAIN),
     "elapsed": lambda rows, row, palette: ("" if (seconds := _finished_float(rows, row, "elapsed")) is None else clock(max(0.0, seconds)), PLAIN),
     "errors": lambda rows, row, palette: (str(errors), palette.error) if (errors := int(rows.column("errors")[row])) > 0 else ("", PLAIN),
