@@ -22,6 +22,7 @@ from tracewatch.core.session.rollout_filter import OPERATORS, Comparison, RowFil
 from tracewatch.core.session.status import Status
 from tracewatch.core.session.tallies import Tally
 from tracewatch.core.session.task_identity import task_identity
+from tracewatch.core.session.task_ranks import TaskRanks
 
 Mask = npt.NDArray[np.bool_]
 NONE_LAST = -np.inf
@@ -45,17 +46,24 @@ def _keep(name: str, stamp: object, make: Callable[[], Any]) -> Any:
     return found[1]
 
 
-def task_texts(rows: FinishedRows, subset: npt.NDArray[np.int64] | None = None) -> tuple[npt.NDArray[np.int64], list[str]]:
-    """Each row's (of `subset`'s) task label as a code into the returned texts: a
-    known task's name, else `task N` (its index among its variant's tasks; every N up
-    to the largest is a text, so the texts change only when a task is new)."""
-    known = rows.labels("task")
+def task_codes(rows: FinishedRows, subset: npt.NDArray[np.int64] | None = None) -> tuple[npt.NDArray[np.int64], Sequence[str], int]:
+    """Each row's (of `subset`'s) task as a code: a known task's name's, else
+    `len(named) + N` for `task N` (its index among its variant's tasks); the names and
+    how many numbered tasks there are (every N up to the largest)."""
+    named = rows.labels("task")
     task_index = rows.column("task_index")
     numbers = int(task_index.max()) + 1 if len(task_index) else 0
-    labels: list[str] = _keep("texts", (id(rows), len(known), numbers), lambda: [*known, *(f"task {n}" for n in range(numbers))])
     picked = Picked(rows, subset)
     codes = picked.column("task").astype(np.int64)
-    return np.where(codes >= 0, codes, len(known) + picked.pick(task_index)), labels
+    return np.where(codes >= 0, codes, len(named) + picked.pick(task_index)), named, numbers
+
+
+def task_texts(rows: FinishedRows, subset: npt.NDArray[np.int64] | None = None) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """`task_codes` with the texts they index: the names, then `task 0` .. (the texts
+    change only when a task is new)."""
+    codes, named, numbers = task_codes(rows, subset)
+    labels: list[str] = _keep("texts", (id(rows), len(named), numbers), lambda: [*named, *(f"task {n}" for n in range(numbers))])
+    return codes, labels
 
 
 def finished_tallies(rows: FinishedRows) -> dict[str, Tally]:
@@ -178,15 +186,15 @@ def sort_keys(
     if given) and over `rollouts`, in one order: the finished rows' and the rollouts'
     keys then merge."""
     picked = Picked(rows, subset)
-    if column in RANKED:
-        if column == "variant":
-            codes, labels = picked.column("variant").astype(np.int64), rows.labels("variant")
-            texts = [rollout.variant for rollout in rollouts]
-        else:
-            codes, labels = task_texts(rows, subset)
-            texts = [rollout.task_label.lower() for rollout in rollouts]
-        ranks, by_code = _keep("ranks", (column, id(labels), len(labels), frozenset(texts)), lambda: _ranks(list(labels), texts, column == "task"))
-        return by_code[codes], [float(ranks[text]) for text in texts]
+    if column == "variant":
+        labels, texts = rows.labels("variant"), [rollout.variant for rollout in rollouts]
+        ranks, by_code = _keep("ranks", (column, id(labels), len(labels), frozenset(texts)), lambda: _ranks(list(labels), texts))
+        return by_code[picked.column("variant").astype(np.int64)], [float(ranks[text]) for text in texts]
+    if column == "task":
+        codes, named, numbers = task_codes(rows, subset)
+        texts = [rollout.task_label.lower() for rollout in rollouts]
+        made = _keep("ranks", (column, id(named), len(named), numbers, frozenset(texts)), lambda: _task_ranks(named, numbers, texts))
+        return made[1][codes], [made[0].rank(text) for text in texts]
     finished, live = _numbers(column, picked, rollouts, now)
     return finished.astype(np.float64), live
 
@@ -199,11 +207,15 @@ def ranks_made(column: str) -> object:
     return found[1] if found is not None and isinstance(made_for, tuple) and made_for[0] == column else None
 
 
-def _ranks(labels: list[str], texts: list[str], lower: bool) -> tuple[dict[str, int], npt.NDArray[np.float64]]:
+def _ranks(labels: list[str], texts: list[str]) -> tuple[dict[str, int], npt.NDArray[np.float64]]:
     """Each text's rank among the labels and the texts, and the labels' ranks by code."""
-    folded = [label.lower() for label in labels] if lower else labels
-    ranks = {text: rank for rank, text in enumerate(sorted({*folded, *texts}))}
-    return ranks, np.array([ranks[label] for label in folded] + [-1], dtype=np.float64)
+    ranks = {text: rank for rank, text in enumerate(sorted({*labels, *texts}))}
+    return ranks, np.array([ranks[label] for label in labels] + [-1], dtype=np.float64)
+
+
+def _task_ranks(named: Sequence[str], numbers: int, texts: list[str]) -> tuple[TaskRanks, npt.NDArray[np.float64]]:
+    ranks = TaskRanks(named, numbers, texts)
+    return ranks, ranks.by_code(named)
 
 
 def _numbers(column: str, rows: Picked, rollouts: Sequence[Rollout], now: float) -> tuple[npt.NDArray[Any], list[float]]:
