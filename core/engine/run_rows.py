@@ -19,6 +19,8 @@ from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN, EpisodeTa
 from tracewatch.core.session.finished_columns import hex_trace_numbers, trace_number
 from tracewatch.core.session.task_identity import task_identity
 
+DERIVED = ("tokens", "elapsed", "step")
+"""`FinishedRows` columns made from the run's own (kept, made again for the rows that change)."""
 CHANGES_KEPT = 64
 """Changes remembered for `changed_since`; a reader further behind looks at every row."""
 TABLE_COLUMNS = {"task": "task", "group": "group", "ok": "ok", "reward": "reward", "turns": "turns", "errors": "num_errors", "used": "effective"}
@@ -92,23 +94,33 @@ class RunRows:
         if name in TABLE_COLUMNS:
             found: npt.NDArray[Any] = table.column(TABLE_COLUMNS[name])[:count]
             return found
+        if name not in DERIVED:
+            raise KeyError(name)
         cached = self._derived.get(name)
         if cached is not None and cached[0] == self._version:
             return cached[1]
-        values: npt.NDArray[Any]
-        if name == "tokens":
-            given, taken = table.column("input_tokens")[:count], table.column("output_tokens")[:count]
-            # -1: the index reported neither count (not 0 tokens)
-            values = np.where((given < 0) & (taken < 0), -1, np.maximum(given, 0) + np.maximum(taken, 0))
-        elif name == "elapsed":
-            values = np.maximum(table.column("arrival")[:count] - table.column("dispatch")[:count], 0.0)
-        elif name == "step":
-            steps, source = table.steps()
-            values = np.where(source[:count] != STEP_UNKNOWN, steps[:count], -1)
-        else:
-            raise KeyError(name)
+        changed = None if cached is None else self.changed_since(cached[0])
+        if cached is None or changed is None:
+            values = self._derive(name, np.arange(count, dtype=np.int64))
+        else:  # the rows added or changed since, not every row: a poll's few among a million
+            old = cached[1]
+            values = np.concatenate([old, self._derive(name, np.arange(len(old), count, dtype=np.int64))]) if len(old) < count else old
+            changed = changed[changed < len(old)]
+            values[changed] = self._derive(name, changed)
         self._derived[name] = (self._version, values)
         return values
+
+    def _derive(self, name: str, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        table = self.table
+        if name == "tokens":
+            given, taken = table.column("input_tokens")[rows], table.column("output_tokens")[rows]
+            # -1: the index reported neither count (not 0 tokens)
+            return np.where((given < 0) & (taken < 0), -1, np.maximum(given, 0) + np.maximum(taken, 0))
+        if name == "elapsed":
+            seconds: npt.NDArray[Any] = np.maximum(table.column("arrival")[rows] - table.column("dispatch")[rows], 0.0)
+            return seconds
+        steps, source = table.steps(rows)
+        return np.where(source != STEP_UNKNOWN, steps, -1)
 
     def labels(self, name: str) -> list[str]:
         return self._variant_labels if name == "variant" else self.table.labels(name)

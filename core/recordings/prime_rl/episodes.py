@@ -134,11 +134,14 @@ class EpisodeTable:
         found: list[int] = np.where(positions >= 0, rows, MISSING).tolist()
         return found
 
-    def steps(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """(step per row, where it came from: `STEP_FROM_DISPATCH`, `STEP_FROM_SHIP` or
-        `STEP_UNKNOWN`). The dispatch step (the orchestrator's step when the episode was
-        scheduled; for eval, the eval step) wins over the step it shipped at."""
+    def steps(self, rows: np.ndarray[Any, Any] | None = None) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """(step per row (of `rows`, if given), where it came from: `STEP_FROM_DISPATCH`,
+        `STEP_FROM_SHIP` or `STEP_UNKNOWN`). The dispatch step (the orchestrator's step
+        when the episode was scheduled; for eval, the eval step) wins over the step it
+        shipped at."""
         dispatched, shipped = self.column("dispatch_step"), self.column("ship_step")
+        if rows is not None:
+            dispatched, shipped = dispatched[rows], shipped[rows]
         step = np.where(dispatched >= 0, dispatched, shipped)
         source = np.where(dispatched >= 0, STEP_FROM_DISPATCH, np.where(shipped >= 0, STEP_FROM_SHIP, STEP_UNKNOWN))
         return step, source.astype(np.int8)

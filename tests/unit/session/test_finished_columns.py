@@ -194,3 +194,32 @@ def test_a_big_sort_s_first_screen_and_full_order_are_one_stable_sort_s(rows, da
             assert index.sorted(index.generation, finished_index.full_order(*index.pending, table.count))
         assert index.rows.tolist() == whole.tolist(), (column, reverse, "every row")
         assert [index.row_position(row) for row in whole.tolist()] == list(range(len(whole)))
+
+
+def derived(table: RunRows, name: str) -> list[float]:
+    """A derived column made from the run's own columns afresh."""
+    run = table.table
+    if name == "tokens":
+        given, taken = run.column("input_tokens")[: table.count], run.column("output_tokens")[: table.count]
+        return np.where((given < 0) & (taken < 0), -1, np.maximum(given, 0) + np.maximum(taken, 0)).tolist()
+    if name == "elapsed":
+        return np.maximum(run.column("arrival") - run.column("dispatch"), 0.0)[: table.count].tolist()
+    steps, source = run.steps()
+    return np.where(source != 0, steps, -1)[: table.count].tolist()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=runs, data=st.data())
+def test_a_derived_column_kept_between_looks_is_the_one_made_afresh(rows, data):
+    """Tokens, elapsed and step are kept and made again only for the rows changed since
+    the last look (every row when the change log no longer reaches back)."""
+    _, _, table = both(rows, data)
+    run = table.table
+    for _ in range(4):
+        for name in ("tokens", "elapsed", "step"):
+            assert table.column(name).tolist() == derived(table, name), name
+        for _ in range(data.draw(st.sampled_from([0, 1, 3, 70]))):  # 70: past the changes kept
+            row = data.draw(st.integers(0, table.count - 1))
+            field = data.draw(st.sampled_from(["dispatch_step", "ship_step", "input_tokens", "output_tokens", "arrival"]))
+            run.column(field)[row] = data.draw(st.floats(1.79e9, 1.79e9 + 400)) if field == "arrival" else data.draw(st.integers(-1, 9))
+            table.changed(np.array([row], dtype=np.int64))
