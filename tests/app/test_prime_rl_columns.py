@@ -20,6 +20,7 @@ from tests.support.prime_rl_orchestrator import RunWriter, Script
 from tracewatch.core.engine.followed_run import FollowedRun
 from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.tui.app import TracewatchApp
+from tracewatch.tui.table import finished_index
 
 
 def history(tmp_path, script: Script) -> tuple[RunWriter, FollowedRun, TracewatchApp]:
@@ -121,6 +122,30 @@ async def test_a_big_sort_draws_its_first_screen_at_once_and_every_row_once_sort
         shown = lambda: [float(table.cell_text(key, "reward")) for key in table.ordered_keys]  # noqa: E731
         await until(pilot, lambda: shown() == [round(reward, 2) for reward in rewards[::-1]], lambda: f"every row in order; {shown()}")
         assert table.row_count == len(writer.landed)
+    await session.shutdown()
+
+
+async def test_sort_keys_pressed_in_a_row_sort_the_rest_of_the_rows_once(tmp_path, monkeypatch):
+    """Each big sort's first screen is drawn at once; the rest of its rows are sorted
+    off the loop only once the keys stop (`REST_AFTER`, made long here so that a loaded
+    box's slow frames still fall within it): the sorts the next key throws away never
+    take a core."""
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.PARTIAL_FROM", 4)
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.FIRST_SCREEN", 3)
+    monkeypatch.setattr("tracewatch.tui.table.rollouts_table.REST_AFTER", 3.0)
+    sorts, full_order = [], finished_index.full_order
+    monkeypatch.setattr(finished_index, "full_order", lambda *args: sorts.append(args) or full_order(*args))
+    writer, session, app = history(tmp_path, Script(episodes=16, concurrent=4))
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await every_row(pilot, app, writer)
+        for column, reverse in (("reward", False), ("turns", True), ("reward", True)):
+            table.sort_by(column, reverse)
+            await pilot.pause()
+        rewards = sorted((rollout.reward for rollout in writer.landed), reverse=True)  # type: ignore[attr-defined]
+        shown = lambda: [float(table.cell_text(key, "reward")) for key in table.ordered_keys]  # noqa: E731
+        await until(pilot, lambda: shown() == [round(reward, 2) for reward in rewards], lambda: f"every row in order; {shown()}")
+        assert len(sorts) == 1, "one sort of the rest: the last key's"
     await session.shutdown()
 
 

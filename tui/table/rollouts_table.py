@@ -60,6 +60,11 @@ PASS_CHUNK = 2000
 narrowing nor the same rows weighs every rollout, and done at once the field would not
 echo the key until the pass over 20,000 rows ended (docs/performance.md)."""
 
+REST_AFTER = 0.2
+"""Seconds a big sort's first screen stands before the rest of its rows are sorted off
+the loop: keys pressed in a row (`s` cycling the columns) start no sort of a million
+rows that the next key throws away, each taking a core beside the loop."""
+
 
 class _Pass:
     """A filter's pass under way, a chunk a frame: the rows it kept so far, where it
@@ -441,7 +446,12 @@ class RolloutsTable(ScrollView, can_focus=True):
             for row in drawn if changed is None else [row for row in drawn if row in changed]:
                 del self._strips[row]
         if finished.pending is not None:  # a big sort: the first screen's rows are in order, the rest follow
-            self._sort_rest(finished.generation, *finished.pending)
+            self.set_timer(REST_AFTER, lambda generation=finished.generation: self._start_rest(generation))
+
+    def _start_rest(self, generation: int) -> None:
+        finished = self._finished
+        if finished is not None and finished.pending is not None and finished.generation == generation:
+            self._sort_rest(generation, *finished.pending)
 
     @work(thread=True, exclusive=True, group="finished-sort", exit_on_error=False)
     def _sort_rest(self, generation: int, rows: Positions, keys: Keys, reverse: bool) -> None:
