@@ -167,9 +167,6 @@ class LiveChanges:
     unplaced: list[Placeholder] = field(default_factory=list)
     more: bool = False
     """The byte budget ran out: poll again soon for the rest."""
-    replaced: bool = False
-    """The live folder itself was removed or made anew (a relaunched orchestrator clears
-    it): the traces that vanished with it will never land."""
     _noted: set[str] = field(default_factory=set, repr=False)
 
     def note(self, live: LiveTrace) -> None:
@@ -185,7 +182,7 @@ class LiveChanges:
         self.vanished += later.vanished
         self.placed += later.placed
         self.unplaced += later.unplaced
-        self.more, self.replaced = later.more, self.replaced or later.replaced
+        self.more = later.more
 
     def __bool__(self) -> bool:
         return bool(self.changed or self.vanished or self.placed or self.unplaced)
@@ -253,13 +250,11 @@ class LiveFollower:
         try:
             fd = os.open(self.live_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            changes.replaced = bool(self._files)
             self._gone(changes)
             return changes
         try:
             info = os.fstat(fd)
             if (info.st_dev, info.st_ino) != self._folder:
-                changes.replaced = bool(self._files)
                 self._gone(changes)  # a relaunch removed the folder and made a new one
                 self._folder = (info.st_dev, info.st_ino)
                 self._live_listing = _Listing(self.live_dir)

@@ -10,15 +10,14 @@ joins what they read:
   when the record lands, before or after, so a trace is at every moment exactly one of
   live, landing (its file vanished, its row not read yet), or finished (`where`); a
   trace landing for `LANDING_SECONDS` after the index was read to its end never landed
-  (a retry discarded it, its episode was cancelled or failed): it is `lost`, at once
-  when its episode landed without it or a relaunch cleared the live folder;
+  (a retry discarded it, its episode was cancelled or failed, a relaunch cleared the
+  live folder): it is `lost`, at once when its episode landed without it;
 - rows get `effective`, `ship_step` and the trace advantage of their traces from the
   annotations, whichever of the two was read first.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -160,8 +159,9 @@ class PrimeRlRun:
         now = self.clock()
         for gone in changes.live.vanished:
             if gone.row < 0:  # folded or not (a file can come and go between two polls' reads)
-                # a relaunch's stale traces land only if their rows were written already
-                self.landing[gone.trace_id] = (gone, -math.inf if changes.live.replaced else now)
+                # a relaunch's cleared traces too: one that landed as the folder went can
+                # be a line behind in the index, and taken for lost it would land as a second row
+                self.landing[gone.trace_id] = (gone, now)
         if changes.rows or changes.restarted:
             candidates = [t for t in self.live.traces.values() if t.row < 0] + [t for t, _ in self.landing.values()]
         else:

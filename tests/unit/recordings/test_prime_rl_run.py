@@ -87,6 +87,32 @@ def test_a_trace_that_never_lands_is_lost_after_the_window(setup):
     assert run.where(rollout.trace.id) == run.where("never seen")
 
 
+def test_a_trace_that_landed_as_a_relaunch_cleared_the_folder_lands_when_its_row_comes(setup):
+    """Its file and the folder went in one poll, its index line a poll behind (a loaded
+    box): it was taken for lost at once, and its row then came as a second rollout. A
+    cleared trace that never lands is lost after the window, as any other."""
+    orchestrator, out, clock = setup
+    landing, stale = started(orchestrator), started(orchestrator, task=2)
+    run = PrimeRlRun(find_run(out), clock)
+    run.poll()
+    index = traces_dir(out) / "stream.index.jsonl"
+    land(orchestrator, landing)
+    held = index.read_bytes()
+    index.write_bytes(b"")
+    live = traces_dir(out) / "live"
+    fresh = live.with_name("live.new")
+    fresh.mkdir()
+    live.rename(live.with_name("live.old"))  # the new process's folder: another inode, for certain
+    fresh.rename(live)
+    changes = run.poll()
+    assert {t.trace_id for t in changes.live.vanished} == {landing.trace.id, stale.trace.id} and not changes.lost
+    index.write_bytes(held)
+    changes = run.poll()
+    assert changes.landed == [(landing.trace.id, 0)] and not changes.lost
+    clock.now += LANDING_SECONDS + 1
+    assert [t.trace_id for t in run.poll().lost] == [stale.trace.id]
+
+
 def test_a_retry_s_discarded_trace_is_lost_when_its_episode_lands(setup):
     orchestrator, out, clock = setup
     rollout = started(orchestrator)
