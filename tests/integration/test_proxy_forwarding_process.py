@@ -243,7 +243,11 @@ def test_a_closed_connection_is_told_after_its_copies_with_the_side_that_went_fi
         copies.extend(process.take(100))
         return any(copy.closed == side for copy in copies)
 
-    wait_until(lambda: told(DRIVER_LEFT), WAIT, lambda: f"the driver's leaving told (the view got {[(c.driver, c.frames[:2], c.closed) for c in copies]})")
+    def both_requests() -> bool:
+        return {tuple(copy.frames[:1]) for copy in copies if copy.direction == TO_SERVER} >= {(b"1",), (b"2",)}
+
+    # the other connection's copies may still be gathering when this one is told closed
+    wait_until(lambda: told(DRIVER_LEFT) and both_requests(), WAIT, lambda: f"the driver's leaving told (the view got {[(c.driver, c.frames[:2], c.closed) for c in copies]})")
     connection = {tuple(copy.frames[:1]): copy.driver for copy in copies if copy.direction == TO_SERVER}
     news = [(copy.driver, copy.frames[:2], copy.closed) for copy in copies if copy.driver == connection[(b"1",)]]
     assert news[-2:] == [(connection[(b"1",)], [b"1", b"reply"], None), (connection[(b"1",)], [], DRIVER_LEFT)], news
