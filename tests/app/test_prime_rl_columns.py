@@ -8,8 +8,10 @@ shows its transcript with the cursor still on it."""
 
 from __future__ import annotations
 
+import threading
 import time
 
+import numpy as np
 import pytest
 from textual.widgets import Static
 
@@ -18,6 +20,7 @@ from tests.app.test_prime_rl_followed import layout_of
 from tests.support.polling import until, wait_until
 from tests.support.prime_rl_orchestrator import RunWriter, Script
 from tracewatch.core.engine.followed_run import FollowedRun
+from tracewatch.core.recordings.prime_rl import steps
 from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.table import finished_index
@@ -149,6 +152,65 @@ async def test_sort_keys_pressed_in_a_row_sort_the_rest_of_the_rows_once(tmp_pat
     await session.shutdown()
 
 
+async def test_a_big_sort_pending_while_rows_change_sorts_the_rest_once(tmp_path, monkeypatch):
+    """Every tick that met the sort's rest pending while rows changed timed another
+    start of it: several sorts of every row at once (here the sort is held until the
+    ticks have had their chance, then let go)."""
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.PARTIAL_FROM", 4)
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.FIRST_SCREEN", 3)
+    monkeypatch.setattr("tracewatch.tui.table.rollouts_table.REST_AFTER", 0.1)
+    sorts, held, full_order = [], threading.Event(), finished_index.full_order
+
+    def slow(*args):
+        sorts.append(args)
+        held.wait(30)
+        return full_order(*args)
+
+    monkeypatch.setattr(finished_index, "full_order", slow)
+    writer, session, app = history(tmp_path, Script(episodes=16, concurrent=4))
+    try:
+        async with app.run_test(size=(160, 40)) as pilot:
+            table = app.table
+            await every_row(pilot, app, writer)
+            assert session.rows is not None
+            table.sort_by("reward", True)
+            await until(pilot, lambda: len(sorts) == 1, "the rest's sort started")
+            for row in range(6):  # an annotation a tick, while the sort runs
+                session.rows.changed(np.array([row], dtype=np.int64))
+                await pilot.pause(0.1)
+            await pilot.pause(0.3)  # the ticks' timers, had they been set, fire by now
+            held.set()
+            rewards = sorted((rollout.reward for rollout in writer.landed), reverse=True)  # type: ignore[attr-defined]
+            shown = lambda: [float(table.cell_text(key, "reward")) for key in table.ordered_keys]  # noqa: E731
+            await until(pilot, lambda: shown() == [round(reward, 2) for reward in rewards], lambda: f"every row in order; {shown()}")
+            assert len(sorts) == 1, f"{len(sorts)} sorts of the rest for one key"
+    finally:
+        held.set()
+    await session.shutdown()
+
+
+async def test_a_row_changed_just_before_a_sort_key_is_drawn_with_its_change(tmp_path):
+    """A sort's build took in the rows' changes since the last look but kept their
+    drawn lines: the row showed its old reward until the theme changed."""
+    writer, session, app = history(tmp_path, Script(episodes=8, concurrent=4))
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await every_row(pilot, app, writer)
+        assert session.rows is not None
+        for y in range(table.row_count + 1):
+            table.render_line(y)  # every row drawn, and its line kept
+        key = next(key for key in reversed(table.ordered_keys) if key not in session.store.rollouts and key != table.selected_key)
+        row = session.rows.row_of(key)
+        assert row is not None
+        session.run.table.column("reward")[row] = 0.375
+        session.rows.changed(np.array([row], dtype=np.int64))
+        table.sort_by("turns")  # before a tick looks at the change
+        header = table.render_line(0).text
+        line = table.render_line(table.ordered_keys.index(key) + 1).text
+        assert line[header.index("Reward") - 1 :].split()[0] == "0.38", line
+    await session.shutdown()
+
+
 @pytest.mark.parametrize("size", [(100, 30), (120, 30), (200, 40)])
 async def test_a_training_run_s_variant_reads_whole_and_its_used_column_stays_at_common_widths(tmp_path, size):
     """`train:gsm8k` was cut to `train:gsm8` and Used was the first column dropped."""
@@ -222,6 +284,46 @@ async def test_a_sort_again_by_a_column_takes_the_rows_changed_since_its_last_so
         steps = lambda: [wanted[key] for key in table.ordered_keys]  # noqa: E731
         assert sorted(steps()[:3], reverse=True) == steps()[:3] == sorted(wanted.values(), reverse=True)[:3], "the first screen by the steps read"
         await until(pilot, lambda: steps() == sorted(wanted.values(), reverse=True), lambda: f"every row by the steps read; {steps()}")
+    await session.shutdown()
+
+
+async def test_a_task_a_record_names_without_a_step_moves_its_row_in_the_next_sort_by_task(tmp_path, monkeypatch):
+    """The steps' reading told the table of the rows that got a step, not of those whose
+    record named only their task: a sort by Task again kept their old keys (`task N`)
+    where the names were known already (no new name, so no new ranks). Here the records
+    hold no step and name two tasks; the reading is let through a slice at a time."""
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.PARTIAL_FROM", 4)
+    monkeypatch.setattr("tracewatch.tui.table.finished_index.FIRST_SCREEN", 3)
+    monkeypatch.setattr("tracewatch.core.engine.followed_run.SCAN_SLICE", 6)
+    monkeypatch.setattr(steps, "record_step", lambda record: None)
+    named = steps.record_task
+    monkeypatch.setattr(steps, "record_task", lambda record: f"t{int(str(named(record)).split()[-1]) % 2}")
+    writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
+    writer.run()
+    assert writer.error is None
+    slices, scan = [0], FollowedRun._scan_steps
+
+    def let_through(self: FollowedRun) -> bool:
+        if not slices[0]:
+            return False
+        slices[0] -= 1
+        return scan(self)
+
+    monkeypatch.setattr(FollowedRun, "_scan_steps", let_through)
+    session = FollowedRun(layout_of(tmp_path / "out"), columns=True)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.table
+        await every_row(pilot, app, writer)
+        finished = lambda: [table.cell_text(key, "task") for key in table.ordered_keys if key not in session.store.rollouts]  # noqa: E731
+        slices[0] = 1
+        await until(pilot, lambda: {"t0", "t1"} <= set(finished()), lambda: f"both names read from the first slice; {finished()}")
+        table.sort_by("task", False)  # its keys kept, the ranks of both names made
+        slices[0] = 1
+        await until(pilot, lambda: all(text in ("t0", "t1") for text in finished()), lambda: f"every row's task read; {finished()}")
+        table.sort_by("task", False)
+        texts = lambda: [table.cell_text(key, "task") for key in table.ordered_keys]  # noqa: E731
+        await until(pilot, lambda: texts() == sorted(texts()), lambda: f"the rows by the tasks read; {texts()}")
     await session.shutdown()
 
 

@@ -58,8 +58,9 @@ class FinishedIndex:
         """The rows in order so far (the rest of a big sort waits for `sorted`)."""
         self.generation = 0
         """Bumped at every change of the rows: a full sort of an older one is dropped."""
-        self.pending: tuple[Positions, Keys, bool] | None = None
-        """A big sort's rows, their keys and whether reversed, for `full_order` to sort off the loop."""
+        self.pending: tuple[Positions, Keys, bool, int] | None = None
+        """A big sort's rows, their keys, whether reversed and the rows' count then, for
+        `full_order` to sort off the loop."""
         self._kept_keys: dict[str, tuple[int, object, Keys]] = {}
         """Per column sorted by lately: the rows' version, the ranks, and every row's
         key (not reversed), oldest first."""
@@ -81,6 +82,7 @@ class FinishedIndex:
     def build(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
         """Every row weighed and sorted again; the live rollouts' keys, to `merge`."""
         source = self.source
+        self.changed = source.changed_since(self.version)  # drawn rows of these are stale
         self.version = source.version
         alone = ~source.has_rollout()
         shown = np.flatnonzero(finished_mask(row_filter, source) & alone if row_filter else alone)
@@ -91,13 +93,10 @@ class FinishedIndex:
             if reverse:
                 live_keys = [-key for key in live_keys]
             shown_keys = keys if len(shown) == len(keys) else keys[shown]
-            cut = len(shown) - FIRST_SCREEN if reverse else FIRST_SCREEN - 1
-            parted = np.argpartition(shown_keys, cut)
-            first = parted[cut:] if reverse else parted[:FIRST_SCREEN]
+            first = first_screen(-shown_keys if reverse else shown_keys)
             first_keys = -shown_keys[first] if reverse else shown_keys[first]
-            order = np.lexsort((shown[first], first_keys))
-            self.rows, self._keys = on_top(shown, first[order]), first_keys[order]
-            self.sorted_upto, self.pending, self._place = FIRST_SCREEN, (shown, shown_keys, reverse), None
+            self.rows, self._keys = on_top(shown, first), first_keys
+            self.sorted_upto, self.pending, self._place = FIRST_SCREEN, (shown, shown_keys, reverse, source.count), None
             return list(zip(live_keys, self._live_rows(live), strict=True))
         keys, live_pairs = self._sort_keys(column, reverse, now, live)
         shown_keys = keys[shown]
@@ -119,13 +118,13 @@ class FinishedIndex:
         """The rows added or changed since the last look weighed again and put in their
         places (`changed`); everything again when too much changed to say."""
         source = self.source
+        changed = source.changed_since(self.version)
+        if changed is None:  # the rows started over (or too much changed to say): even a big sort under way is stale
+            return self.build(row_filter, column, reverse, now, live)
         self.changed = np.zeros(0, dtype=np.int64)
         if self.pending is not None:  # a big sort under way: the changes wait for it (they stay in the rows' log)
             return self.live_keys(column, reverse, now, live)
-        changed = source.changed_since(self.version)
         self.changed = changed
-        if changed is None:
-            return self.build(row_filter, column, reverse, now, live)
         self.generation += 1
         self.version = source.version
         changed = changed[changed < source.count]
@@ -156,10 +155,12 @@ class FinishedIndex:
             at = np.searchsorted(self._keys, new_keys[added][order], side="right")
             self.rows = np.insert(self.rows, at, new[added][order])
             self._keys = np.insert(self._keys, at, new_keys[added][order])
+            self.sorted_upto = len(self.rows)  # every row is in order: the changed rows go among the new ones too
             for row, key in zip(new[~added].tolist(), new_keys[~added].tolist(), strict=True):
                 place = self._place_of(key, row)
                 self.rows = np.insert(self.rows, place, row)
                 self._keys = np.insert(self._keys, place, key)
+                self.sorted_upto += 1
         self._placed()
         return live_keys
 
@@ -188,7 +189,7 @@ class FinishedIndex:
         if kept is not None and (changed := source.changed_since(kept[0])) is not None:
             changed = changed[changed < source.count]
             fresh, live_keys = sort_keys(column, source, live, now, changed)
-            if kept[1] is ranks_made(column):  # a rank moved (a new task label): every key moves
+            if kept[1] is ranks_made(column):  # the same ranks (no new label moved them): only the changed rows' keys move
                 old = kept[2]
                 keys = old if len(old) == source.count else np.concatenate([old, np.zeros(source.count - len(old))])[: source.count]
                 keys[changed] = fresh
@@ -259,6 +260,19 @@ def on_top(rows: Positions, top: Positions) -> Positions:
     found[np.sort(top[top >= len(top)])] = rows[displaced]
     found[: len(top)] = rows[top]
     return found
+
+
+def first_screen(keys: Keys) -> Positions:
+    """The places of the `FIRST_SCREEN` smallest keys, in order, ties to the first
+    places: what a stable sort of every key puts first (`argpartition` alone takes any
+    of the rows tied at the cut, and the screen would change when the full order came)."""
+    cut = min(FIRST_SCREEN, len(keys)) - 1
+    parted = np.argpartition(keys, cut)[: cut + 1]
+    edge = keys[parted[cut]]
+    below = parted[keys[parted] < edge]  # all of them: argpartition puts every smaller key before the cut
+    tied = np.flatnonzero(keys == edge)[: cut + 1 - len(below)]
+    top = np.concatenate([below, tied]) if edge == edge else parted  # a NaN key ties with nothing
+    return top[np.lexsort((top, keys[top]))]
 
 
 def full_order(rows: Positions, keys: Keys, reverse: bool, count: int) -> tuple[Positions, Keys, Places]:

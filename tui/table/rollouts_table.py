@@ -166,6 +166,9 @@ class RolloutsTable(ScrollView, can_focus=True):
             from tracewatch.tui.table.finished_index import FinishedIndex  # numpy: only for a session that has columns
 
             self._finished = FinishedIndex(store.finished_rows)
+        self._rest_for = -1
+        """The big sort (`FinishedIndex.generation`) whose rest is timed to start: one
+        timer a sort, however many ticks meet it pending."""
         self._dirty: dict[str, None] = {}
         self._resort = False
         self._cursor_row = 0
@@ -441,11 +444,12 @@ class RolloutsTable(ScrollView, can_focus=True):
         weigh = finished.update if changed_only else finished.build
         weigh(self.row_filter, self.sort_column, self.sort_reverse, self.now(), live)
         drawn = [entry for entry in self._strips if isinstance(entry, int)]
-        if changed_only and drawn:  # a step or an annotation learnt: those rows are drawn again
+        if drawn and (finished.changed is None or len(finished.changed)):  # a step or an annotation learnt: those rows are drawn again
             changed = None if finished.changed is None else set(finished.changed.tolist())
             for row in drawn if changed is None else [row for row in drawn if row in changed]:
                 del self._strips[row]
-        if finished.pending is not None:  # a big sort: the first screen's rows are in order, the rest follow
+        if finished.pending is not None and finished.generation != self._rest_for:  # a big sort: the rest of its rows follow
+            self._rest_for = finished.generation
             self.set_timer(REST_AFTER, lambda generation=finished.generation: self._start_rest(generation))
 
     def _start_rest(self, generation: int) -> None:
@@ -454,13 +458,12 @@ class RolloutsTable(ScrollView, can_focus=True):
             self._sort_rest(generation, *finished.pending)
 
     @work(thread=True, exclusive=True, group="finished-sort", exit_on_error=False)
-    def _sort_rest(self, generation: int, rows: Positions, keys: Keys, reverse: bool) -> None:
+    def _sort_rest(self, generation: int, rows: Positions, keys: Keys, reverse: bool, count: int) -> None:
         """A big sort's every row and their places, off the loop (numpy's sort lets go
         of the GIL): the loop only takes the result."""
         from tracewatch.tui.table.finished_index import full_order
 
-        assert self._finished is not None
-        done = full_order(rows, keys, reverse, self._finished.source.count)
+        done = full_order(rows, keys, reverse, count)
         if self.app.is_running:
             self.app.call_from_thread(self._rest_sorted, generation, done)
 

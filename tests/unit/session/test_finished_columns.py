@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from tracewatch.core.engine.followed_run import FollowedRun
 from tracewatch.core.engine.run_rows import RunRows
+from tracewatch.core.recordings.load_episodes import TaskNumbers
 from tracewatch.core.recordings.prime_rl.layout import StreamRun, find_run
 from tracewatch.core.session.compare import Comparison, compare_store
 from tracewatch.core.session.finished_columns import finished_mask, sort_keys
@@ -188,10 +189,10 @@ def test_a_big_sort_s_first_screen_and_full_order_are_one_stable_sort_s(rows, da
         keys = sort_keys(column, table, [], NOW)[0] * (-1 if reverse else 1)
         whole = shown[np.argsort(keys[shown], kind="stable")]
         top = min(first, len(shown))
-        assert keys[index.rows[:top]].tolist() == keys[whole[:top]].tolist(), (column, reverse, "the first screen")
+        assert index.rows[:top].tolist() == whole[:top].tolist(), (column, reverse, "the first screen, ties as the full order has them")
         assert sorted(index.rows.tolist()) == shown.tolist(), "every row shown once"
         if index.pending is not None:
-            assert index.sorted(index.generation, finished_index.full_order(*index.pending, table.count))
+            assert index.sorted(index.generation, finished_index.full_order(*index.pending))
         assert index.rows.tolist() == whole.tolist(), (column, reverse, "every row")
         assert [index.row_position(row) for row in whole.tolist()] == list(range(len(whole)))
 
@@ -223,3 +224,78 @@ def test_a_derived_column_kept_between_looks_is_the_one_made_afresh(rows, data):
             field = data.draw(st.sampled_from(["dispatch_step", "ship_step", "input_tokens", "output_tokens", "arrival"]))
             run.column(field)[row] = data.draw(st.floats(1.79e9, 1.79e9 + 400)) if field == "arrival" else data.draw(st.integers(-1, 9))
             table.changed(np.array([row], dtype=np.int64))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=runs, data=st.data())
+def test_rows_added_and_changed_in_one_look_go_where_a_sort_of_every_row_puts_them(rows, data):
+    """A poll adds rows and an annotation changes older ones: `update` puts both in
+    their places (a changed row whose key falls among the new rows once went before them)."""
+    _, _, whole = both(rows, data)
+    numbers: dict[str, TaskNumbers] = {}
+    table = RunRows(whole.table, lambda name: numbers.setdefault(name, TaskNumbers()), {})
+    table.extend(data.draw(st.integers(0, whole.count)))
+    index = finished_index.FinishedIndex(table)
+    column, reverse = data.draw(st.sampled_from(["reward", "turns", "tokens", None])), data.draw(st.booleans())
+    index.build(RowFilter.parse(""), column, reverse, NOW, [])
+    for _ in range(3):
+        for row in data.draw(st.lists(st.integers(0, max(table.count - 1, 0)), max_size=3)) if table.count else []:
+            whole.table.column("reward")[row] = data.draw(st.floats(-1, 2, allow_nan=False))
+            table.changed(np.array([row], dtype=np.int64))
+        table.extend(data.draw(st.integers(table.count, whole.count)))
+        index.update(RowFilter.parse(""), column, reverse, NOW, [])
+        shown = np.arange(table.count, dtype=np.int64)
+        keys = index._sort_keys(column, reverse, NOW, [])[0]
+        assert index.rows.tolist() == shown[np.argsort(keys[shown], kind="stable")].tolist(), (column, reverse)
+
+
+def plain_rows(rewards: list[float]) -> list[dict[str, Any]]:
+    return [
+        {"id": uuid.uuid4().hex, "kind": "train", "env": "gsm8k", "group": None, "ok": True, "num_errors": 0, "reward": reward,
+         "turns": 1, "input_tokens": 1, "output_tokens": 1, "trace_ids": [uuid.uuid4().hex], "dispatch": 1.79e9, "arrival": 1.79e9 + 1}
+        for reward in rewards
+    ]
+
+
+def test_a_changed_row_whose_key_falls_among_rows_added_in_the_same_look_goes_after_them(tmp_path):
+    rewards = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    whole = FollowedRun(write(tmp_path / "out", plain_rows(rewards), [None] * 7), follow=False, columns=True).snapshot().rows
+    assert whole is not None
+    numbers: dict[str, TaskNumbers] = {}
+    table = RunRows(whole.table, lambda name: numbers.setdefault(name, TaskNumbers()), {})
+    table.extend(5)
+    index = finished_index.FinishedIndex(table)
+    index.build(RowFilter.parse(""), "reward", False, NOW, [])
+    whole.table.column("reward")[0] = 0.9
+    table.changed(np.array([0], dtype=np.int64))
+    table.extend(7)
+    index.update(RowFilter.parse(""), "reward", False, NOW, [])
+    assert index.rows.tolist() == [1, 2, 3, 4, 5, 6, 0]
+
+
+def test_rows_started_over_during_a_big_sort_are_weighed_again_and_its_result_refused(tmp_path, monkeypatch):
+    """The index was replaced while a big sort's rest was pending: the update builds
+    again at once (it waited for the sort, and the sort's rows were the old table's)."""
+    monkeypatch.setattr(finished_index, "FIRST_SCREEN", 2)
+    monkeypatch.setattr(finished_index, "PARTIAL_FROM", 2)
+    layout = write(tmp_path / "out", plain_rows([r / 10 for r in range(6)]), [None] * 6)
+    session = FollowedRun(layout, follow=False, columns=True).snapshot()
+    assert session.rows is not None
+    index = finished_index.FinishedIndex(session.rows)
+    index.build(RowFilter.parse(""), "reward", True, NOW, [])
+    assert index.pending is not None
+    stale = index.generation, finished_index.full_order(*index.pending)
+    session.rows.reset(session.run.table)
+    session.rows.extend(3)
+    index.update(RowFilter.parse(""), "reward", True, NOW, [])
+    assert not index.sorted(*stale), "the old table's order is refused"
+    assert sorted(index.rows.tolist()) == [0, 1, 2]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(2_000, 60_000))
+def test_a_big_sort_s_first_screen_is_the_stable_sort_s_first_rows_among_many_ties(seed, distinct, count):
+    """`argpartition` alone takes any of the rows tied at the cut: the first screen then
+    changed rows when the full order came, the cursor's row with it."""
+    keys = np.random.default_rng(seed).integers(0, distinct, count).astype(np.float64)
+    assert finished_index.first_screen(keys).tolist() == np.argsort(keys, kind="stable")[: finished_index.FIRST_SCREEN].tolist()
