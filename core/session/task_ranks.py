@@ -33,6 +33,8 @@ def numbered(text: str, numbers: int) -> int | None:
     rest = text[len(PREFIX) :]
     if not text.startswith(PREFIX) or not rest.isascii() or not rest.isdigit() or (len(rest) > 1 and rest[0] == "0"):
         return None
+    if len(rest) > len(str(numbers)):  # past every task's number, and past what `int` reads (4,300 digits)
+        return None
     number = int(rest)
     return number if number < numbers else None
 
@@ -73,5 +75,5 @@ class TaskRanks:
         return float(self.numbered[number]) if number is not None else float(self._named[text])
 
     def by_code(self, named: Sequence[str]) -> npt.NDArray[np.float64]:
-        """Ranks by task code: the named labels', then `task 0` ..., then -1 (no task)."""
-        return np.concatenate([np.array([self.rank(label.lower()) for label in named], dtype=np.float64), self.numbered, [-1.0]])
+        """Ranks by task code (`finished_columns.task_codes`): the named labels', then `task 0` ..."""
+        return np.concatenate([np.array([self.rank(label.lower()) for label in named], dtype=np.float64), self.numbered])
