@@ -39,6 +39,7 @@ from tracewatch.core.recordings.prime_rl.plan import EvalProgress
 from tracewatch.core.recordings.prime_rl.run import PrimeRlRun, RunChanges
 from tracewatch.core.run.series import Ended
 from tracewatch.core.session.contracts import RunMetrics, VariantState
+from tracewatch.core.session.finished_columns import failed_reason
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.session import Session
 from tracewatch.core.session.status import Ending, Status
@@ -163,12 +164,16 @@ class FollowedRun(Session):
         briefly), onto their rows' Step; whether some were found."""
         table = self.run.table
         lacking = np.flatnonzero(table.column("dispatch_step") < 0)
-        if not len(lacking) or not self.run.scan_steps(max_rows=SCAN_SLICE, kind=None):
+        if not len(lacking):
+            return False
+        filled = self.run.scan_steps(max_rows=SCAN_SLICE, kind=None)
+        if self.rows is not None and self.run.step_scan.learnt:  # the table sees its rows change (a step, or a task alone); no count moves
+            self.rows.changed(np.array(self.run.step_scan.learnt, dtype=np.int64))
+        if not filled:
             return False
         steps = table.column("dispatch_step")[lacking]
         found = steps >= 0  # a record's negative step is counted filled, and stays unknown
-        if self.rows is not None and found.any():  # the table sees its rows change; no count moves
-            self.rows.changed(lacking[found].astype(np.int64))
+        if self.rows is not None and found.any():
             self.store.steps_known = True
         for row, step in zip(lacking[found].tolist(), steps[found].tolist(), strict=True):
             key = self._by_row.get(row)
@@ -204,6 +209,8 @@ class FollowedRun(Session):
             self._queue(placeholder)
         for trace_id, row in changes.landed:
             self._land(trace_id, row)
+        if self.rows is not None and changes.landed:  # a landing gives its row the live dispatch's step and task
+            self.rows.changed(np.array([row for _, row in changes.landed if row < self.rows.count], dtype=np.int64))
         for trace in changes.lost:
             self._lose(trace)
         for trace in changes.live.changed:
@@ -308,8 +315,7 @@ class FollowedRun(Session):
         arrival = float(table.column("arrival")[row])
         t = arrival if not math.isnan(arrival) else None
         if ok == 0:
-            reason = f"the episode ended with {errors} error(s)" if errors > 0 else "the episode is not ok"
-            self.store.ended(key, Ending(Status.FAILED, reason), t=t)
+            self.store.ended(key, Ending(Status.FAILED, failed_reason(errors)), t=t)
         else:
             self.store.ended(key, Ending(Status.DONE), t=t)
 

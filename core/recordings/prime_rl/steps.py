@@ -73,6 +73,8 @@ class StepScan:
         self.unreadable: set[int] = set()
         """Rows whose record could not be read (or holds no step): not tried again."""
         self.problems: list[str] = []
+        self.learnt: list[int] = []
+        """The rows the last `fill` read a step or a task for (a record can name the task alone)."""
 
     def fill(self, table: EpisodeTable, max_rows: int = 256, kind: str | None = "eval") -> int:
         """Read the records of up to `max_rows` of the newest rows (of `kind`, or any)
@@ -85,7 +87,7 @@ class StepScan:
             rows = rows[~np.isin(rows, np.fromiter(self.unreadable, dtype=np.int64))]
         rows = rows[-max_rows:]
         chunks, offsets = table.column("chunk")[rows], table.column("offset")[rows]
-        filled = 0
+        filled, self.learnt = 0, []
         for chunk in np.unique(chunks).tolist():
             mine = rows[chunks == chunk]
             mine = mine[np.argsort(offsets[chunks == chunk], kind="stable")]
@@ -106,7 +108,10 @@ class StepScan:
                 except RecordUnreadable as error:
                     self._give_up([row], str(error))
                     continue
-                if fill_from_record(table, row, record)[0] is None:
+                step, task = fill_from_record(table, row, record)
+                if step is not None or task is not None:
+                    self.learnt.append(row)
+                if step is None:
                     self._give_up([row], f"row {row}'s record holds no step")
                 else:
                     filled += 1
