@@ -36,14 +36,15 @@ def failed_reason(errors: int) -> str:
 
 _kept: dict[str, tuple[object, Any]] = {}
 """The last task texts and the last ranks made (`task_texts`, `sort_keys`), with what
-they were made of: a keystroke over a million rows does not make them again."""
+they were made of (the label lists themselves, not their ids, which a new table's list
+can reuse): a keystroke over a million rows does not make them again."""
 
 
 def _keep(name: str, stamp: object, make: Callable[[], Any]) -> Any:
     found = _kept.get(name)
-    if found is None or found[0] != stamp:
-        found = _kept[name] = (stamp, make())
-    return found[1]
+    made = make() if found is None or found[0] != stamp else found[1]
+    _kept[name] = (stamp, made)  # the newest lists: the next look compares them by identity, not item by item
+    return made
 
 
 def task_codes(rows: FinishedRows, subset: npt.NDArray[np.int64] | None = None) -> tuple[npt.NDArray[np.int64], Sequence[str], int]:
@@ -62,7 +63,7 @@ def task_texts(rows: FinishedRows, subset: npt.NDArray[np.int64] | None = None) 
     """`task_codes` with the texts they index: the names, then `task 0` .. (the texts
     change only when a task is new)."""
     codes, named, numbers = task_codes(rows, subset)
-    labels: list[str] = _keep("texts", (id(rows), len(named), numbers), lambda: [*named, *(f"task {n}" for n in range(numbers))])
+    labels: list[str] = _keep("texts", (named, len(named), numbers), lambda: [*named, *(f"task {n}" for n in range(numbers))])
     return codes, labels
 
 
@@ -188,12 +189,12 @@ def sort_keys(
     picked = Picked(rows, subset)
     if column == "variant":
         labels, texts = rows.labels("variant"), [rollout.variant for rollout in rollouts]
-        ranks, by_code = _keep("ranks", (column, id(labels), len(labels), frozenset(texts)), lambda: _ranks(list(labels), texts))
+        ranks, by_code = _keep("ranks", (column, labels, len(labels), frozenset(texts)), lambda: _ranks(list(labels), texts))
         return by_code[picked.column("variant").astype(np.int64)], [float(ranks[text]) for text in texts]
     if column == "task":
         codes, named, numbers = task_codes(rows, subset)
         texts = [rollout.task_label.lower() for rollout in rollouts]
-        made = _keep("ranks", (column, id(named), len(named), numbers, frozenset(texts)), lambda: _task_ranks(named, numbers, texts))
+        made = _keep("ranks", (column, named, len(named), numbers, frozenset(texts)), lambda: _task_ranks(named, numbers, texts))
         return made[1][codes], [made[0].rank(text) for text in texts]
     finished, live = _numbers(column, picked, rollouts, now)
     return finished.astype(np.float64), live

@@ -9,7 +9,8 @@ joins what they read:
   the row gets the trace's dispatch step and task; prime-rl deletes the live file about
   when the record lands, before or after, so a trace is at every moment exactly one of
   live, landing (its file vanished, its row not read yet), or finished (`where`); a
-  trace landing for `LANDING_SECONDS` after the index was read to its end never landed
+  trace landing for `LANDING_SECONDS` since its file vanished, with the index read to
+  its end, never landed
   (a retry discarded it, its episode was cancelled or failed, a relaunch cleared the
   live folder): it is `lost`, at once when its episode landed without it;
 - rows get `effective`, `ship_step` and the trace advantage of their traces from the
