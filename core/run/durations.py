@@ -15,10 +15,11 @@ import math
 def cut(seconds: float, places: int = 0) -> float:
     """`seconds` cut to `places` decimals (a hair of float error below the next step
     counts as reaching it: 24.7 is not 24.6999...)."""
-    if not math.isfinite(seconds):
-        return seconds
     scale = 10.0**places
-    return math.floor(round(seconds * scale, 6)) / scale
+    scaled = seconds * scale
+    if not math.isfinite(scaled):  # NaN, infinite, or a source's 1e308 past float's range once scaled
+        return seconds
+    return math.floor(round(scaled, 6)) / scale
 
 
 def clock(seconds: float | None) -> str:

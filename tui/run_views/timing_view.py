@@ -3,6 +3,7 @@ grow to now), and each phase's p50/p95 per variant side by side."""
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from rich.console import Group, RenderableType
@@ -43,6 +44,15 @@ def _tail(row: _Row, typical: dict[str, tuple[float, float]] | None) -> str:
     return tail
 
 
+def _cell(at: float, bar_width: int, nearest: bool = False) -> int:
+    """A bar's end in cells, within the bar's width whatever a source's numbers (huge,
+    negative, infinite, NaN) make of it: a bar of 10^17 cells was a MemoryError."""
+    if not math.isfinite(at):
+        return bar_width if at > 0 else 0
+    at = min(max(at, 0.0), float(bar_width))
+    return round(at) if nearest else int(at)
+
+
 def waterfall(
     timing: WireTiming, horizon: float, width: int, palette: Palette, typical: dict[str, tuple[float, float]] | None = None
 ) -> Text:
@@ -61,7 +71,6 @@ def waterfall(
     if not spans:
         return text.append("no timing yet", style=palette.muted)
     origin = timing.get("start") or spans[0][1]
-    total = max(max(end for _, _, end, _ in spans) - origin, 1e-6)
     rows: list[_Row] = []
     agent = timing.get("agent") or {}
     for phase, start, end, open_ in spans:
@@ -75,6 +84,8 @@ def waterfall(
                 if seconds:
                     rows.append(_Row(f" └ {part}", done, seconds, False, glyph))
                     done += seconds
+    # the scale spans every bar, the agent's parts too (a source's parts can outrun the agent)
+    total = max(max((row.start + row.seconds for row in rows), default=0.0), 1e-6)
     tails = [_tail(row, typical) for row in rows]
     if LABEL_WIDTH + 1 + max(map(len, tails)) > width:  # too narrow for p50/p95: left out, not cut
         tails = [_tail(row, None) for row in rows]
@@ -82,7 +93,7 @@ def waterfall(
     scale = bar_width / total
     for row, tail in zip(rows, tails):
         # cells from the rounded ends, so the agent's parts end where the agent does
-        first, last = int(row.start * scale), round((row.start + row.seconds) * scale)
+        first, last = _cell(row.start * scale, bar_width), _cell((row.start + row.seconds) * scale, bar_width, nearest=True)
         style = palette.phase(row.label.strip(" └"))
         text.append(f"{row.label:<{LABEL_WIDTH}}", style=style)
         text.append(" " * first)
