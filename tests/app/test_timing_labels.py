@@ -15,6 +15,9 @@ from tracewatch.core.wire.protocol import AGENT_PARTS, PHASES
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.run_views.timing_view import LABEL_WIDTH, waterfall
 
+hostile_seconds = st.one_of(st.floats(), st.sampled_from([1e308, -1e308, 1.257086519e9, 0.0, 5e-324]), st.integers(-(2**70), 2**70).map(float))
+"""What a run folder's timing can hold: huge, tiny, negative, infinite, NaN."""
+
 
 @pytest.mark.parametrize("size", [(200, 50), (80, 24)])
 async def test_every_phase_line_shows_its_numbers_whole(size: tuple[int, int]) -> None:
@@ -55,7 +58,10 @@ def _timing(durations: list[float], open_: bool) -> dict:
 async def test_the_waterfall_fits_any_width_with_any_numbers() -> None:
     """Wide numbers (`783ms/830ms`, `14.1s/1234.5s`, an open span's `…`) in panes from 30
     to 120 columns: every line fits, its numbers whole; a pane too narrow for p50/p95
-    leaves it out rather than cutting it."""
+    leaves it out rather than cutting it. And any numbers a source sends: a trace whose
+    phases took no time but whose model and harness each took 1,257,086,519 s drew a bar
+    of 10^17 cells (MemoryError: the loaded suite hung on it), 1e308 s crashed the
+    durations' text; every bar stays within the pane."""
     app = TracewatchApp(make_engine())
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: app.table.row_count == 14)
@@ -81,27 +87,13 @@ async def test_the_waterfall_fits_any_width_with_any_numbers() -> None:
 
         check()
 
-
-hostile_seconds = st.one_of(st.floats(), st.sampled_from([1e308, -1e308, 1.257086519e9, 0.0, 5e-324]), st.integers(-(2**70), 2**70).map(float))
-"""What a run folder's timing can hold: huge, tiny, negative, infinite, NaN."""
-
-
-async def test_the_waterfall_draws_any_numbers_a_source_sends() -> None:
-    """A trace whose phases took no time but whose model and harness each took
-    1,257,086,519 s drew a bar of 10^17 cells (MemoryError: the loaded suite hung on it);
-    1e308 s crashed the durations' text. Every bar stays within the pane."""
-    app = TracewatchApp(make_engine())
-    async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.table.row_count == 14)
-        palette = app.palette
-
         @settings(max_examples=200, deadline=None)
         @given(
             stamps=st.lists(hostile_seconds, min_size=len(PHASES) * 2 + 1, max_size=len(PHASES) * 2 + 1),
             parts=st.tuples(hostile_seconds, hostile_seconds),
             width=st.integers(30, 120),
         )
-        def check(stamps: list[float], parts: tuple[float, float], width: int) -> None:
+        def hostile(stamps: list[float], parts: tuple[float, float], width: int) -> None:
             timing: dict = {"start": stamps[0]}
             for n, phase in enumerate(PHASES):
                 timing[phase] = {"start": stamps[1 + 2 * n], "end": stamps[2 + 2 * n]}
@@ -109,4 +101,4 @@ async def test_the_waterfall_draws_any_numbers_a_source_sends() -> None:
             lines = waterfall(timing, 2e9, width, palette).plain.splitlines()
             assert all(len(line) - len(line[LABEL_WIDTH:].lstrip(" █▒")) <= width for line in lines[:-1]), lines
 
-        check()
+        hostile()

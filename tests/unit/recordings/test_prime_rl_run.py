@@ -41,6 +41,16 @@ def land(orchestrator, rollout, delete_first=True):
     return orchestrator.finish(rollout, reward=1.0, retire_first=delete_first)
 
 
+def land_unindexed(orchestrator, rollout, out) -> bytes:
+    """Land `rollout` (its file deleted first) with its index line held back: the index
+    as it was before, the line to write back later."""
+    index = traces_dir(out) / "stream.index.jsonl"
+    land(orchestrator, rollout)
+    held = index.read_bytes()
+    index.write_bytes(b"")
+    return held
+
+
 def test_a_trace_whose_row_lands_before_its_file_vanishes_is_one_rollout(setup):
     orchestrator, out, clock = setup
     rollout = started(orchestrator)
@@ -63,13 +73,10 @@ def test_a_trace_whose_file_vanishes_first_is_landing_until_its_row_comes(setup)
     rollout = started(orchestrator)
     run = PrimeRlRun(find_run(out), clock)
     run.poll()
-    index = traces_dir(out) / "stream.index.jsonl"
-    land(orchestrator, rollout)
-    held = index.read_bytes()
-    index.write_bytes(b"")
+    held = land_unindexed(orchestrator, rollout, out)
     run.poll()
     assert run.where(rollout.trace.id).landing is not None and run.where(rollout.trace.id).row == -1
-    index.write_bytes(held)
+    (traces_dir(out) / "stream.index.jsonl").write_bytes(held)
     changes = run.poll()
     assert changes.landed == [(rollout.trace.id, 0)] and run.where(rollout.trace.id).landing is None
 
@@ -95,10 +102,7 @@ def test_a_trace_that_landed_as_a_relaunch_cleared_the_folder_lands_when_its_row
     landing, stale = started(orchestrator), started(orchestrator, task=2)
     run = PrimeRlRun(find_run(out), clock)
     run.poll()
-    index = traces_dir(out) / "stream.index.jsonl"
-    land(orchestrator, landing)
-    held = index.read_bytes()
-    index.write_bytes(b"")
+    held = land_unindexed(orchestrator, landing, out)
     live = traces_dir(out) / "live"
     fresh = live.with_name("live.new")
     fresh.mkdir()
@@ -106,7 +110,7 @@ def test_a_trace_that_landed_as_a_relaunch_cleared_the_folder_lands_when_its_row
     fresh.rename(live)
     changes = run.poll()
     assert {t.trace_id for t in changes.live.vanished} == {landing.trace.id, stale.trace.id} and not changes.lost
-    index.write_bytes(held)
+    (traces_dir(out) / "stream.index.jsonl").write_bytes(held)
     changes = run.poll()
     assert changes.landed == [(landing.trace.id, 0)] and not changes.lost
     clock.now += LANDING_SECONDS + 1
