@@ -170,7 +170,7 @@ async def test_a_double_click_opens_that_message(deltas: list[dict]) -> None:
         await pilot.click(transcript, offset=(5, 2), times=2)
         screen = await until(pilot, lambda: isinstance(app.screen, TokenScreen) and app.screen)
         assert screen.node == transcript.selected_node() == 0
-        assert "system #0 ·" in shown(screen, "tokens-head")
+        await until(pilot, lambda: "system #0 ·" in shown(screen, "tokens-head"), lambda: f"the header drawn; {shown(screen, 'tokens-head')!r}")
 
 
 async def test_a_turn_that_lands_while_open_is_shown(deltas: list[dict]) -> None:

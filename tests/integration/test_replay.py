@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from verifiers.v1.utils.trace_store import write_episode
 from tests.support.demo_sessions import demo_variant, write_config
 from tests.support.polling import eventually, wait_until
 from tests.support.tui_standin import fixture_episodes
+from tracewatch.core.engine import replay
 from tracewatch.core.engine.headless import run_headless
 from tracewatch.core.engine.live import LiveSession
 from tracewatch.core.engine.opened import OpenedRecording, OpenedRun
@@ -88,10 +90,11 @@ def test_replay_gives_the_live_store(recorded):
     assert any(e.kind == "sigterm" for v in session.variants.values() for e in v.escalation)
 
 
-def test_a_large_replay_starts_before_its_records_are_counted(tmp_path):
+def test_a_large_replay_starts_before_its_records_are_counted(tmp_path, monkeypatch):
     """Counting a recording's records and times is a pass over the whole file (a
     gigabyte takes seconds): a replay starts without waiting for it, and its position
-    says the count, the same as the index's, once the pass is done."""
+    says the count, the same as the index's, once the pass is done. (The pass is held
+    until the replay has started: on a loaded box a free-running one could end first.)"""
     path = tmp_path / "large.twrec"
     recorder = Recorder(path, meta={"test": True})
     for n in range(40):
@@ -101,9 +104,12 @@ def test_a_large_replay_starts_before_its_records_are_counted(tmp_path):
         for turn in range(100):
             recorder.delta(f"v/{n}", {"trace": "t", "set": {"note": "x" * 4_000, "turn": turn}}, t=1000.5 + n + turn / 1000)
     recorder.close()
+    held, span = threading.Event(), replay.recording_span
+    monkeypatch.setattr(replay, "recording_span", lambda path: held.wait(30) and span(path))
 
     session = ReplaySession(path, speed=0)
     started = session.position()
+    held.set()
     index = RecordingIndex.build(path)
 
     assert (started.total, started.duration) == (None, None), "the replay waited for a pass over the whole file"
