@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import numpy as np
 import pytest
+from textual.pilot import Pilot
 from textual.widgets import Static
 
 from tests.app.test_prime_rl_followed import by_key as written
@@ -24,6 +27,7 @@ from tracewatch.core.recordings.prime_rl import steps
 from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.tui.app import TracewatchApp
 from tracewatch.tui.table import finished_index
+from tracewatch.tui.table.rollouts_table import RolloutsTable
 
 
 def history(tmp_path, script: Script) -> tuple[RunWriter, FollowedRun, TracewatchApp]:
@@ -239,16 +243,23 @@ def steps_held_back(tmp_path, monkeypatch) -> tuple[RunWriter, FollowedRun, dict
     return writer, FollowedRun(layout_of(tmp_path / "out"), columns=True), reading
 
 
+@asynccontextmanager
+async def history_with_steps_held_back(tmp_path, monkeypatch) -> AsyncIterator[tuple[Pilot, RolloutsTable, dict[str, bool], dict]]:
+    """`steps_held_back` opened in the app, every row in: the pilot, the table, the
+    reading's gate and the written episodes by id."""
+    writer, session, reading = steps_held_back(tmp_path, monkeypatch)
+    app = TracewatchApp(session)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await every_row(pilot, app, writer)
+        yield pilot, app.table, reading, written(writer)
+    await session.shutdown()
+
+
 async def test_steps_learnt_from_the_records_are_drawn_on_the_rows_already_shown(tmp_path, monkeypatch):
     """The history's steps are read from its records once the run is caught up: a row
     drawn before its step was known is drawn again with it. (Here the reading waits
     until every row was drawn once, with the steps the orchestrator's shipping gave.)"""
-    writer, session, reading = steps_held_back(tmp_path, monkeypatch)
-    app = TracewatchApp(session)
-    episodes = written(writer)
-    async with app.run_test(size=(160, 40)) as pilot:
-        table = app.table
-        await every_row(pilot, app, writer)
+    async with history_with_steps_held_back(tmp_path, monkeypatch) as (pilot, table, reading, episodes):
         await until(pilot, lambda: "step" in table.columns_shown, "the Step column, from the shipped steps")
         for y in range(table.row_count + 1):
             table.render_line(y)
@@ -261,7 +272,6 @@ async def test_steps_learnt_from_the_records_are_drawn_on_the_rows_already_shown
 
         wanted = {key: str(episodes[key.rsplit("/", 1)[1]].step) for key in table.ordered_keys}  # type: ignore[attr-defined]
         await until(pilot, lambda: "step" in table.columns_shown and drawn() == wanted, lambda: f"each row drawn with its step; these differ: {[(k, v, wanted[k]) for k, v in drawn().items() if v != wanted[k]]}")
-    await session.shutdown()
 
 
 async def test_a_sort_again_by_a_column_takes_the_rows_changed_since_its_last_sort(tmp_path, monkeypatch):
@@ -269,12 +279,7 @@ async def test_a_sort_again_by_a_column_takes_the_rows_changed_since_its_last_so
     steps read from the records after the first sort by Step are in the second's order."""
     monkeypatch.setattr("tracewatch.tui.table.finished_index.PARTIAL_FROM", 4)
     monkeypatch.setattr("tracewatch.tui.table.finished_index.FIRST_SCREEN", 3)
-    writer, session, reading = steps_held_back(tmp_path, monkeypatch)
-    app = TracewatchApp(session)
-    episodes = written(writer)
-    async with app.run_test(size=(160, 40)) as pilot:
-        table = app.table
-        await every_row(pilot, app, writer)
+    async with history_with_steps_held_back(tmp_path, monkeypatch) as (pilot, table, reading, episodes):
         table.sort_by("step", reverse=True)
         table.sort_by("reward")
         reading["open"] = True
@@ -284,7 +289,6 @@ async def test_a_sort_again_by_a_column_takes_the_rows_changed_since_its_last_so
         steps = lambda: [wanted[key] for key in table.ordered_keys]  # noqa: E731
         assert sorted(steps()[:3], reverse=True) == steps()[:3] == sorted(wanted.values(), reverse=True)[:3], "the first screen by the steps read"
         await until(pilot, lambda: steps() == sorted(wanted.values(), reverse=True), lambda: f"every row by the steps read; {steps()}")
-    await session.shutdown()
 
 
 async def test_a_task_a_record_names_without_a_step_moves_its_row_in_the_next_sort_by_task(tmp_path, monkeypatch):
