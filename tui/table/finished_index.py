@@ -236,6 +236,14 @@ class FinishedIndex:
             return True, live
         return False, int(self.rows[position - live])
 
+    def changed_of(self, rows: list[int]) -> list[int]:
+        """Those of `rows` the last look found changed (all, if it could not say): looked
+        up among the changed, which after a poll can be a million new rows."""
+        if self.changed is None:
+            return rows
+        found = np.isin(np.array(rows, dtype=np.int64), self.changed)
+        return [row for row, hit in zip(rows, found.tolist(), strict=True) if hit]
+
     def live_position(self, index: int) -> int:
         return int(self.live_pos[index])
 

@@ -444,10 +444,8 @@ class RolloutsTable(ScrollView, can_focus=True):
         weigh = finished.update if changed_only else finished.build
         weigh(self.row_filter, self.sort_column, self.sort_reverse, self.now(), live)
         drawn = [entry for entry in self._strips if isinstance(entry, int)]
-        if drawn and (finished.changed is None or len(finished.changed)):  # a step or an annotation learnt: those rows are drawn again
-            changed = None if finished.changed is None else set(finished.changed.tolist())
-            for row in drawn if changed is None else [row for row in drawn if row in changed]:
-                del self._strips[row]
+        for row in finished.changed_of(drawn):  # a step or an annotation learnt: those rows are drawn again
+            del self._strips[row]
         if finished.pending is not None and finished.generation != self._rest_for:  # a big sort: the rest of its rows follow
             self._rest_for = finished.generation
             self.set_timer(REST_AFTER, lambda generation=finished.generation: self._start_rest(generation))
