@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from tracewatch.core.engine.run_rows import RunRows, variant_name
+from tracewatch.core.engine.coded_task_numbers import NAMED, UNLABELLED, CodedTaskNumbers
+from tracewatch.core.engine.run_rows import RunRows, task_codes, variant_name
 from tracewatch.core.paths import new_session_dir
 from tracewatch.core.recordings.apply_records import RecordedVariant
-from tracewatch.core.recordings.load_episodes import TaskNumbers, trace_as_delta
+from tracewatch.core.recordings.load_episodes import trace_as_delta
 from tracewatch.core.recordings.prime_rl.chunks import RecordUnreadable
 from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN
 from tracewatch.core.recordings.prime_rl.layout import StreamRun
@@ -75,7 +76,7 @@ class FollowedRun(Session):
         self.variants: dict[str, RecordedVariant] = {}
         name = (layout.traces.parent.parent.parent if layout.monitor is not None and layout.monitor.name == "file" else layout.traces.parent).name
         self.readonly_reason = f"following the prime-rl run {name}: tracewatch only watches it"
-        self._numbers: dict[str, TaskNumbers] = {}
+        self._numbers: dict[str, CodedTaskNumbers] = {}
         self._by_trace: dict[str, str] = {}
         """Trace id -> the key of its episode's rollout, for every trace seen live."""
         self._assemblies: dict[str, EpisodeAssembly] = {}
@@ -203,6 +204,8 @@ class FollowedRun(Session):
         if changes.restarted:  # the index was replaced: every row is read again (and landed again)
             self._by_row.clear()
             self._row_of.clear()
+            for numbers in self._numbers.values():
+                numbers.forget_labels()
             if self.rows is not None:
                 self.rows.reset(self.run.table)
         for placeholder in changes.live.placed:
@@ -230,14 +233,18 @@ class FollowedRun(Session):
         if name not in self.variants:
             variant = self.variants[name] = RecordedVariant(name)
             variant.state = VariantState.RUNNING if self.follow else VariantState.DONE
-            self._numbers[name] = TaskNumbers()
+            self._numbers[name] = CodedTaskNumbers()
             self.store.add_variant(name)
         return name
 
     def _add(self, key: str, dispatch: Dispatch | None, t: float | None) -> Rollout:
         variant = self._variant(variant_name(dispatch.kind if dispatch else None, dispatch.env if dispatch else None))
-        data = {"name": dispatch.task} if dispatch is not None and dispatch.task else {}
-        task_index, rollout_index = self._numbers[variant].of(None, data)
+        numbers = self._numbers[variant]
+        if dispatch is not None and dispatch.task:
+            data = {"name": dispatch.task}
+            task_index, rollout_index = numbers.of(NAMED, self.run.table.task_code(dispatch.task))
+        else:
+            data, (task_index, rollout_index) = {}, numbers.of(UNLABELLED, 0)
         step = dispatch.step if dispatch is not None else None
         return self.store.add_rollout(variant, task_index, data, rollout_index, key=key, t=t, step=step)
 
@@ -333,6 +340,7 @@ class FollowedRun(Session):
             self.store.touch_finished(variants)
             return
         steps, source = table.steps()
+        which, codes = task_codes(table.column("task")[rows.start : rows.stop], table.column("group")[rows.start : rows.stop])
         for row in rows:
             if row in self._by_row:
                 continue
@@ -344,9 +352,8 @@ class FollowedRun(Session):
                 continue
             variant = self._variant(variant_name(kind, env))
             task, group = table.text("task", row), table.text("group", row)
-            # a task not known yet (in the record, read when opened): its group's rollouts share one
             data = {"name": task} if task else {"group": group} if group else {}
-            task_index, rollout_index = self._numbers[variant].of(None, data)
+            task_index, rollout_index = self._numbers[variant].of(int(which[row - rows.start]), int(codes[row - rows.start]))
             step = int(steps[row]) if source[row] != STEP_UNKNOWN else None
             dispatch = float(table.column("dispatch")[row])
             rollout = self.store.add_rollout(variant, task_index, data, rollout_index, key=key, t=None if math.isnan(dispatch) else dispatch, step=step)

@@ -13,11 +13,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tracewatch.core.recordings.load_episodes import TaskNumbers
+from tracewatch.core.engine.coded_task_numbers import GROUPED, NAMED, UNLABELLED, CodedTaskNumbers
 from tracewatch.core.recordings.prime_rl.columns import Growable, Ids
 from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN, EpisodeTable
 from tracewatch.core.session.finished_columns import hex_trace_numbers, trace_number
-from tracewatch.core.session.task_identity import task_identity
 
 DERIVED = ("tokens", "elapsed", "step")
 """`FinishedRows` columns made from the run's own (kept, made again for the rows that change)."""
@@ -47,11 +46,19 @@ def _in_texts(texts: npt.NDArray[np.bytes_], word: bytes) -> npt.NDArray[np.bool
     return np.asarray(np.strings.find(texts, word) >= 0)
 
 
+def task_codes(tasks: npt.NDArray[Any], groups: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """What each row's task is known by (`CodedTaskNumbers`) and that label's code: its
+    name, else (its record unread) its group, whose rollouts share one task."""
+    tasks, groups = tasks.astype(np.int64), groups.astype(np.int64)
+    which = np.where(tasks >= 0, NAMED, np.where(groups >= 0, GROUPED, UNLABELLED))
+    return which, np.where(tasks >= 0, tasks, np.maximum(groups, 0))
+
+
 class RunRows:
     """`FinishedRows` over a `PrimeRlRun`'s table; `FollowedRun` adds the rows as the
     index is read (`extend`) and says which changed (`changed`)."""
 
-    def __init__(self, table: EpisodeTable, numbers: Callable[[str], TaskNumbers], keys_of_rollouts: Mapping[str, int]) -> None:
+    def __init__(self, table: EpisodeTable, numbers: Callable[[str], CodedTaskNumbers], keys_of_rollouts: Mapping[str, int]) -> None:
         self._numbers = numbers
         """A variant's task numbers (the variant joins the session on first call)."""
         self._rolled = keys_of_rollouts
@@ -216,7 +223,7 @@ class RunRows:
 
     def extend(self, stop: int) -> set[str]:
         """The table's rows up to `stop` become rows here, numbered by task as a live
-        view numbers its rollouts (`TaskNumbers`, shared with the run's rollouts): the
+        view numbers its rollouts (`CodedTaskNumbers`, shared with the run's rollouts): the
         variants they belong to."""
         start, table = self.count, self.table
         if stop <= start:
@@ -232,10 +239,7 @@ class RunRows:
                 code = self._pairs[(kind, env)] = self.variant_code(variant_name(kind_text, env_text))
             variant_of_pair.append(code)
         variants = np.array(variant_of_pair, dtype=np.int64)[at.reshape(-1)]
-        tasks, groups = table.column("task")[start:stop].astype(np.int64), table.column("group")[start:stop].astype(np.int64)
-        # a task not known yet (in the record, read when opened): its group's rollouts share one
-        which = np.where(tasks >= 0, 1, np.where(groups >= 0, 2, 0))
-        label = np.where(tasks >= 0, tasks, np.where(groups >= 0, groups, 0))
+        which, label = task_codes(table.column("task")[start:stop], table.column("group")[start:stop])
         identities, first, inverse, counts = np.unique(
             np.stack([variants, which, label], axis=1), axis=0, return_index=True, return_inverse=True, return_counts=True
         )
@@ -245,10 +249,12 @@ class RunRows:
         rank[order] = np.arange(len(inverse)) - np.repeat(np.cumsum(counts) - counts, counts)
         first_task = np.zeros(len(identities), dtype=np.int64)
         first_number = np.zeros(len(identities), dtype=np.int64)
-        for at in np.argsort(first, kind="stable").tolist():  # tasks numbered in the order first met
-            variant, kind_of, code = identities[at].tolist()
-            data = {"name": table.labels("task")[code]} if kind_of == 1 else {"group": table.labels("group")[code]} if kind_of == 2 else {}
-            first_task[at], first_number[at] = self._numbers(self._variant_labels[variant]).reserve(task_identity(None, data), int(counts[at]))
+        met = np.argsort(first, kind="stable")  # tasks numbered in the order first met, variants joining so too
+        for variant in dict.fromkeys(identities[met, 0].tolist()):
+            mine = met[identities[met, 0] == variant]
+            first_task[mine], first_number[mine] = self._numbers(self._variant_labels[variant]).reserve(
+                identities[mine, 1], identities[mine, 2], counts[mine]
+            )
         self._variant.extend(variants.astype(np.int32))
         self._task_index.extend(first_task[inverse].astype(np.int32))
         self._number.extend((first_number[inverse] + rank).astype(np.int32))

@@ -157,6 +157,10 @@ class EpisodeTable:
         found.update({name: self.text(name, row) for name in self._texts})
         return found
 
+    def task_code(self, task: str) -> int:
+        """`task`'s code in the Task column, added if no row has it yet."""
+        return self._texts["task"].code(task)
+
     def set_task(self, row: int, task: str) -> None:
         self._texts["task"].set(row, task)
 

@@ -18,9 +18,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tracewatch.core.engine.coded_task_numbers import CodedTaskNumbers
 from tracewatch.core.engine.followed_run import FollowedRun
 from tracewatch.core.engine.run_rows import RunRows
-from tracewatch.core.recordings.load_episodes import TaskNumbers
 from tracewatch.core.recordings.prime_rl.layout import StreamRun, find_run
 from tracewatch.core.session.compare import Comparison, compare_store
 from tracewatch.core.session.finished_columns import finished_mask, sort_keys
@@ -232,8 +232,8 @@ def test_rows_added_and_changed_in_one_look_go_where_a_sort_of_every_row_puts_th
     """A poll adds rows and an annotation changes older ones: `update` puts both in
     their places (a changed row whose key falls among the new rows once went before them)."""
     _, _, whole = both(rows, data)
-    numbers: dict[str, TaskNumbers] = {}
-    table = RunRows(whole.table, lambda name: numbers.setdefault(name, TaskNumbers()), {})
+    numbers: dict[str, CodedTaskNumbers] = {}
+    table = RunRows(whole.table, lambda name: numbers.setdefault(name, CodedTaskNumbers()), {})
     table.extend(data.draw(st.integers(0, whole.count)))
     index = finished_index.FinishedIndex(table)
     column, reverse = data.draw(st.sampled_from(["reward", "turns", "tokens", None])), data.draw(st.booleans())
@@ -261,8 +261,8 @@ def test_a_changed_row_whose_key_falls_among_rows_added_in_the_same_look_goes_af
     rewards = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
     whole = FollowedRun(write(tmp_path / "out", plain_rows(rewards), [None] * 7), follow=False, columns=True).snapshot().rows
     assert whole is not None
-    numbers: dict[str, TaskNumbers] = {}
-    table = RunRows(whole.table, lambda name: numbers.setdefault(name, TaskNumbers()), {})
+    numbers: dict[str, CodedTaskNumbers] = {}
+    table = RunRows(whole.table, lambda name: numbers.setdefault(name, CodedTaskNumbers()), {})
     table.extend(5)
     index = finished_index.FinishedIndex(table)
     index.build(RowFilter.parse(""), "reward", False, NOW, [])
