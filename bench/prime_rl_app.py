@@ -10,7 +10,9 @@ layer's own read of the same index (`EpisodeIndex`, the columns) in the same pro
 - a sort keystroke (by reward, turns, task, reversed, in turn), the same way;
 - an episode opened: the cursor put on a row deep in the table, then from Enter to
   its transcript drawn (its record read from its sealed chunk), p50/p95;
-- resident memory per finished episode once every row is in.
+- resident memory per finished episode once every row is in. The run is written by
+  one process and measured by a fresh one, app first: what the writing or the
+  baseline's read freed would otherwise be taken again unseen.
 
     python -m bench.prime_rl_app [--rows 100000 --repeats 10]
 
@@ -25,6 +27,8 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -122,25 +126,34 @@ def percentiles(found: dict[str, float], name: str, samples: list[float]) -> Non
     found[f"{name} p95"] = samples[max(0, int(len(samples) * 0.95) - 1)]
 
 
+def measure(out: Path, rows: int, repeats: int) -> None:
+    layout = find_run(out)
+    assert isinstance(layout, StreamRun)
+    figures = asyncio.run(app_figures(layout, rows, repeats))
+    baseline = index_seconds(layout)
+    print(f"baseline: the index read into columns: {baseline:.2f} s ({rows / baseline:,.0f} rows/s)")
+    for name, value in figures.items():
+        shown = f"{value:,.0f}" if name == "bytes a row" else f"{value * 1000:,.1f} ms"
+        ratio = "" if name == "bytes a row" else f" ({value / baseline:.2f}x the index read)"
+        print(f"app: {name}: {shown}{ratio}")
+    print(f"load average: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--run", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.run:
+        measure(args.run, args.rows, args.repeats)
+        return
     folder = Path(tempfile.mkdtemp(prefix="tw-prime-app-"))
     try:
         written, chunks = write_run(folder / "out", args.rows, 64 << 20)
-        print(f"wrote {args.rows:,} episodes in {chunks} sealed chunks ({written:.1f} s)")
-        layout = find_run(folder / "out")
-        assert isinstance(layout, StreamRun)
-        baseline = index_seconds(layout)
-        figures = asyncio.run(app_figures(layout, args.rows, args.repeats))
-        print(f"baseline: the index read into columns: {baseline:.2f} s ({args.rows / baseline:,.0f} rows/s)")
-        for name, value in figures.items():
-            shown = f"{value:,.0f}" if name == "bytes a row" else f"{value * 1000:,.1f} ms"
-            ratio = "" if name == "bytes a row" else f" ({value / baseline:.2f}x the index read)"
-            print(f"app: {name}: {shown}{ratio}")
-        print(f"load average: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
+        print(f"wrote {args.rows:,} episodes in {chunks} sealed chunks ({written:.1f} s)", flush=True)
+        command = [sys.executable, "-m", "bench.prime_rl_app", "--run", str(folder / "out"), "--rows", str(args.rows), "--repeats", str(args.repeats)]
+        subprocess.run(command, check=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

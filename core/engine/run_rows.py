@@ -25,6 +25,7 @@ CHANGES_KEPT = 64
 TABLE_COLUMNS = {"task": "task", "group": "group", "ok": "ok", "reward": "reward", "turns": "turns", "errors": "num_errors", "used": "effective"}
 """`FinishedRows` columns that are the run's own (`EpisodeTable`), by the name the table knows them by."""
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 def variant_name(kind: str | None, env: str | None) -> str:
@@ -40,6 +41,11 @@ def hex_texts(ids: Ids, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.byte
     digits = np.empty((len(positions), 32), dtype=np.uint8)
     digits[:, 0::2], digits[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 15]
     return digits.view("S32").reshape(len(positions))
+
+
+def _hex(word: str) -> bool:
+    """Whether a hex id's text can hold `word`."""
+    return _HEX_DIGITS.issuperset(word)
 
 
 def _in_texts(texts: npt.NDArray[np.bytes_], word: bytes) -> npt.NDArray[np.bool_]:
@@ -167,9 +173,14 @@ class RunRows:
 
     def containing(self, word: str) -> npt.NDArray[np.bool_]:
         count, table = self.count, self.table
-        encoded = word.encode("utf-8")
-        ids = hex_texts(table.ids, np.arange(count, dtype=np.int64))
-        found = _in_texts(ids, encoded)
+        kept: list[npt.NDArray[np.bytes_]] = []
+
+        def ids() -> npt.NDArray[np.bytes_]:  # every id's text: made only for a word a hex id can hold
+            if not kept:
+                kept.append(hex_texts(table.ids, np.arange(count, dtype=np.int64)))
+            return kept[0]
+
+        found = _in_texts(ids(), word.encode("utf-8")) if _hex(word) else np.zeros(count, dtype=bool)
         codes = self._variant.values
         for code, label in enumerate(self._variant_labels):  # the key is the variant, a slash, the episode id
             prefix = label.lower() + "/"
@@ -178,13 +189,16 @@ class RunRows:
                 found |= mine
                 continue
             for cut in range(1, len(word)):
-                if prefix.endswith(word[:cut]):
-                    found |= mine & np.asarray(np.strings.startswith(ids, word[cut:].encode("utf-8")))
+                if prefix.endswith(word[:cut]) and _hex(word[cut:]):
+                    found |= mine & np.asarray(np.strings.startswith(ids(), word[cut:].encode("utf-8")))
         for position in table.ids.texts:  # not a hex id (or none): its key read as text
             if position < count:
                 found[position] = word in self.key(position).lower()
         traces = table.trace_ids
-        hits = _in_texts(hex_texts(traces, np.arange(len(traces), dtype=np.int64)), encoded)
+        if _hex(word):
+            hits = _in_texts(hex_texts(traces, np.arange(len(traces), dtype=np.int64)), word.encode("utf-8"))
+        else:
+            hits = np.zeros(len(traces), dtype=bool)
         for position, text in traces.texts.items():
             hits[position] = text is not None and word in text.lower()
         owners = table.row_of_trace_position(np.flatnonzero(hits))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +24,8 @@ from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.rollout_filter import RowFilter
 
 Positions = npt.NDArray[np.int64]
+Rows = npt.NDArray[np.int32]
+"""Finished rows' numbers: 4 bytes a row shown."""
 Keys = npt.NDArray[np.float64]
 Places = npt.NDArray[np.int32]
 LiveKey = tuple[float, float]
@@ -43,7 +46,7 @@ sort keystroke by one of them weighs only the rows changed since, not a million.
 class FinishedIndex:
     def __init__(self, rows: FinishedRows) -> None:
         self.source = rows
-        self.rows: Positions = np.zeros(0, dtype=np.int64)
+        self.rows: Rows = np.zeros(0, dtype=np.int32)
         """The finished rows shown, top to bottom."""
         self.live_pos: Positions = np.zeros(0, dtype=np.int64)
         """Each live rollout's display position (ascending), in the table's key order."""
@@ -52,13 +55,14 @@ class FinishedIndex:
         self._place: Places | None = np.zeros(0, dtype=np.int32)
         """Per finished row, where it is in `rows` (-1: not shown): 4 bytes a row; None
         while a big sort is under way (its thread makes them)."""
-        self._keys: npt.NDArray[np.float64] = np.zeros(0)
-        """The shown rows' sort keys, ascending (negated for a reversed sort)."""
+        self._keys: Keys | None = None
+        """The shown rows' sort keys, ascending (negated for a reversed sort); None when
+        the table is not sorted, where a row's key is its number (`_shown_keys`)."""
         self.sorted_upto = 0
         """The rows in order so far (the rest of a big sort waits for `sorted`)."""
         self.generation = 0
         """Bumped at every change of the rows: a full sort of an older one is dropped."""
-        self.pending: tuple[Positions, Keys, bool, int] | None = None
+        self.pending: tuple[Rows, Keys, bool, int] | None = None
         """A big sort's rows, their keys, whether reversed and the rows' count then, for
         `full_order` to sort off the loop."""
         self._kept_keys: dict[str, tuple[int, object, Keys]] = {}
@@ -75,7 +79,8 @@ class FinishedIndex:
         """The index's own arrays: its order, keys, places and the keys kept for sorts."""
         place = 0 if self._place is None else self._place.nbytes
         kept = sum(keys.nbytes for _, _, keys in self._kept_keys.values())
-        return self.rows.nbytes + self._keys.nbytes + place + kept + self.live_pos.nbytes
+        keys = 0 if self._keys is None else self._keys.nbytes
+        return self.rows.nbytes + keys + place + kept + self.live_pos.nbytes
 
     # -- building --------------------------------------------------------------------
 
@@ -85,7 +90,7 @@ class FinishedIndex:
         self.changed = source.changed_since(self.version)  # drawn rows of these are stale
         self.version = source.version
         alone = ~source.has_rollout()
-        shown = np.flatnonzero(finished_mask(row_filter, source) & alone if row_filter else alone)
+        shown = np.flatnonzero(finished_mask(row_filter, source) & alone if row_filter else alone).astype(np.int32)
         self.generation += 1
         if column is not None and len(shown) > PARTIAL_FROM:
             # the keystroke's passes: the rows shown, their keys (kept), one partition
@@ -98,15 +103,18 @@ class FinishedIndex:
             self.rows, self._keys = on_top(shown, first), first_keys
             self.sorted_upto, self.pending, self._place = FIRST_SCREEN, (shown, shown_keys, reverse, source.count), None
             return list(zip(live_keys, self._live_rows(live), strict=True))
-        keys, live_pairs = self._sort_keys(column, reverse, now, live)
-        shown_keys = keys[shown]
-        self.rows = order_of(shown, shown_keys)
+        if column is None:  # the run's order: the rows' keys are the rows
+            self.rows, self._keys = shown, None
+            live_pairs = self.live_keys(column, reverse, now, live)
+        else:
+            keys, live_pairs = self._sort_keys(column, reverse, now, live)
+            self.rows = order_of(shown, keys[shown])
+            self._keys = keys[self.rows]
         self.sorted_upto, self.pending = len(shown), None
-        self._keys = keys[self.rows]
         self._placed()
         return live_pairs
 
-    def sorted(self, generation: int, done: tuple[Positions, Keys, Places]) -> bool:
+    def sorted(self, generation: int, done: tuple[Rows, Keys, Places]) -> bool:
         """A big sort's full order (`full_order`), if the rows are still those it sorted."""
         if generation != self.generation or self.pending is None:
             return False
@@ -124,6 +132,8 @@ class FinishedIndex:
         self.changed = np.zeros(0, dtype=np.int64)
         if self.pending is not None:  # a big sort under way: the changes wait for it (they stay in the rows' log)
             return self.live_keys(column, reverse, now, live)
+        if (column is None) != (self._keys is None):  # built for another order
+            return self.build(row_filter, column, reverse, now, live)
         self.changed = changed
         self.generation += 1
         self.version = source.version
@@ -144,22 +154,27 @@ class FinishedIndex:
             wanted = finished_mask(row_filter, source, changed) & ~source.has_rollout()[changed]
             # a row still shown with the same key stays where it is (a step learnt, a
             # row annotated, in a table not sorted by either)
-            stays = (was >= 0) & wanted & (self._keys[np.maximum(was, 0)] == mine if len(self._keys) else False)
+            shown_keys = self._shown_keys()
+            stays = (was >= 0) & wanted & (shown_keys[np.maximum(was, 0)] == mine if len(shown_keys) else False)
             keep = np.ones(len(self.rows), dtype=bool)
             keep[was[(was >= 0) & ~stays]] = False
-            self.rows, self._keys = self.rows[keep], self._keys[keep]
+            self.rows = self.rows[keep]
+            if self._keys is not None:
+                self._keys = self._keys[keep]
             moved = wanted & ~stays
             new, new_keys = changed[moved], mine[moved]
             added = new >= known  # after every row there was: last among their equals
             order = np.lexsort((new[added], new_keys[added]))
-            at = np.searchsorted(self._keys, new_keys[added][order], side="right")
+            at = np.searchsorted(self._shown_keys(), new_keys[added][order], side="right")
             self.rows = np.insert(self.rows, at, new[added][order])
-            self._keys = np.insert(self._keys, at, new_keys[added][order])
+            if self._keys is not None:
+                self._keys = np.insert(self._keys, at, new_keys[added][order])
             self.sorted_upto = len(self.rows)  # every row is in order: the changed rows go among the new ones too
             for row, key in zip(new[~added].tolist(), new_keys[~added].tolist(), strict=True):
                 place = self._place_of(key, row)
                 self.rows = np.insert(self.rows, place, row)
-                self._keys = np.insert(self._keys, place, key)
+                if self._keys is not None:
+                    self._keys = np.insert(self._keys, place, key)
                 self.sorted_upto += 1
         self._placed()
         return live_keys
@@ -167,9 +182,12 @@ class FinishedIndex:
     def _place_of(self, key: float, row: float) -> int:
         """Where a row (or a live rollout) of `key` goes: among the rows of that key, by
         row (during a big sort, among the rows in order so far)."""
-        keys = self._keys[: self.sorted_upto]
+        keys = self._shown_keys()[: self.sorted_upto]
         low, high = int(np.searchsorted(keys, key, side="left")), int(np.searchsorted(keys, key, side="right"))
         return low + int(np.searchsorted(self.rows[low:high], row, side="right")) if math.isfinite(row) else high
+
+    def _shown_keys(self) -> npt.NDArray[Any]:
+        return self.rows if self._keys is None else self._keys
 
     def merge(self, live_keys: list[LiveKey]) -> None:
         """The live rollouts' positions by their keys (ascending) among the rows'."""
@@ -260,7 +278,7 @@ class FinishedIndex:
         return at + int(np.searchsorted(shifted, at, side="right"))
 
 
-def on_top(rows: Positions, top: Positions) -> Positions:
+def on_top(rows: Rows, top: Positions) -> Rows:
     """`rows` with those at the places `top` moved, in that order, to the top, the
     ones they displace put where those were: a few rows moved, not every row."""
     found = rows.copy()
@@ -283,7 +301,7 @@ def first_screen(keys: Keys) -> Positions:
     return top[np.lexsort((top, keys[top]))]
 
 
-def full_order(rows: Positions, keys: Keys, reverse: bool, count: int) -> tuple[Positions, Keys, Places]:
+def full_order(rows: Rows, keys: Keys, reverse: bool, count: int) -> tuple[Rows, Keys, Places]:
     """A big sort's every row in order, their keys (negated when reversed) and each
     row's place among `count`: run off the loop."""
     keys = -keys if reverse else keys
@@ -294,8 +312,8 @@ def full_order(rows: Positions, keys: Keys, reverse: bool, count: int) -> tuple[
     return ordered, keys[order], place
 
 
-def order_of(rows: Positions, keys: Keys) -> Positions:
+def order_of(rows: Rows, keys: Keys) -> Rows:
     """`rows` by their keys, rows of one key in row order (`rows` ascending). Numpy's
     sort lets go of the GIL: a thread runs it beside the loop."""
-    ordered: Positions = rows[np.argsort(keys, kind="stable")]
+    ordered: Rows = rows[np.argsort(keys, kind="stable")]
     return ordered

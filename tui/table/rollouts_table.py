@@ -41,7 +41,7 @@ from tracewatch.tui.drawing.virtual_size import set_virtual_size
 from tracewatch.tui.table.columns import BY_KEY, COLUMNS, FINISHED_CELLS, Cell, Column
 
 if TYPE_CHECKING:
-    from tracewatch.tui.table.finished_index import FinishedIndex, Keys, Places, Positions
+    from tracewatch.tui.table.finished_index import FinishedIndex, Keys, Places, Rows
 
 Entry = str | int
 """What a table row shows: a rollout (its key) or a finished row kept as columns (its number)."""
@@ -456,7 +456,7 @@ class RolloutsTable(ScrollView, can_focus=True):
             self._sort_rest(generation, *finished.pending)
 
     @work(thread=True, exclusive=True, group="finished-sort", exit_on_error=False)
-    def _sort_rest(self, generation: int, rows: Positions, keys: Keys, reverse: bool, count: int) -> None:
+    def _sort_rest(self, generation: int, rows: Rows, keys: Keys, reverse: bool, count: int) -> None:
         """A big sort's every row and their places, off the loop (numpy's sort lets go
         of the GIL): the loop only takes the result."""
         from tracewatch.tui.table.finished_index import full_order
@@ -465,7 +465,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         if self.app.is_running:
             self.app.call_from_thread(self._rest_sorted, generation, done)
 
-    def _rest_sorted(self, generation: int, done: tuple[Positions, Keys, Places]) -> None:
+    def _rest_sorted(self, generation: int, done: tuple[Rows, Keys, Places]) -> None:
         if self._finished is not None and self._finished.sorted(generation, done):
             self._reindex(sort=False)
 

@@ -158,6 +158,9 @@ _MASK = (1 << 64) - 1
 
 
 _HEX_DIGITS = frozenset("0123456789abcdef")
+FOLD_FROM = 1 << 14
+"""Ids not yet in the sorted index from which they are folded into it (before, a
+lookup scans them)."""
 
 
 def id_key(text: str) -> tuple[int, int, bool]:
@@ -180,8 +183,10 @@ def _packed(texts: Sequence[str]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any,
 
 
 class Ids:
-    """Ids, 16 bytes each when they are verifiers' hex ids, with a sorted key index for
-    lookups (`find`). A position whose id was not hex text is in `texts` (None: no id)."""
+    """Ids, 16 bytes each when they are verifiers' hex ids, with a sorted index for
+    lookups (`find`): each id's leading 32 bits and its position, 8 bytes an id (a
+    match of those bits is checked against the whole id). A position whose id was not
+    hex text is in `texts` (None: no id)."""
 
     __slots__ = ("high", "low", "texts", "_sorted_keys", "_sorted_positions", "_indexed")
 
@@ -189,8 +194,8 @@ class Ids:
         self.high = Growable(np.uint64)
         self.low = Growable(np.uint64)
         self.texts: dict[int, str | None] = {}
-        self._sorted_keys = np.empty(0, dtype=np.uint64)
-        self._sorted_positions = np.empty(0, dtype=np.int64)
+        self._sorted_keys = np.empty(0, dtype=np.uint32)
+        self._sorted_positions = np.empty(0, dtype=np.int32)
         self._indexed = 0
         """Positions before this are in the sorted index; the rest are scanned."""
 
@@ -236,8 +241,9 @@ class Ids:
         self._index()
         keyed = [id_key(text) for text in texts]
         query = np.array([key for key, _, _ in keyed], dtype=np.uint64)
-        left = np.searchsorted(self._sorted_keys, query, "left").tolist()
-        right = np.searchsorted(self._sorted_keys, query, "right").tolist()
+        prefixes = _prefix(query)
+        left = np.searchsorted(self._sorted_keys, prefixes, "left").tolist()
+        right = np.searchsorted(self._sorted_keys, prefixes, "right").tolist()
         tail = self.high.values[self._indexed :]
         in_tail: dict[int, list[int]] = {}
         for position in (np.flatnonzero(np.isin(tail, query)) + self._indexed).tolist():
@@ -245,23 +251,28 @@ class Ids:
         found = []
         for index, (text, (key, word, packed)) in enumerate(zip(texts, keyed)):
             candidates = sorted(self._sorted_positions[left[index] : right[index]].tolist()) + in_tail.get(key, [])
-            found.append(next((p for p in candidates if self._matches(p, text, word, packed)), MISSING))
+            found.append(next((p for p in candidates if self._matches(p, text, key, word, packed)), MISSING))
         return found
 
     def locate(self, other: Ids, positions: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """Where each of `other`'s ids at `positions` is here (`MISSING`: nowhere), for
-        many at once. A 32-hex id whose high half two ids share (a 1 in 10^8 chance in a
-        million) finds only the first of them."""
+        many at once: the first of the ids of its leading bits that is it."""
         self._index()
         high, low = other.high.values[positions], other.low.values[positions]
+        wanted = _prefix(high)
         found = np.full(len(positions), MISSING, dtype=np.int64)
         for keys, order in ((self._sorted_keys, self._sorted_positions), self._tail_order()):
-            if len(keys) == 0:
-                continue
-            at = np.minimum(np.searchsorted(keys, high, "left"), len(keys) - 1)
-            candidate = order[at]
-            hit = (keys[at] == high) & (self.low.values[candidate] == low) & (found < 0)
-            found[hit] = candidate[hit]
+            todo = np.flatnonzero(found < 0)
+            at = np.searchsorted(keys, wanted[todo], "left")
+            while len(todo):  # each round, the next id of the same leading bits
+                inside = at < len(keys)
+                todo, at = todo[inside], at[inside]
+                same = keys[at] == wanted[todo]
+                todo, at = todo[same], at[same]
+                candidate = order[at].astype(np.int64)
+                hit = (self.high.values[candidate] == high[todo]) & (self.low.values[candidate] == low[todo])
+                found[todo[hit]] = candidate[hit]
+                todo, at = todo[~hit], at[~hit] + 1
         if other.texts or self.texts:
             for index, position in enumerate(positions.tolist()):
                 if position in other.texts or int(found[index]) in self.texts:
@@ -270,28 +281,46 @@ class Ids:
         return found
 
     def _tail_order(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        tail = self.high.values[self._indexed :]
+        tail = _prefix(self.high.values[self._indexed :])
         order = np.argsort(tail, kind="stable")
-        return tail[order], order.astype(np.int64) + self._indexed
+        return tail[order], order + self._indexed
 
-    def _matches(self, position: int, text: str, word: int, packed: bool) -> bool:
+    def _matches(self, position: int, text: str, key: int, word: int, packed: bool) -> bool:
         if packed:
-            return position not in self.texts and int(self.low.values[position]) == word
-        return self.texts.get(position, "") == text
+            return position not in self.texts and int(self.high.values[position]) == key and int(self.low.values[position]) == word
+        return position in self.texts and self.texts[position] == text
 
     def _index(self) -> None:
         """Fold the unindexed tail into the sorted index once it is a sizeable share."""
         tail = self.high.size - self._indexed
-        if tail < max(1 << 14, len(self._sorted_keys) // 16):
+        if tail < max(FOLD_FROM, len(self._sorted_keys) // 16):
             return
-        keys = self.high.values[self._indexed :]
+        keys = _prefix(self.high.values[self._indexed :])
         order = np.argsort(keys, kind="stable")
-        new_keys, new_positions = keys[order], order.astype(np.int64) + self._indexed
+        new_keys, new_positions = keys[order], (order + self._indexed).astype(np.int32)
         at = np.searchsorted(self._sorted_keys, new_keys, "right")
-        self._sorted_keys = np.insert(self._sorted_keys, at, new_keys)
-        self._sorted_positions = np.insert(self._sorted_positions, at, new_positions)
+        self._sorted_keys = _inserted(self._sorted_keys, at, new_keys)
+        self._sorted_positions = _inserted(self._sorted_positions, at, new_positions)
         self._indexed = self.high.size
 
     @property
     def nbytes(self) -> int:
         return self.high.nbytes + self.low.nbytes + self._sorted_keys.nbytes + self._sorted_positions.nbytes
+
+
+def _prefix(keys: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """An id key's leading 32 bits, what the sorted index keeps of it."""
+    return (keys >> np.uint64(32)).astype(np.uint32)
+
+
+def _inserted(into: np.ndarray[Any, Any], at: np.ndarray[Any, Any], values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """`np.insert(into, at, values)` for sorted `at`, into a new array of its own mapping
+    when large (`_empty`): the old one goes back to the system whole, where the heap
+    would keep a hole of its size."""
+    found = _empty(len(into) + len(values), into.dtype)
+    where = at + np.arange(len(values))
+    rest = np.ones(len(found), dtype=bool)
+    rest[where] = False
+    found[where] = values
+    found[rest] = into
+    return found

@@ -86,7 +86,7 @@ class EpisodeTable:
         self.trace_ids = Ids()
         """Every row's trace ids, one after another: row r's are `trace_start[r]` up to
         `trace_start[r + 1]` (or the end)."""
-        self._trace_start = Growable(np.int64)
+        self._trace_start = Growable(np.int32)
         self.size = 0
 
     def __len__(self) -> int:
