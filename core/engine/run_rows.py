@@ -24,7 +24,8 @@ CHANGES_KEPT = 64
 """Changes remembered for `changed_since`; a reader further behind looks at every row."""
 TABLE_COLUMNS = {"task": "task", "group": "group", "ok": "ok", "reward": "reward", "turns": "turns", "errors": "num_errors", "used": "effective"}
 """`FinishedRows` columns that are the run's own (`EpisodeTable`), by the name the table knows them by."""
-_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_BYTE_DIGITS = np.array([ord(f"{byte:02x}"[0]) | ord(f"{byte:02x}"[1]) << 8 for byte in range(256)], dtype="<u2")
+"""A byte's two hex digits, the first in the low byte: one lookup a byte."""
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 
@@ -36,16 +37,22 @@ def variant_name(kind: str | None, env: str | None) -> str:
 def hex_texts(ids: Ids, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.bytes_]:
     """The ids at `positions` as 32-byte lower-case hex texts (a text that was not a
     hex id reads as its packed hash: `Ids.texts` has it)."""
-    words = np.stack([ids.high.values[positions], ids.low.values[positions]], axis=1).astype(">u8")
-    raw = words.view(np.uint8).reshape(len(positions), 16)
-    digits = np.empty((len(positions), 32), dtype=np.uint8)
-    digits[:, 0::2], digits[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 15]
-    return digits.view("S32").reshape(len(positions))
+    words = np.empty((len(positions), 2), dtype=">u8")
+    words[:, 0], words[:, 1] = ids.high.values[positions], ids.low.values[positions]
+    texts: npt.NDArray[np.bytes_] = _BYTE_DIGITS[words.view(np.uint8)].view("S32").reshape(len(positions))
+    return texts
 
 
 def _hex(word: str) -> bool:
     """Whether a hex id's text can hold `word`."""
     return _HEX_DIGITS.issuperset(word)
+
+
+def _among(positions: npt.NDArray[np.int64], texts: Mapping[int, object]) -> npt.NDArray[np.int64]:
+    """Where in `positions` those that `texts` holds are (the ids that are not hex)."""
+    if not texts:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.isin(positions, np.fromiter(texts, dtype=np.int64, count=len(texts))))
 
 
 def _in_texts(texts: npt.NDArray[np.bytes_], word: bytes) -> npt.NDArray[np.bool_]:
@@ -171,17 +178,18 @@ class RunRows:
     def trace_ids(self, row: int) -> tuple[str, ...]:
         return tuple(self.table.traces_of(row))
 
-    def containing(self, word: str) -> npt.NDArray[np.bool_]:
+    def containing(self, word: str, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
         count, table = self.count, self.table
+        picked = np.arange(count, dtype=np.int64) if rows is None else rows
         kept: list[npt.NDArray[np.bytes_]] = []
 
-        def ids() -> npt.NDArray[np.bytes_]:  # every id's text: made only for a word a hex id can hold
+        def ids() -> npt.NDArray[np.bytes_]:  # the ids' texts: made only for a word a hex id can hold
             if not kept:
-                kept.append(hex_texts(table.ids, np.arange(count, dtype=np.int64)))
+                kept.append(hex_texts(table.ids, picked))
             return kept[0]
 
-        found = _in_texts(ids(), word.encode("utf-8")) if _hex(word) else np.zeros(count, dtype=bool)
-        codes = self._variant.values
+        found = _in_texts(ids(), word.encode("utf-8")) if _hex(word) else np.zeros(len(picked), dtype=bool)
+        codes = self._variant.values[picked]
         for code, label in enumerate(self._variant_labels):  # the key is the variant, a slash, the episode id
             prefix = label.lower() + "/"
             mine = codes == code
@@ -191,19 +199,34 @@ class RunRows:
             for cut in range(1, len(word)):
                 if prefix.endswith(word[:cut]) and _hex(word[cut:]):
                     found |= mine & np.asarray(np.strings.startswith(ids(), word[cut:].encode("utf-8")))
-        for position in table.ids.texts:  # not a hex id (or none): its key read as text
-            if position < count:
-                found[position] = word in self.key(position).lower()
+        for at in _among(picked, table.ids.texts).tolist():  # not a hex id (or none): its key read as text
+            found[at] = word in self.key(int(picked[at])).lower()
         traces = table.trace_ids
-        if _hex(word):
-            hits = _in_texts(hex_texts(traces, np.arange(len(traces), dtype=np.int64)), word.encode("utf-8"))
-        else:
-            hits = np.zeros(len(traces), dtype=bool)
-        for position, text in traces.texts.items():
-            hits[position] = text is not None and word in text.lower()
-        owners = table.row_of_trace_position(np.flatnonzero(hits))
-        found[owners[owners < count]] = True
+        positions, owners = self._trace_positions(rows)
+        hits = _in_texts(hex_texts(traces, positions), word.encode("utf-8")) if _hex(word) else np.zeros(len(positions), dtype=bool)
+        for at in _among(positions, traces.texts).tolist():
+            text = traces.texts[int(positions[at])]
+            hits[at] = text is not None and word in text.lower()
+        found[owners(np.flatnonzero(hits))] = True
         return found
+
+    def _trace_positions(
+        self, rows: npt.NDArray[np.int64] | None
+    ) -> tuple[npt.NDArray[np.int64], Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]]:
+        """The trace ids' positions of `rows` (of every row, if None), and what gives
+        the index in `rows` that owns each of some of them (by their index in those)."""
+        table = self.table
+        starts = table.trace_start
+        end = int(starts[self.count]) if self.count < len(table) else len(table.trace_ids)
+        if rows is None:
+            return np.arange(end, dtype=np.int64), lambda hits: table.row_of_trace_position(hits)
+        following = rows + 1
+        first = starts[rows].astype(np.int64)
+        lengths = np.where(following < len(table), starts[np.minimum(following, len(table) - 1)], len(table.trace_ids)) - first
+        lengths = np.maximum(lengths, 0)
+        owner = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
+        positions = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+        return positions, lambda hits: owner[hits]
 
     def first_traces(self) -> npt.NDArray[np.float64]:
         count, table = self.count, self.table

@@ -209,8 +209,8 @@ class FinishedRows(Protocol):
     def rollout_row(self, key: str) -> int | None:
         """The row a rollout of the store stands for, if it stands for one (a dict lookup)."""
     def trace_ids(self, row: int) -> tuple[str, ...]: ...
-    def containing(self, word: str) -> npt.NDArray[np.bool_]:
-        """Per row, whether `word` (lower case) is in its key or one of its trace ids."""
+    def containing(self, word: str, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
+        """Per row (of `rows`, if given), whether `word` (lower case) is in its key or one of its trace ids."""
     def first_traces(self) -> npt.NDArray[np.float64]:
         """Per row, its first trace id's leading 13 hex digits as a number (-1: none), to sort by."""
 

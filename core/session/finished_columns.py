@@ -153,7 +153,7 @@ def finished_mask(row_filter: RowFilter, rows: FinishedRows, subset: npt.NDArray
         for word in row_filter.words:
             if not mask.any():
                 break
-            mask &= _per_label(variant_labels, variant, _holding(word)) | _per_label(labels, codes, _holding(word)) | picked.pick(rows.containing(word))
+            mask &= _per_label(variant_labels, variant, _holding(word)) | _per_label(labels, codes, _holding(word)) | rows.containing(word, subset)
     return mask
 
 

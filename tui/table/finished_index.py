@@ -70,6 +70,8 @@ class FinishedIndex:
         key (not reversed), oldest first."""
         self.changed: Positions | None = np.zeros(0, dtype=np.int64)
         """The rows the last `update` found changed (None: it could not say, every row)."""
+        self._shown_by: tuple[RowFilter, str | None, bool] | None = None
+        """The filter and sort the rows shown were chosen and ordered by."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -85,8 +87,21 @@ class FinishedIndex:
     # -- building --------------------------------------------------------------------
 
     def build(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
-        """Every row weighed and sorted again; the live rollouts' keys, to `merge`."""
+        """Every row weighed and sorted again (a filter that narrows the last one's,
+        nothing changed since: the rows shown weighed, their order kept); the live
+        rollouts' keys, to `merge`."""
         source = self.source
+        if self._refines(row_filter, column, reverse):
+            keep = finished_mask(row_filter, source, self.rows.astype(np.int64))
+            self.rows = self.rows[keep]
+            if self._keys is not None:
+                self._keys = self._keys[keep]
+            self.generation += 1
+            self.changed = np.zeros(0, dtype=np.int64)
+            self._shown_by = (row_filter, column, reverse)
+            self._placed()
+            return self.live_keys(column, reverse, now, live)
+        self._shown_by = (row_filter, column, reverse)
         self.changed = source.changed_since(self.version)  # drawn rows of these are stale
         self.version = source.version
         alone = ~source.has_rollout()
@@ -114,6 +129,12 @@ class FinishedIndex:
         self._placed()
         return live_pairs
 
+    def _refines(self, row_filter: RowFilter, column: str | None, reverse: bool) -> bool:
+        if self._shown_by is None or self.pending is not None or self._shown_by[1:] != (column, reverse):
+            return False
+        changed = self.source.changed_since(self.version)
+        return changed is not None and not len(changed) and bool(row_filter) and row_filter.narrows(self._shown_by[0])
+
     def sorted(self, generation: int, done: tuple[Rows, Keys, Places]) -> bool:
         """A big sort's full order (`full_order`), if the rows are still those it sorted."""
         if generation != self.generation or self.pending is None:
@@ -132,7 +153,7 @@ class FinishedIndex:
         self.changed = np.zeros(0, dtype=np.int64)
         if self.pending is not None:  # a big sort under way: the changes wait for it (they stay in the rows' log)
             return self.live_keys(column, reverse, now, live)
-        if (column is None) != (self._keys is None):  # built for another order
+        if self._shown_by != (row_filter, column, reverse):  # the rows shown are another filter's or order's
             return self.build(row_filter, column, reverse, now, live)
         self.changed = changed
         self.generation += 1

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tracewatch.core.engine.coded_task_numbers import CodedTaskNumbers
@@ -299,3 +299,27 @@ def test_a_big_sort_s_first_screen_is_the_stable_sort_s_first_rows_among_many_ti
     changed rows when the full order came, the cursor's row with it."""
     keys = np.random.default_rng(seed).integers(0, distinct, count).astype(np.float64)
     assert finished_index.first_screen(keys).tolist() == np.argsort(keys, kind="stable")[: finished_index.FIRST_SCREEN].tolist()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(rows=runs, data=st.data())
+def test_a_filter_that_narrows_the_last_weighs_only_the_rows_shown_and_shows_what_a_new_index_would(rows, data, monkeypatch):
+    """Typing on (a word longer, a term more) refines the rows shown, in their order,
+    rather than weighing every row: the same rows in the same order as a new index's."""
+    rollouts, _, table = both(rows, data)
+    column, reverse = data.draw(st.sampled_from([None, "reward", "task", "tokens"])), data.draw(st.booleans())
+    wider = data.draw(filters(tokens_of(rollouts)))
+    narrower = f"{wider} {data.draw(filters(tokens_of(rollouts)))}"
+    assume(RowFilter.parse(wider) and RowFilter.parse(narrower).narrows(RowFilter.parse(wider)))
+    index = finished_index.FinishedIndex(table)
+    index.build(RowFilter.parse(wider), column, reverse, NOW, [])
+    weighed: list[int | None] = []
+    real = finished_index.finished_mask
+    monkeypatch.setattr(finished_index, "finished_mask", lambda f, source, subset=None: weighed.append(None if subset is None else len(subset)) or real(f, source, subset))
+    shown_before = len(index.rows)
+    index.build(RowFilter.parse(narrower), column, reverse, NOW, [])
+    assert weighed == [shown_before], "only the rows the wider filter showed are weighed"
+    monkeypatch.undo()
+    fresh = finished_index.FinishedIndex(table)
+    fresh.build(RowFilter.parse(narrower), column, reverse, NOW, [])
+    assert index.rows.tolist() == fresh.rows.tolist(), (wider, narrower, column, reverse)
