@@ -7,6 +7,7 @@ layer's own read of the same index (`EpisodeIndex`, the columns) in the same pro
   every row in the table;
 - a filter keystroke over every row (`reward:<0.5`, `variant:eval`, `turns:>10`,
   cleared, in turn): from the key to its rows drawn, p50/p95 of `--repeats`;
+- a bare word typed a key at a time (an id's first digits, `3fa8`), the same way;
 - a sort keystroke (by reward, turns, task, reversed, in turn), the same way;
 - an episode opened: the cursor put on a row deep in the table, then from Enter to
   its transcript drawn (its record read from its sealed chunk), p50/p95;
@@ -43,6 +44,8 @@ from tracewatch.core.session.rollout_filter import RowFilter
 from tracewatch.tui.app import TracewatchApp
 
 FILTERS = ("reward:<0.5", "variant:eval", "turns:>10", "")
+TYPED = ("3", "3f", "3fa", "3fa8")
+"""An episode id's first digits typed into the filter, a key at a time."""
 SORTS = (("reward", False), ("turns", True), ("task", False), ("reward", True))
 
 
@@ -89,6 +92,18 @@ async def app_figures(layout: StreamRun, rows: int, repeats: int) -> dict[str, f
                 table.render_lines(Region(0, 0, table.size.width, table.size.height))
                 samples.append(time.perf_counter() - began)
         percentiles(found, "filter keystroke", samples)
+        samples = []
+        for _ in range(repeats):
+            for text in ("", *TYPED):
+                shown = asyncio.Event()
+                began = time.perf_counter()
+                table.set_filter(RowFilter.parse(text), done=shown.set)
+                while not shown.is_set():
+                    await pilot.pause(0)
+                table.render_lines(Region(0, 0, table.size.width, table.size.height))
+                if text:
+                    samples.append(time.perf_counter() - began)
+        percentiles(found, "word typed, a key", samples)
         samples = []
         for _ in range(repeats):
             for column, reverse in SORTS:
