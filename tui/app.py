@@ -129,7 +129,7 @@ class TracewatchApp(App[None]):
             with Vertical(id="table-pane"):
                 yield FilterField(self._apply_filter, placeholder="filter: variant:NAME status:running phase:agent reward:<1 elapsed:>1m error:TEXT text", id="filter", compact=True, select_on_focus=False)
                 yield Static(markup=False, id="filter-hint")
-                yield RolloutsTable(self.store, self.store.clock, id="rollouts")
+                yield RolloutsTable(self.store, self.store.clock, user_busy=self.session.user_busy, id="rollouts")
             with TabbedContent(id="detail", initial="tab-trace"):
                 with TabPane("Trace", id="tab-trace"):
                     yield TracePane(clock=self.store.clock, id="trace")
@@ -500,7 +500,6 @@ class TracewatchApp(App[None]):
 
     def _apply_filter(self, text: str) -> None:
         self._typed = time.monotonic()
-        self.session.user_busy()
         if self._settle is not None:
             self._show_when_settled()
         self.table.set_filter(RowFilter.parse(text), self._filter_applied)

@@ -351,8 +351,9 @@ async def test_enter_shows_the_transcript_at_once_without_waiting_out_the_cursor
 
 
 async def test_the_steps_reading_waits_while_the_user_is_at_the_keys(tmp_path, monkeypatch):
-    """The records' steps are read in the loop between polls; a cursor moved holds that
-    reading off for `USER_PAUSE`, so an episode opened does not share the loop with it."""
+    """The records' steps are read in the loop between polls; a cursor moved, a sort key
+    or a filter typed holds that reading off for `USER_PAUSE`, so an episode opened does
+    not share the loop with it, nor a sort its rows' keys moving under it."""
     monkeypatch.setattr("tracewatch.core.engine.followed_run.USER_PAUSE", 0.8)
     writer = RunWriter(tmp_path / "out", Script(episodes=12, concurrent=4, ship_every=3))
     writer.run()
@@ -373,4 +374,8 @@ async def test_the_steps_reading_waits_while_the_user_is_at_the_keys(tmp_path, m
         after = lambda: [at for kind, at in events if kind == "scan" and at > last_busy()]  # noqa: E731
         await until(pilot, after, lambda: f"the steps read again after the keys; {events[-6:]}")
         assert after()[0] - last_busy() >= 0.8, f"the reading waited out the pause; {events[-6:]}"
+        for keys in (["o"], ["slash", "t", "enter"]):  # a sort key, a filter typed: the kept sort keys stay good
+            told = len([kind for kind, _ in events if kind == "busy"])
+            await pilot.press(*keys)
+            await until(pilot, lambda told=told: len([kind for kind, _ in events if kind == "busy"]) > told, f"{keys} told the session")
     await session.shutdown()

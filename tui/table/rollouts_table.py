@@ -148,10 +148,14 @@ class RolloutsTable(ScrollView, can_focus=True):
 
         key: str
 
-    def __init__(self, store: StoreView, clock_fn: Callable[[], float], *, id: str | None = None) -> None:
+    def __init__(
+        self, store: StoreView, clock_fn: Callable[[], float], *, user_busy: Callable[[], None] = lambda: None, id: str | None = None
+    ) -> None:
         super().__init__(id=id)
         self.store = store
         self.now = clock_fn
+        self.user_busy = user_busy
+        """Told at each filter or sort key: the session's background work that can wait, waits."""
         self.row_filter = RowFilter()
         self.sort_column: str | None = None
         self.sort_reverse = False
@@ -281,6 +285,7 @@ class RolloutsTable(ScrollView, can_focus=True):
         chunk runs a chunk a frame, the last filter's rows shown meanwhile, so the key
         reaches the screen first; `done` is called once the rows are the new filter's.
         A key typed during a pass drops it and starts its own."""
+        self.user_busy()
         if self._pass is not None:
             self._pass = None
         elif row_filter == self.row_filter:
@@ -413,6 +418,7 @@ class RolloutsTable(ScrollView, can_focus=True):
             self.refresh()
 
     def sort_by(self, column: str, reverse: bool | None = None) -> None:
+        self.user_busy()  # a followed run's reading of steps would move rows under the kept keys
         if reverse is None:
             reverse = not self.sort_reverse if column == self.sort_column else False
         self.sort_column, self.sort_reverse = column, reverse
