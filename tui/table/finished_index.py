@@ -121,10 +121,10 @@ class FinishedIndex:
         if column is None:  # the run's order: the rows' keys are the rows
             self.rows, self._keys = shown, None
             live_pairs = self.live_keys(column, reverse, now, live)
-        else:
-            keys, live_pairs = self._sort_keys(column, reverse, now, live)
-            self.rows = order_of(shown, keys[shown])
-            self._keys = keys[self.rows]
+        else:  # the shown rows' keys only: a filter that keeps a few of a million weighs a few
+            keys, live_pairs = self._sort_keys(column, reverse, now, live, shown.astype(np.int64))
+            order = np.argsort(keys, kind="stable")
+            self.rows, self._keys = shown[order], keys[order]
         self.sorted_upto, self.pending = len(shown), None
         self._placed()
         return live_pairs
@@ -331,10 +331,3 @@ def full_order(rows: Rows, keys: Keys, reverse: bool, count: int) -> tuple[Rows,
     place = np.full(count, -1, dtype=np.int32)
     place[ordered] = np.arange(len(ordered), dtype=np.int32)
     return ordered, keys[order], place
-
-
-def order_of(rows: Rows, keys: Keys) -> Rows:
-    """`rows` by their keys, rows of one key in row order (`rows` ascending). Numpy's
-    sort lets go of the GIL: a thread runs it beside the loop."""
-    ordered: Rows = rows[np.argsort(keys, kind="stable")]
-    return ordered

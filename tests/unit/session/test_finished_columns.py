@@ -323,3 +323,23 @@ def test_a_filter_that_narrows_the_last_weighs_only_the_rows_shown_and_shows_wha
     fresh = finished_index.FinishedIndex(table)
     fresh.build(RowFilter.parse(narrower), column, reverse, NOW, [])
     assert index.rows.tolist() == fresh.rows.tolist(), (wider, narrower, column, reverse)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(rows=runs, data=st.data())
+def test_a_sort_of_a_filtered_table_weighs_only_the_rows_it_shows(rows, data, monkeypatch):
+    """A filter that keeps a few of a million rows, then a sort: the few rows' keys are
+    made, not every row's, and they stand where a sort of every row's keys puts them."""
+    rollouts, _, table = both(rows, data)
+    text = data.draw(filters(tokens_of(rollouts)))
+    column, reverse = data.draw(st.sampled_from(["reward", "task", "tokens", "turns", "elapsed"])), data.draw(st.booleans())
+    shown = np.flatnonzero(finished_mask(RowFilter.parse(text), table))
+    every, _ = sort_keys(column, table, [], NOW)
+    weighed: list[int | None] = []
+    real = finished_index.sort_keys
+    monkeypatch.setattr(finished_index, "sort_keys", lambda *a, **k: weighed.append(None if len(a) < 5 or a[4] is None else len(a[4])) or real(*a, **k))
+    index = finished_index.FinishedIndex(table)
+    index.build(RowFilter.parse(text), column, reverse, NOW, [])
+    assert weighed == [len(shown)], "only the rows shown are weighed"
+    keys = -every[shown] if reverse else every[shown]
+    assert index.rows.tolist() == shown[np.argsort(keys, kind="stable")].tolist(), (text, column, reverse)
