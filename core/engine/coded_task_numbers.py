@@ -17,9 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewatch.core.recordings.prime_rl.columns import MISSING, Growable
-
-UNLABELLED, NAMED, GROUPED = 0, 1, 2
-"""What a task is known by: neither a name nor a group, its name, its group."""
+from tracewatch.core.session.finished_columns import GROUPED, NAMED, UNLABELLED
 
 
 class CodedTaskNumbers:

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from tracewatch.core.engine.coded_task_numbers import NAMED, UNLABELLED, CodedTaskNumbers
-from tracewatch.core.engine.run_rows import RunRows, task_codes, variant_name
+from tracewatch.core.engine.coded_task_numbers import CodedTaskNumbers
+from tracewatch.core.engine.run_rows import RunRows, variant_name
 from tracewatch.core.paths import new_session_dir
 from tracewatch.core.recordings.apply_records import RecordedVariant
 from tracewatch.core.recordings.load_episodes import trace_as_delta
@@ -40,7 +40,7 @@ from tracewatch.core.recordings.prime_rl.plan import EvalProgress
 from tracewatch.core.recordings.prime_rl.run import PrimeRlRun, RunChanges
 from tracewatch.core.run.series import Ended
 from tracewatch.core.session.contracts import RunMetrics, VariantState
-from tracewatch.core.session.finished_columns import failed_reason
+from tracewatch.core.session.finished_columns import NAMED, UNLABELLED, failed_reason, labelled_tasks
 from tracewatch.core.session.rollout import Rollout
 from tracewatch.core.session.session import Session
 from tracewatch.core.session.status import Ending, Status
@@ -340,7 +340,7 @@ class FollowedRun(Session):
             self.store.touch_finished(variants)
             return
         steps, source = table.steps()
-        which, codes = task_codes(table.column("task")[rows.start : rows.stop], table.column("group")[rows.start : rows.stop])
+        which, codes = labelled_tasks(table.column("task")[rows.start : rows.stop], table.column("group")[rows.start : rows.stop])
         for row in rows:
             if row in self._by_row:
                 continue

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tracewatch.core.engine.coded_task_numbers import GROUPED, NAMED, UNLABELLED, CodedTaskNumbers
+from tracewatch.core.engine.coded_task_numbers import CodedTaskNumbers
 from tracewatch.core.recordings.prime_rl.columns import Growable, Ids
 from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN, EpisodeTable
-from tracewatch.core.session.finished_columns import hex_trace_numbers, trace_number
+from tracewatch.core.session.finished_columns import hex_trace_numbers, labelled_tasks, trace_number
 
 DERIVED = ("tokens", "elapsed", "step")
 """`FinishedRows` columns made from the run's own (kept, made again for the rows that change)."""
@@ -57,14 +57,6 @@ def _among(positions: npt.NDArray[np.int64], texts: Mapping[int, object]) -> npt
 
 def _in_texts(texts: npt.NDArray[np.bytes_], word: bytes) -> npt.NDArray[np.bool_]:
     return np.asarray(np.strings.find(texts, word) >= 0)
-
-
-def task_codes(tasks: npt.NDArray[Any], groups: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """What each row's task is known by (`CodedTaskNumbers`) and that label's code: its
-    name, else (its record unread) its group, whose rollouts share one task."""
-    tasks, groups = tasks.astype(np.int64), groups.astype(np.int64)
-    which = np.where(tasks >= 0, NAMED, np.where(groups >= 0, GROUPED, UNLABELLED))
-    return which, np.where(tasks >= 0, tasks, np.maximum(groups, 0))
 
 
 class RunRows:
@@ -276,7 +268,7 @@ class RunRows:
                 code = self._pairs[(kind, env)] = self.variant_code(variant_name(kind_text, env_text))
             variant_of_pair.append(code)
         variants = np.array(variant_of_pair, dtype=np.int64)[at.reshape(-1)]
-        which, label = task_codes(table.column("task")[start:stop], table.column("group")[start:stop])
+        which, label = labelled_tasks(table.column("task")[start:stop], table.column("group")[start:stop])
         identities, first, inverse, counts = np.unique(
             np.stack([variants, which, label], axis=1), axis=0, return_index=True, return_inverse=True, return_counts=True
         )

@@ -270,6 +270,19 @@ def hex_trace_numbers(high: npt.NDArray[np.uint64]) -> npt.NDArray[np.float64]:
     return number.astype(np.float64)
 
 
+UNLABELLED, NAMED, GROUPED = 0, 1, 2
+"""What a finished row's task is known by: neither a name nor a group, its name, its group."""
+
+
+def labelled_tasks(tasks: npt.NDArray[Any], groups: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """What each row's task is known by and that label's code (its codes in the Task
+    and Group columns): its name, else (its record unread) its group, whose rollouts
+    share one task."""
+    tasks, groups = tasks.astype(np.int64), groups.astype(np.int64)
+    which = np.where(tasks >= 0, NAMED, np.where(groups >= 0, GROUPED, UNLABELLED))
+    return which, np.where(tasks >= 0, tasks, np.maximum(groups, 0))
+
+
 def task_cells(rows: FinishedRows) -> list[TaskCell]:
     """The finished rows without a rollout, per variant and task, as compare counts
     rollouts (`compare._add`): a row done with a reward is scored, any other failed.
@@ -278,9 +291,7 @@ def task_cells(rows: FinishedRows) -> list[TaskCell]:
     if not len(alone):
         return []
     variant = rows.column("variant")[alone].astype(np.int64)
-    task, group = rows.column("task")[alone].astype(np.int64), rows.column("group")[alone].astype(np.int64)
-    which = np.where(task >= 0, 1, np.where(group >= 0, 2, 0))
-    label = np.where(task >= 0, task, np.where(group >= 0, group, 0))
+    which, label = labelled_tasks(rows.column("task")[alone], rows.column("group")[alone])
     groups, first, inverse = np.unique(np.stack([variant, which, label], axis=1), axis=0, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     order = np.argsort(inverse, kind="stable")
@@ -299,11 +310,11 @@ def task_cells(rows: FinishedRows) -> list[TaskCell]:
         code, kind, text = listed[at]
         span = slice(int(bounds[at]), int(bounds[at + 1]))
         good = scored[span]
-        data = {"name": tasks[text]} if kind == 1 else {"group": group_labels[text]} if kind == 2 else {}
+        data = {"name": tasks[text]} if kind == NAMED else {"group": group_labels[text]} if kind == GROUPED else {}
         cell = Cell(
             rewards=reward[span][good].tolist(), turns=turns[span][good].tolist(), tokens=tokens[span][good & (tokens[span] >= 0)].tolist(),
             seconds=seconds[span][good].tolist(), errors=int(errors[span][good].sum()), failed=int((~good).sum()),
         )
         index = int(task_index[at])
-        found.append((variants[code], task_identity(None, data), (index, tasks[text] if kind == 1 else f"task {index}"), cell))
+        found.append((variants[code], task_identity(None, data), (index, tasks[text] if kind == NAMED else f"task {index}"), cell))
     return found

@@ -8,8 +8,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracewatch.core.engine.coded_task_numbers import GROUPED, NAMED, UNLABELLED, CodedTaskNumbers
+from tracewatch.core.engine.coded_task_numbers import CodedTaskNumbers
 from tracewatch.core.recordings.load_episodes import TaskNumbers
+from tracewatch.core.session.finished_columns import GROUPED, NAMED, UNLABELLED
 
 tasks = st.tuples(st.sampled_from([UNLABELLED, NAMED, GROUPED]), st.integers(0, 40)).map(
     lambda task: (task[0], 0 if task[0] == UNLABELLED else task[1])
