@@ -7,6 +7,7 @@ it), a few bytes a row. A million finished episodes stay a million rows of array
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -173,13 +174,7 @@ class RunRows:
     def containing(self, word: str, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
         count, table = self.count, self.table
         picked = np.arange(count, dtype=np.int64) if rows is None else rows
-        kept: list[npt.NDArray[np.bytes_]] = []
-
-        def ids() -> npt.NDArray[np.bytes_]:  # the ids' texts: made only for a word a hex id can hold
-            if not kept:
-                kept.append(hex_texts(table.ids, picked))
-            return kept[0]
-
+        ids = functools.cache(lambda: hex_texts(table.ids, picked))  # made only for a word a hex id can hold
         found = _in_texts(ids(), word.encode("utf-8")) if _hex(word) else np.zeros(len(picked), dtype=bool)
         codes = self._variant.values[picked]
         for code, label in enumerate(self._variant_labels):  # the key is the variant, a slash, the episode id

@@ -91,17 +91,17 @@ class FinishedIndex:
         nothing changed since: the rows shown weighed, their order kept); the live
         rollouts' keys, to `merge`."""
         source = self.source
-        if self._refines(row_filter, column, reverse):
+        refines = self._refines(row_filter, column, reverse)
+        self._shown_by = (row_filter, column, reverse)
+        if refines:
             keep = finished_mask(row_filter, source, self.rows.astype(np.int64))
             self.rows = self.rows[keep]
             if self._keys is not None:
                 self._keys = self._keys[keep]
             self.generation += 1
             self.changed = np.zeros(0, dtype=np.int64)
-            self._shown_by = (row_filter, column, reverse)
             self._placed()
             return self.live_keys(column, reverse, now, live)
-        self._shown_by = (row_filter, column, reverse)
         self.changed = source.changed_since(self.version)  # drawn rows of these are stale
         self.version = source.version
         alone = ~source.has_rollout()
