@@ -7,7 +7,6 @@ it), a few bytes a row. A million finished episodes stay a million rows of array
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewatch.core.engine.coded_task_numbers import CodedTaskNumbers
-from tracewatch.core.recordings.prime_rl.columns import Growable, Ids
+from tracewatch.core.recordings.prime_rl.columns import Growable
 from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN, EpisodeTable
 from tracewatch.core.session.finished_columns import hex_trace_numbers, labelled_tasks, trace_number
 
@@ -25,23 +24,12 @@ CHANGES_KEPT = 64
 """Changes remembered for `changed_since`; a reader further behind looks at every row."""
 TABLE_COLUMNS = {"task": "task", "group": "group", "ok": "ok", "reward": "reward", "turns": "turns", "errors": "num_errors", "used": "effective"}
 """`FinishedRows` columns that are the run's own (`EpisodeTable`), by the name the table knows them by."""
-_BYTE_DIGITS = np.array([ord(f"{byte:02x}"[0]) | ord(f"{byte:02x}"[1]) << 8 for byte in range(256)], dtype="<u2")
-"""A byte's two hex digits, the first in the low byte: one lookup a byte."""
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 def variant_name(kind: str | None, env: str | None) -> str:
     """The env, train and eval apart (`train:gsm8k`, `eval:math`)."""
     return f"{kind or 'train'}:{env or 'env'}"
-
-
-def hex_texts(ids: Ids, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.bytes_]:
-    """The ids at `positions` as 32-byte lower-case hex texts (a text that was not a
-    hex id reads as its packed hash: `Ids.texts` has it)."""
-    words = np.empty((len(positions), 2), dtype=">u8")
-    words[:, 0], words[:, 1] = ids.high.values[positions], ids.low.values[positions]
-    texts: npt.NDArray[np.bytes_] = _BYTE_DIGITS[words.view(np.uint8)].view("S32").reshape(len(positions))
-    return texts
 
 
 def _hex(word: str) -> bool:
@@ -54,10 +42,6 @@ def _among(positions: npt.NDArray[np.int64], texts: Mapping[int, object]) -> npt
     if not texts:
         return np.zeros(0, dtype=np.int64)
     return np.flatnonzero(np.isin(positions, np.fromiter(texts, dtype=np.int64, count=len(texts))))
-
-
-def _in_texts(texts: npt.NDArray[np.bytes_], word: bytes) -> npt.NDArray[np.bool_]:
-    return np.asarray(np.strings.find(texts, word) >= 0)
 
 
 class RunRows:
@@ -174,8 +158,7 @@ class RunRows:
     def containing(self, word: str, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
         count, table = self.count, self.table
         picked = np.arange(count, dtype=np.int64) if rows is None else rows
-        ids = functools.cache(lambda: hex_texts(table.ids, picked))  # made only for a word a hex id can hold
-        found = _in_texts(ids(), word.encode("utf-8")) if _hex(word) else np.zeros(len(picked), dtype=bool)
+        found = table.ids.holding(picked, word) if _hex(word) else np.zeros(len(picked), dtype=bool)
         codes = self._variant.values[picked]
         for code, label in enumerate(self._variant_labels):  # the key is the variant, a slash, the episode id
             prefix = label.lower() + "/"
@@ -185,12 +168,12 @@ class RunRows:
                 continue
             for cut in range(1, len(word)):
                 if prefix.endswith(word[:cut]) and _hex(word[cut:]):
-                    found |= mine & np.asarray(np.strings.startswith(ids(), word[cut:].encode("utf-8")))
+                    found |= mine & table.ids.starting(picked, word[cut:])
         for at in _among(picked, table.ids.texts).tolist():  # not a hex id (or none): its key read as text
             found[at] = word in self.key(int(picked[at])).lower()
         traces = table.trace_ids
         positions, owners = self._trace_positions(rows)
-        hits = _in_texts(hex_texts(traces, positions), word.encode("utf-8")) if _hex(word) else np.zeros(len(positions), dtype=bool)
+        hits = traces.holding(positions, word) if _hex(word) else np.zeros(len(positions), dtype=bool)
         for at in _among(positions, traces.texts).tolist():
             text = traces.texts[int(positions[at])]
             hits[at] = text is not None and word in text.lower()
