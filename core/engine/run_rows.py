@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewatch.core.engine.coded_task_numbers import CodedTaskNumbers
-from tracewatch.core.recordings.prime_rl.columns import Growable
+from tracewatch.core.recordings.prime_rl.columns import Growable, Positions
 from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN, EpisodeTable
 from tracewatch.core.session.finished_columns import hex_trace_numbers, labelled_tasks, trace_number
 
@@ -37,11 +37,18 @@ def _hex(word: str) -> bool:
     return _HEX_DIGITS.issuperset(word)
 
 
-def _among(positions: npt.NDArray[np.int64], texts: Mapping[int, object]) -> npt.NDArray[np.int64]:
-    """Where in `positions` those that `texts` holds are (the ids that are not hex)."""
+def _among(positions: Positions, texts: Mapping[int, object]) -> list[tuple[int, int]]:
+    """(index in `positions`, position) of those that `texts` holds (the ids that are not hex)."""
     if not texts:
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(np.isin(positions, np.fromiter(texts, dtype=np.int64, count=len(texts))))
+        return []
+    if isinstance(positions, slice):
+        return sorted((position - positions.start, position) for position in texts if positions.start <= position < positions.stop)
+    at = np.flatnonzero(np.isin(positions, np.fromiter(texts, dtype=np.int64, count=len(texts))))
+    return list(zip(at.tolist(), positions[at].tolist(), strict=True))
+
+
+def _length(positions: Positions) -> int:
+    return positions.stop - positions.start if isinstance(positions, slice) else len(positions)
 
 
 class RunRows:
@@ -157,9 +164,9 @@ class RunRows:
 
     def containing(self, word: str, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
         count, table = self.count, self.table
-        picked = np.arange(count, dtype=np.int64) if rows is None else rows
-        found = table.ids.holding(picked, word) if _hex(word) else np.zeros(len(picked), dtype=bool)
-        codes = self._variant.values[picked]
+        every: Positions = slice(0, count) if rows is None else rows  # a slice reads the columns without a copy
+        found = table.ids.holding(every, word) if _hex(word) else np.zeros(_length(every), dtype=bool)
+        codes = self._variant.values[every]
         for code, label in enumerate(self._variant_labels):  # the key is the variant, a slash, the episode id
             prefix = label.lower() + "/"
             mine = codes == code
@@ -168,35 +175,33 @@ class RunRows:
                 continue
             for cut in range(1, len(word)):
                 if prefix.endswith(word[:cut]) and _hex(word[cut:]):
-                    found |= mine & table.ids.starting(picked, word[cut:])
-        for at in _among(picked, table.ids.texts).tolist():  # not a hex id (or none): its key read as text
-            found[at] = word in self.key(int(picked[at])).lower()
+                    found |= mine & table.ids.starting(every, word[cut:])
+        for at, position in _among(every, table.ids.texts):  # not a hex id (or none): its key read as text
+            found[at] = word in self.key(position).lower()
         traces = table.trace_ids
-        positions, owners = self._trace_positions(rows)
-        hits = traces.holding(positions, word) if _hex(word) else np.zeros(len(positions), dtype=bool)
-        for at in _among(positions, traces.texts).tolist():
-            text = traces.texts[int(positions[at])]
+        spans, first, last = self._trace_spans(rows)
+        hits = traces.holding(spans, word) if _hex(word) else np.zeros(_length(spans), dtype=bool)
+        for at, position in _among(spans, traces.texts):
+            text = traces.texts[position]
             hits[at] = text is not None and word in text.lower()
-        found[owners(np.flatnonzero(hits))] = True
+        seen = np.concatenate([[0], np.cumsum(hits)])  # a row holds the word if a hit lies among its traces
+        found |= seen[last] > seen[first]
         return found
 
-    def _trace_positions(
-        self, rows: npt.NDArray[np.int64] | None
-    ) -> tuple[npt.NDArray[np.int64], Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]]:
-        """The trace ids' positions of `rows` (of every row, if None), and what gives
-        the index in `rows` that owns each of some of them (by their index in those)."""
+    def _trace_spans(self, rows: npt.NDArray[np.int64] | None) -> tuple[Positions, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The positions of the trace ids of `rows` (of every row, if None), and where
+        among those each row's first and past-its-last are."""
         table = self.table
-        starts = table.trace_start
+        starts = table.trace_start.astype(np.int64)
         end = int(starts[self.count]) if self.count < len(table) else len(table.trace_ids)
         if rows is None:
-            return np.arange(end, dtype=np.int64), lambda hits: table.row_of_trace_position(hits)
+            return slice(0, end), starts[: self.count], np.append(starts[1 : self.count], end)[: self.count]
         following = rows + 1
-        first = starts[rows].astype(np.int64)
-        lengths = np.where(following < len(table), starts[np.minimum(following, len(table) - 1)], len(table.trace_ids)) - first
-        lengths = np.maximum(lengths, 0)
-        owner = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
-        positions = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-        return positions, lambda hits: owner[hits]
+        first = starts[rows]
+        lengths = np.maximum(np.where(following < len(table), starts[np.minimum(following, len(table) - 1)], len(table.trace_ids)) - first, 0)
+        last = np.cumsum(lengths)
+        positions = np.repeat(first - last + lengths, lengths) + np.arange(int(last[-1]) if len(last) else 0, dtype=np.int64)
+        return positions, last - lengths, last
 
     def first_traces(self) -> npt.NDArray[np.float64]:
         count, table = self.count, self.table

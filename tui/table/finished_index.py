@@ -132,8 +132,11 @@ class FinishedIndex:
     def _refines(self, row_filter: RowFilter, column: str | None, reverse: bool) -> bool:
         if self._shown_by is None or self.pending is not None or self._shown_by[1:] != (column, reverse):
             return False
+        shown_by = self._shown_by[0]
+        if not shown_by:  # every row shown: weighing them as a subset would only cost more
+            return False
         changed = self.source.changed_since(self.version)
-        return changed is not None and not len(changed) and bool(row_filter) and row_filter.narrows(self._shown_by[0])
+        return changed is not None and not len(changed) and bool(row_filter) and row_filter.narrows(shown_by)
 
     def sorted(self, generation: int, done: tuple[Rows, Keys, Places]) -> bool:
         """A big sort's full order (`full_order`), if the rows are still those it sorted."""

@@ -21,6 +21,8 @@ import numpy.typing as npt
 
 MISSING = -1
 """An integer column's value when the row had none, or one that was not an integer."""
+Positions = np.ndarray[Any, Any] | slice
+"""Some positions of a column, or a run of them (read without a copy)."""
 
 _GROWTH = 1.5
 _FIRST = 1024
@@ -303,35 +305,46 @@ class Ids:
         self._sorted_positions = _inserted(self._sorted_positions, at, new_positions)
         self._indexed = self.high.size
 
-    def holding(self, positions: np.ndarray[Any, Any], word: str) -> np.ndarray[Any, Any]:
+    def holding(self, positions: Positions, word: str) -> np.ndarray[Any, Any]:
         """Which of the hex ids at `positions` hold the hex digits `word` (lower case)
         somewhere. Matched on the packed words, up to `SWAR_DIGITS` digits at once;
         a longer word's ids are those holding its first digits, read as texts. A
         position in `texts` gets any answer: its text is the one to ask."""
-        if not word:
-            return np.ones(len(positions), dtype=bool)
         high, low = self.high.values[positions], self.low.values[positions]
+        if not word:
+            return np.ones(len(high), dtype=bool)
         first = [int(digit, 16) for digit in word[:SWAR_DIGITS]]
-        windows = [high, low]  # digits 0-15 and 16-31; and 8-23, for a word across the halves
-        if len(first) > 1:
-            windows.append(high << np.uint64(32) | low >> np.uint64(32))
-        found = np.zeros(len(positions), dtype=bool)
-        for words in windows:
-            hit = _digit_marks(words, first[0])
-            for shift, digit in enumerate(first[1:], start=1):  # the next digit one place on
-                hit &= _digit_marks(words, digit) << np.uint64(4 * shift)
-            found |= hit != 0
+        found = np.empty(len(high), dtype=bool)
+        size = min(len(high), _BLOCK)
+        hit, marks, scratch, middle = (np.empty(size, dtype=np.uint64) for _ in range(4))
+        for at in range(0, len(high), _BLOCK):  # a block at a time: the scratch stays in the cache
+            top, bottom, held = high[at : at + _BLOCK], low[at : at + _BLOCK], found[at : at + _BLOCK]
+            held[:] = False
+            windows = [top, bottom]  # digits 0-15 and 16-31; and 8-23, for a word across the halves
+            if len(first) > 1:
+                across = middle[: len(top)]
+                np.left_shift(top, np.uint64(32), out=across)
+                across |= bottom >> np.uint64(32)
+                windows.append(across)
+            for words in windows:
+                count = len(words)
+                _digit_marks(words, first[0], hit[:count], scratch[:count])
+                for shift, digit in enumerate(first[1:], start=1):  # the next digit one place on
+                    _digit_marks(words, digit, marks[:count], scratch[:count])
+                    marks[:count] <<= np.uint64(4 * shift)
+                    hit[:count] &= marks[:count]
+                held |= hit[:count] != 0
         if len(word) > SWAR_DIGITS:
             some = np.flatnonzero(found)
             found[some] = np.strings.find(_hex_texts(high[some], low[some]), word.encode("ascii")) >= 0
         return found
 
-    def starting(self, positions: np.ndarray[Any, Any], word: str) -> np.ndarray[Any, Any]:
+    def starting(self, positions: Positions, word: str) -> np.ndarray[Any, Any]:
         """Which of the hex ids at `positions` start with the hex digits `word` (a
         position in `texts`: any answer, as `holding`)."""
-        if len(word) > HEX_ID or not word:
-            return np.full(len(positions), not word)
         high, low = self.high.values[positions], self.low.values[positions]
+        if len(word) > HEX_ID or not word:
+            return np.full(len(high), not word)
         top, bottom = word[:16], word[16:]
         found = high >> np.uint64(4 * (16 - len(top))) == np.uint64(int(top, 16))
         if bottom:
@@ -344,6 +357,7 @@ class Ids:
 
 
 SWAR_DIGITS = 4
+_BLOCK = 1 << 15
 """Digits of a word matched against every id at once on the packed words (`holding`):
 about 8 array passes a digit, and four leave a few rows in ten thousand to read as texts."""
 _SEVENS = np.uint64(0x7777777777777777)
@@ -352,17 +366,16 @@ _BYTE_DIGITS = np.array([ord(f"{byte:02x}"[0]) | ord(f"{byte:02x}"[1]) << 8 for 
 """A byte's two hex digits, the first in the low byte: one lookup a byte."""
 
 
-def _digit_marks(words: np.ndarray[Any, Any], digit: int) -> np.ndarray[Any, Any]:
-    """Per 4-bit place of each word, its top bit set where the place holds `digit`,
-    every place at once. Exact: (x & 7) + 7 carries into a place's top bit unless its
-    low bits are 0, and never past the place."""
-    differ = words ^ np.uint64(digit * _ONES)
-    spill = differ & _SEVENS
-    spill += _SEVENS
-    spill |= differ
-    spill |= _SEVENS
-    np.invert(spill, out=spill)
-    return spill
+def _digit_marks(words: np.ndarray[Any, Any], digit: int, marks: np.ndarray[Any, Any], scratch: np.ndarray[Any, Any]) -> None:
+    """Into `marks`: per 4-bit place of each word, its top bit set where the place
+    holds `digit`, every place at once. Exact: (x & 7) + 7 carries into a place's top
+    bit unless its low bits are 0, and never past the place."""
+    np.bitwise_xor(words, np.uint64(digit * _ONES), out=scratch)
+    np.bitwise_and(scratch, _SEVENS, out=marks)
+    marks += _SEVENS
+    marks |= scratch
+    marks |= _SEVENS
+    np.invert(marks, out=marks)
 
 
 def _hex_texts(high: np.ndarray[Any, Any], low: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -20,6 +20,7 @@ values = st.one_of(hex_ids, hex_ids, st.sampled_from(["not-hex", "A" * 32, "g" *
 @pytest.fixture(autouse=True)
 def small_folds(monkeypatch):
     monkeypatch.setattr(columns, "FOLD_FROM", 4)
+    monkeypatch.setattr(columns, "_BLOCK", 5)  # a word searched over several blocks of ids
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
