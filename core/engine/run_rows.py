@@ -117,7 +117,7 @@ class RunRows:
     def _derive(self, name: str, rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         table = self.table
         if name == "tokens":
-            given, taken = table.column("input_tokens")[rows], table.column("output_tokens")[rows]
+            given, taken = (table.column(name)[rows].astype(np.int64) for name in ("input_tokens", "output_tokens"))
             # -1: the index reported neither count (not 0 tokens)
             return np.where((given < 0) & (taken < 0), -1, np.maximum(given, 0) + np.maximum(taken, 0))
         if name == "elapsed":

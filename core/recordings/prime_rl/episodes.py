@@ -47,12 +47,13 @@ table keeps), so a row costs more memory (docs/performance.md)."""
 
 FLOAT_FIELDS = ("reward", "advantage", "cost", "dispatch", "arrival", "duration")
 """Float64, NaN where the row had none. `dispatch` and `arrival` are epoch seconds."""
-WIDE_FIELDS = ("line", "offset", "input_tokens", "output_tokens")
-"""Int64, `MISSING` where the row had none. `line` is the 1-based ordinal prime-rl gave
-the episode (it carries on across relaunches); `offset` is the record's byte offset in
-its chunk's uncompressed content."""
-NARROW_FIELDS = ("turns", "branches", "num_errors", "chunk")
-"""Int32. A row without `chunk` (a single-file stream) reads as chunk 0."""
+WIDE_FIELDS = ("offset",)
+"""Int64, `MISSING` where the row had none: the record's byte offset in its chunk's
+uncompressed content."""
+NARROW_FIELDS = ("line", "input_tokens", "output_tokens", "turns", "branches", "num_errors", "chunk")
+"""Int32 (a count past 2**31 reads as `MISSING`, unknown, never as another number).
+`line` is the 1-based ordinal prime-rl gave the episode (it carries on across
+relaunches). A row without `chunk` (a single-file stream) reads as chunk 0."""
 FLAG_FIELDS = ("ok", "truncated")
 """Int8: 1, 0, or `MISSING`."""
 TEXT_FIELDS = ("kind", "env", "group", "stop_condition")

@@ -31,7 +31,8 @@ from tracewatch.tui.table.columns import BY_KEY
 NOW = 1.79e9 + 10_000
 
 hex_ids = st.uuids().map(lambda value: value.hex)
-numbers = st.one_of(st.none(), st.integers(-2, 40))
+numbers = st.one_of(st.none(), st.integers(-2, 40), st.just(2**31 - 1))
+"""Counts, with the largest a column keeps: two of them summed (the tokens) must not wrap."""
 index_rows = st.fixed_dictionaries(
     {
         "id": st.one_of(hex_ids, st.none(), st.sampled_from(["ep/1", "Episode-X", "row-x"])),
@@ -201,8 +202,8 @@ def derived(table: RunRows, name: str) -> list[float]:
     """A derived column made from the run's own columns afresh."""
     run = table.table
     if name == "tokens":
-        given, taken = run.column("input_tokens")[: table.count], run.column("output_tokens")[: table.count]
-        return np.where((given < 0) & (taken < 0), -1, np.maximum(given, 0) + np.maximum(taken, 0)).tolist()
+        given, taken = run.column("input_tokens")[: table.count].tolist(), run.column("output_tokens")[: table.count].tolist()
+        return [-1 if g < 0 and t < 0 else max(g, 0) + max(t, 0) for g, t in zip(given, taken, strict=True)]
     if name == "elapsed":
         return np.maximum(run.column("arrival") - run.column("dispatch"), 0.0)[: table.count].tolist()
     steps, source = run.steps()
