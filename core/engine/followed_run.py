@@ -164,19 +164,19 @@ class FollowedRun(Session):
         records (`PrimeRlRun.scan_steps`, a bounded number a call, so the loop is held
         briefly), onto their rows' Step; whether some were found."""
         table = self.run.table
-        lacking = np.flatnonzero(table.column("dispatch_step") < 0)
-        if not len(lacking):
+        if not (table.column("dispatch_step") < 0).any():
             return False
         filled = self.run.scan_steps(max_rows=SCAN_SLICE, kind=None)
-        if self.rows is not None and self.run.step_scan.learnt:  # the table sees its rows change (a step, or a task alone); no count moves
-            self.rows.changed(np.array(self.run.step_scan.learnt, dtype=np.int64))
+        learnt = np.array(self.run.step_scan.learnt, dtype=np.int64)  # the rows read: a call weighs these, not every row
+        if self.rows is not None and len(learnt):  # the table sees its rows change (a step, or a task alone); no count moves
+            self.rows.changed(learnt)
         if not filled:
             return False
-        steps = table.column("dispatch_step")[lacking]
+        steps = table.column("dispatch_step")[learnt]
         found = steps >= 0  # a record's negative step is counted filled, and stays unknown
         if self.rows is not None and found.any():
             self.store.steps_known = True
-        for row, step in zip(lacking[found].tolist(), steps[found].tolist(), strict=True):
+        for row, step in zip(learnt[found].tolist(), steps[found].tolist(), strict=True):
             key = self._by_row.get(row)
             rollout = self.store.rollouts.get(key) if key is not None else None
             if rollout is not None and rollout.step != step:  # the dispatch step wins over the shipping step

@@ -166,7 +166,8 @@ class FinishedIndex:
         known = len(self._place)
         if int((changed < known).sum()) > ONE_BY_ONE:
             return self.build(row_filter, column, reverse, now, live)
-        self._place = np.concatenate([self._place[: source.count], np.full(max(0, source.count - known), -1, dtype=np.int32)])
+        if source.count != known:  # rows added (or the count fell): places for them, not a copy of every row's each look
+            self._place = np.concatenate([self._place[: source.count], np.full(max(0, source.count - known), -1, dtype=np.int32)])
         if column in RANKED:  # a label new to the run moves every rank
             keys, live_keys = self._sort_keys(column, reverse, now, live)
             self._keys = keys[self.rows]
@@ -180,12 +181,14 @@ class FinishedIndex:
             # row annotated, in a table not sorted by either)
             shown_keys = self._shown_keys()
             stays = (was >= 0) & wanted & (shown_keys[np.maximum(was, 0)] == mine if len(shown_keys) else False)
+            moved = wanted & ~stays
+            if not moved.any() and not ((was >= 0) & ~stays).any():  # every changed row stays where it is
+                return live_keys
             keep = np.ones(len(self.rows), dtype=bool)
             keep[was[(was >= 0) & ~stays]] = False
             self.rows = self.rows[keep]
             if self._keys is not None:
                 self._keys = self._keys[keep]
-            moved = wanted & ~stays
             new, new_keys = changed[moved], mine[moved]
             added = new >= known  # after every row there was: last among their equals
             order = np.lexsort((new[added], new_keys[added]))
@@ -200,7 +203,7 @@ class FinishedIndex:
                 if self._keys is not None:
                     self._keys = np.insert(self._keys, place, key)
                 self.sorted_upto += 1
-        self._placed()
+            self._placed()
         return live_keys
 
     def _place_of(self, key: float, row: float) -> int:
