@@ -88,8 +88,8 @@ class FinishedIndex:
 
     def build(self, row_filter: RowFilter, column: str | None, reverse: bool, now: float, live: Sequence[Rollout]) -> list[LiveKey]:
         """Every row weighed and sorted again (a filter that narrows the last one's,
-        nothing changed since: the rows shown weighed, their order kept); the live
-        rollouts' keys, to `merge`."""
+        nothing changed since, at most half the rows shown: those weighed, their order
+        kept); the live rollouts' keys, to `merge`."""
         source = self.source
         refines = self._refines(row_filter, column, reverse)
         self._shown_by = (row_filter, column, reverse)
@@ -133,7 +133,7 @@ class FinishedIndex:
         if self._shown_by is None or self.pending is not None or self._shown_by[1:] != (column, reverse):
             return False
         shown_by = self._shown_by[0]
-        if not shown_by:  # every row shown: weighing them as a subset would only cost more
+        if not shown_by or 2 * len(self.rows) > self.source.count:  # most rows shown: weighed as a subset, they cost more than every row
             return False
         changed = self.source.changed_since(self.version)
         return changed is not None and not len(changed) and bool(row_filter) and row_filter.narrows(shown_by)

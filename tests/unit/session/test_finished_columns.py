@@ -306,7 +306,9 @@ def test_a_big_sort_s_first_screen_is_the_stable_sort_s_first_rows_among_many_ti
 @given(rows=runs, data=st.data())
 def test_a_filter_that_narrows_the_last_weighs_only_the_rows_shown_and_shows_what_a_new_index_would(rows, data, monkeypatch):
     """Typing on (a word longer, a term more) refines the rows shown, in their order,
-    rather than weighing every row: the same rows in the same order as a new index's."""
+    rather than weighing every row, once they are at most half the rows (weighed as a
+    subset, most of a million cost more than every row): the same rows in the same
+    order as a new index's."""
     rollouts, _, table = both(rows, data)
     column, reverse = data.draw(st.sampled_from([None, "reward", "task", "tokens"])), data.draw(st.booleans())
     wider = data.draw(filters(tokens_of(rollouts)))
@@ -319,7 +321,7 @@ def test_a_filter_that_narrows_the_last_weighs_only_the_rows_shown_and_shows_wha
     monkeypatch.setattr(finished_index, "finished_mask", lambda f, source, subset=None: weighed.append(None if subset is None else len(subset)) or real(f, source, subset))
     shown_before = len(index.rows)
     index.build(RowFilter.parse(narrower), column, reverse, NOW, [])
-    assert weighed == [shown_before], "only the rows the wider filter showed are weighed"
+    assert weighed == ([shown_before] if 2 * shown_before <= table.count else [None]), "only the rows the wider filter showed are weighed"
     monkeypatch.undo()
     fresh = finished_index.FinishedIndex(table)
     fresh.build(RowFilter.parse(narrower), column, reverse, NOW, [])
