@@ -158,17 +158,17 @@ class FinishedIndex:
             return self.live_keys(column, reverse, now, live)
         if self._shown_by != (row_filter, column, reverse):  # the rows shown are another filter's or order's
             return self.build(row_filter, column, reverse, now, live)
+        assert self._place is not None  # no big sort under way
+        known = len(self._place)
+        if int((changed[changed < source.count] < known).sum()) > ONE_BY_ONE:  # the version not moved yet: every row is weighed
+            return self.build(row_filter, column, reverse, now, live)
         self.changed = changed
         self.generation += 1
         self.version = source.version
         changed = changed[changed < source.count]
-        assert self._place is not None  # no big sort under way
-        known = len(self._place)
-        if int((changed < known).sum()) > ONE_BY_ONE:
-            return self.build(row_filter, column, reverse, now, live)
         if source.count != known:  # rows added (or the count fell): places for them, not a copy of every row's each look
             self._place = np.concatenate([self._place[: source.count], np.full(max(0, source.count - known), -1, dtype=np.int32)])
-        if column in RANKED:  # a label new to the run moves every rank
+        if column in RANKED:  # a label new to the run moves every rank (the rows' order stays)
             keys, live_keys = self._sort_keys(column, reverse, now, live)
             self._keys = keys[self.rows]
             mine = keys[changed]
@@ -178,9 +178,12 @@ class FinishedIndex:
             was = self._place[changed]
             wanted = finished_mask(row_filter, source, changed) & ~source.has_rollout()[changed]
             # a row still shown with the same key stays where it is (a step learnt, a
-            # row annotated, in a table not sorted by either)
+            # row annotated, in a table not sorted by either); by text, its old key is
+            # gone with the old ranks: it is put back in its place
             shown_keys = self._shown_keys()
-            stays = (was >= 0) & wanted & (shown_keys[np.maximum(was, 0)] == mine if len(shown_keys) else False)
+            no_old_key = column in RANKED or not len(shown_keys)  # by text, the old ranks are gone
+            same = np.zeros(len(changed), dtype=bool) if no_old_key else shown_keys[np.maximum(was, 0)] == mine
+            stays = (was >= 0) & wanted & same
             moved = wanted & ~stays
             if not moved.any() and not ((was >= 0) & ~stays).any():  # every changed row stays where it is
                 return live_keys

@@ -250,6 +250,37 @@ def test_rows_added_and_changed_in_one_look_go_where_a_sort_of_every_row_puts_th
         assert index.rows.tolist() == shown[np.argsort(keys[shown], kind="stable")].tolist(), (column, reverse)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(rows=runs, data=st.data())
+def test_an_index_updated_after_rows_changed_shows_what_a_new_index_would(rows, data, monkeypatch):
+    """Steps, tasks and rewards learnt for rows shown and hidden, fewer or more than an
+    update puts back one by one: the updated index shows the rows a new one would, in
+    its order (a fallback to a whole build once weighed only the rows shown; a row whose
+    task changed in a table sorted by task once stayed where it was)."""
+    monkeypatch.setattr(finished_index, "ONE_BY_ONE", data.draw(st.sampled_from([1, 4096])))
+    _, _, table = both(rows, data)
+    run = table.table
+    column, reverse = data.draw(st.sampled_from([None, "reward", "task", "tokens"])), data.draw(st.booleans())
+    row_filter = RowFilter.parse(data.draw(st.sampled_from(["", "step:>=1", "reward:<0.5", "task 1"])))
+    index = finished_index.FinishedIndex(table)
+    index.build(row_filter, column, reverse, NOW, [])
+    for _ in range(3):
+        changed = data.draw(st.lists(st.integers(0, table.count - 1), max_size=4))
+        for row in changed:
+            field = data.draw(st.sampled_from(["dispatch_step", "reward", "task"]))
+            if field == "task":
+                run.set_task(row, data.draw(st.sampled_from(["a", "m", "task 1"])))
+            elif field == "reward":
+                run.column("reward")[row] = data.draw(st.floats(-1, 2, allow_nan=False))
+            else:
+                run.column("dispatch_step")[row] = data.draw(st.integers(-1, 3))
+        table.changed(np.array(changed, dtype=np.int64))
+        index.update(row_filter, column, reverse, NOW, [])
+        fresh = finished_index.FinishedIndex(table)
+        fresh.build(row_filter, column, reverse, NOW, [])
+        assert index.rows.tolist() == fresh.rows.tolist(), (str(row_filter), column, reverse)
+
+
 def plain_rows(rewards: list[float]) -> list[dict[str, Any]]:
     return [
         {"id": uuid.uuid4().hex, "kind": "train", "env": "gsm8k", "group": None, "ok": True, "num_errors": 0, "reward": reward,
@@ -272,6 +303,25 @@ def test_a_changed_row_whose_key_falls_among_rows_added_in_the_same_look_goes_af
     table.extend(7)
     index.update(RowFilter.parse(""), "reward", False, NOW, [])
     assert index.rows.tolist() == [1, 2, 3, 4, 5, 6, 0]
+
+
+def test_a_row_whose_task_changed_moves_in_a_table_sorted_by_task(tmp_path):
+    """A record read for its step can name the task alone: sorted by task, the row
+    goes where its new task sorts (it once kept its place, its new key compared with
+    itself)."""
+    session = FollowedRun(write(tmp_path / "out", plain_rows([0.1, 0.2, 0.3]), [None] * 3), follow=False, columns=True).snapshot()
+    table = session.rows
+    assert table is not None
+    for row, task in enumerate(["m", "n", "o"]):
+        table.table.set_task(row, task)
+    table.changed(np.arange(3, dtype=np.int64))
+    index = finished_index.FinishedIndex(table)
+    index.build(RowFilter.parse(""), "task", False, NOW, [])
+    assert index.rows.tolist() == [0, 1, 2]
+    table.table.set_task(2, "a")
+    table.changed(np.array([2], dtype=np.int64))
+    index.update(RowFilter.parse(""), "task", False, NOW, [])
+    assert index.rows.tolist() == [2, 0, 1]
 
 
 def test_rows_started_over_during_a_big_sort_are_weighed_again_and_its_result_refused(tmp_path, monkeypatch):
