@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracewatch.core.engine.coded_task_numbers import CodedTaskNumbers
-from tracewatch.core.recordings.prime_rl.columns import Growable, Positions
+from tracewatch.core.recordings.prime_rl.columns import HEX_DIGITS, Growable, Positions
 from tracewatch.core.recordings.prime_rl.episodes import STEP_UNKNOWN, EpisodeTable
 from tracewatch.core.session.finished_columns import hex_trace_numbers, labelled_tasks, trace_number
 
@@ -24,7 +24,6 @@ CHANGES_KEPT = 64
 """Changes remembered for `changed_since`; a reader further behind looks at every row."""
 TABLE_COLUMNS = {"task": "task", "group": "group", "ok": "ok", "reward": "reward", "turns": "turns", "errors": "num_errors", "used": "effective"}
 """`FinishedRows` columns that are the run's own (`EpisodeTable`), by the name the table knows them by."""
-_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 def variant_name(kind: str | None, env: str | None) -> str:
@@ -34,7 +33,7 @@ def variant_name(kind: str | None, env: str | None) -> str:
 
 def _hex(word: str) -> bool:
     """Whether a hex id's text can hold `word`."""
-    return _HEX_DIGITS.issuperset(word)
+    return HEX_DIGITS.issuperset(word)
 
 
 def _among(positions: Positions, texts: Mapping[int, object]) -> list[tuple[int, int]]:

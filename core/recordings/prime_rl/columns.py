@@ -159,7 +159,8 @@ HEX_ID = 32
 _MASK = (1 << 64) - 1
 
 
-_HEX_DIGITS = frozenset("0123456789abcdef")
+HEX_DIGITS = frozenset("0123456789abcdef")
+"""What a verifiers id's text is made of (lower case)."""
 FOLD_FROM = 1 << 14
 """Ids not yet in the sorted index from which they are folded into it (before, a
 lookup scans them)."""
@@ -168,7 +169,7 @@ lookup scans them)."""
 def id_key(text: str) -> tuple[int, int, bool]:
     """(key, low word, whether packed) of one id: a 32-hex id's two 64-bit halves, any
     other text's hash as its key (verified against the text on every match)."""
-    if len(text) == HEX_ID and _HEX_DIGITS.issuperset(text):
+    if len(text) == HEX_ID and HEX_DIGITS.issuperset(text):
         number = int(text, 16)
         return number >> 64, number & _MASK, True
     return hash(text) & _MASK, 0, False
