@@ -191,12 +191,12 @@ class RunRows:
         """The positions of the trace ids of `rows` (of every row, if None), and where
         among those each row's first and past-its-last are."""
         table = self.table
-        starts = table.trace_start.astype(np.int64)
+        starts = table.trace_start  # int32: what is taken of it is widened, not the whole column at each key
         end = int(starts[self.count]) if self.count < len(table) else len(table.trace_ids)
         if rows is None:
-            return slice(0, end), starts[: self.count], np.append(starts[1 : self.count], end)[: self.count]
+            return slice(0, end), starts[: self.count].astype(np.int64), np.append(starts[1 : self.count], end)[: self.count].astype(np.int64)
         following = rows + 1
-        first = starts[rows]
+        first = starts[rows].astype(np.int64)
         lengths = np.maximum(np.where(following < len(table), starts[np.minimum(following, len(table) - 1)], len(table.trace_ids)) - first, 0)
         last = np.cumsum(lengths)
         positions = np.repeat(first - last + lengths, lengths) + np.arange(int(last[-1]) if len(last) else 0, dtype=np.int64)

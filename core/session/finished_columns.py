@@ -36,9 +36,9 @@ def failed_reason(errors: int) -> str:
 
 _kept: dict[str, tuple[object, Any]] = {}
 """The last task texts, ranks and lowered labels made (`task_texts`, `sort_keys`,
-`_labels_holding`), with what
-they were made of (the label lists themselves, not their ids, which a new table's list
-can reuse): a keystroke over a million rows does not make them again."""
+`_labels_holding`), with what they were made of (the label lists themselves, not their
+ids, which a new table's list can reuse): a keystroke over a million rows does not make
+them again."""
 
 
 def _keep(name: str, stamp: object, make: Callable[[], Any]) -> Any:

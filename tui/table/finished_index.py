@@ -181,14 +181,14 @@ class FinishedIndex:
             # row annotated, in a table not sorted by either); by text, its old key is
             # gone with the old ranks: it is put back in its place
             shown_keys = self._shown_keys()
-            no_old_key = column in RANKED or not len(shown_keys)  # by text, the old ranks are gone
+            no_old_key = column in RANKED or not len(shown_keys)
             same = np.zeros(len(changed), dtype=bool) if no_old_key else shown_keys[np.maximum(was, 0)] == mine
             stays = (was >= 0) & wanted & same
-            moved = wanted & ~stays
-            if not moved.any() and not ((was >= 0) & ~stays).any():  # every changed row stays where it is
+            moved, leaving = wanted & ~stays, (was >= 0) & ~stays
+            if not moved.any() and not leaving.any():  # every changed row stays where it is
                 return live_keys
             keep = np.ones(len(self.rows), dtype=bool)
-            keep[was[(was >= 0) & ~stays]] = False
+            keep[was[leaving]] = False
             self.rows = self.rows[keep]
             if self._keys is not None:
                 self._keys = self._keys[keep]

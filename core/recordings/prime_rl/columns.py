@@ -327,14 +327,14 @@ class Ids:
                 np.left_shift(top, np.uint64(32), out=across)
                 across |= bottom >> np.uint64(32)
                 windows.append(across)
+            block_hit, block_marks, block_scratch = hit[: len(top)], marks[: len(top)], scratch[: len(top)]
             for words in windows:
-                count = len(words)
-                _digit_marks(words, first[0], hit[:count], scratch[:count])
+                _digit_marks(words, first[0], block_hit, block_scratch)
                 for shift, digit in enumerate(first[1:], start=1):  # the next digit one place on
-                    _digit_marks(words, digit, marks[:count], scratch[:count])
-                    marks[:count] <<= np.uint64(4 * shift)
-                    hit[:count] &= marks[:count]
-                held |= hit[:count] != 0
+                    _digit_marks(words, digit, block_marks, block_scratch)
+                    block_marks <<= np.uint64(4 * shift)
+                    block_hit &= block_marks
+                held |= block_hit != 0
         if len(word) > SWAR_DIGITS:
             some = np.flatnonzero(found)
             found[some] = np.strings.find(_hex_texts(high[some], low[some]), word.encode("ascii")) >= 0
@@ -358,9 +358,10 @@ class Ids:
 
 
 SWAR_DIGITS = 4
-_BLOCK = 1 << 15
 """Digits of a word matched against every id at once on the packed words (`holding`):
 about 8 array passes a digit, and four leave a few rows in ten thousand to read as texts."""
+_BLOCK = 1 << 15
+"""Ids `holding` weighs at once: its four scratch arrays (256 KiB each) stay in the cache."""
 _SEVENS = np.uint64(0x7777777777777777)
 _ONES = 0x1111111111111111
 _BYTE_DIGITS = np.array([ord(f"{byte:02x}"[0]) | ord(f"{byte:02x}"[1]) << 8 for byte in range(256)], dtype="<u2")
