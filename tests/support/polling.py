@@ -78,9 +78,13 @@ def pid_gone(pid: int) -> bool:
 
 
 def children(pid: int) -> list[int]:
-    """The live children of a process, from /proc."""
+    """The live children of a process, from /proc (a thread that ends between the
+    listing and the read has none)."""
     found: list[int] = []
     for thread in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{thread}/children") as listing:
-            found += [int(child) for child in listing.read().split()]
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as listing:
+                found += [int(child) for child in listing.read().split()]
+        except FileNotFoundError:
+            continue
     return found
